@@ -1,0 +1,10 @@
+import ArgumentParser
+
+@main
+struct Parley: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "parley",
+        abstract: "Parley: voice and video calling, from signaling server to softphone.",
+        subcommands: [Serve.self, Token.self, Bench.self]
+    )
+}

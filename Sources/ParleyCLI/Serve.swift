@@ -1,0 +1,95 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ParleyProtocol
+import ParleyServer
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the signaling server (protocol v1 over WebSocket at /v1/signal).",
+        discussion: "Every option can also come from the environment variable named after it (PARLEY_…)."
+    )
+
+    @Option(help: "Address to listen on. [PARLEY_HOST]")
+    var host: String = env("PARLEY_HOST") ?? "127.0.0.1"
+
+    @Option(help: "Port to listen on; 0 picks a free one. [PARLEY_PORT]")
+    var port: Int = env("PARLEY_PORT").flatMap(Int.init) ?? 8080
+
+    @Option(help: "SQLite file for devices and call records; ':memory:' keeps nothing. [PARLEY_DATABASE]")
+    var database: String = env("PARLEY_DATABASE") ?? "parley.sqlite"
+
+    @Option(help: "Development mode serves POST /v1/dev/tokens: on by default on loopback, off elsewhere. [PARLEY_DEV]")
+    var dev: Bool?
+
+    @Option(help: "Secret that signs access tokens (HS256). [PARLEY_TOKEN_SECRET]")
+    var tokenSecret: String?
+
+    @Option(help: "Shared secret of the TURN server (coturn use-auth-secret). [PARLEY_TURN_SECRET]")
+    var turnSecret: String? = env("PARLEY_TURN_SECRET")
+
+    @Option(help: "TURN URLs handed to clients, comma-separated, e.g. turn:host:3478?transport=udp. [PARLEY_TURN_URLS]")
+    var turnUrls: String = env("PARLEY_TURN_URLS") ?? ""
+
+    @Option(help: "STUN URLs handed to clients, comma-separated. [PARLEY_STUN_URLS]")
+    var stunUrls: String = env("PARLEY_STUN_URLS") ?? ""
+
+    @Option(help: "Seconds a call rings before it ends with no-answer. [PARLEY_RING_TIMEOUT]")
+    var ringTimeout: Int = env("PARLEY_RING_TIMEOUT").flatMap(Int.init) ?? 45
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error. [PARLEY_LOG_LEVEL]")
+    var logLevel: String = env("PARLEY_LOG_LEVEL") ?? "info"
+
+    static let developmentSecret = "parley-development-secret"
+
+    func validate() throws {
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
+        guard ringTimeout > 0 else { throw ValidationError("--ring-timeout must be at least 1 second") }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
+        if !turnUrls.isEmpty, turnSecret == nil { throw ValidationError("--turn-urls needs --turn-secret") }
+    }
+
+    func run() async throws {
+        let loopback = ["127.0.0.1", "::1", "localhost"].contains(host)
+        let development = dev ?? Self.env("PARLEY_DEV").map { ["1", "true", "yes"].contains($0.lowercased()) } ?? loopback
+        let secret = tokenSecret ?? Self.env("PARLEY_TOKEN_SECRET")
+        if secret == nil, !development {
+            throw ValidationError("outside development mode the server needs --token-secret (or PARLEY_TOKEN_SECRET)")
+        }
+        var logger = Logger(label: "parley.server")
+        logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+
+        var configuration = ServerConfiguration()
+        configuration.host = host
+        configuration.port = port
+        configuration.databasePath = database == ":memory:" ? nil : database
+        configuration.developmentMode = development
+        configuration.tokenKey = .hs256(secret: secret ?? Self.developmentSecret)
+        configuration.ringTimeout = .seconds(ringTimeout)
+        configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls), turnSecret: turnSecret)
+
+        let host = self.host
+        let server = try await SignalingServer(configuration: configuration, logger: logger) { port in
+            let base = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+            var lines = ["parley: signaling server listening on \(base) (WebSocket \(base.replacingOccurrences(of: "http", with: "ws"))/v1/signal)"]
+            lines.append("parley: database \(configuration.databasePath ?? "in memory")")
+            if development {
+                lines.append("parley: development mode: get a token with")
+                lines.append("  curl -s -X POST \(base)/v1/dev/tokens -H 'content-type: application/json' -d '{\"user\":\"alice\",\"name\":\"Alice\"}'")
+            }
+            print(lines.joined(separator: "\n"))
+            fflush(stdout)
+        }
+        try await server.run()
+    }
+
+    static func env(_ name: String) -> String? {
+        ProcessInfo.processInfo.environment[name].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    static func list(_ text: String) -> [String] {
+        text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+}
+
+private func env(_ name: String) -> String? { Serve.env(name) }

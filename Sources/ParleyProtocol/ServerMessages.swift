@@ -1,0 +1,414 @@
+import Foundation
+
+// Frames the server sends. `welcome` carries no `seq`; every later frame does (see `ServerFrame`).
+
+public struct Welcome: Hashable, Sendable, Codable {
+    public var re: String
+    public var session: String
+    public var user: UserID
+    public var device: DeviceID
+    public var resumed: Bool
+    /// Seconds between client heartbeats; a connection silent for 3 × this is closed with 4002.
+    public var heartbeat: Int
+    public var iceServers: [IceServer]
+
+    public init(re: String, session: String, user: UserID, device: DeviceID, resumed: Bool, heartbeat: Int, iceServers: [IceServer]) {
+        self.re = re
+        self.session = session
+        self.user = user
+        self.device = device
+        self.resumed = resumed
+        self.heartbeat = heartbeat
+        self.iceServers = iceServers
+    }
+}
+
+/// The answer to a request. Result fields sit beside `re` in the same object.
+public struct Ack: Hashable, Sendable {
+    public var re: String
+    public var result: [String: JSONValue]
+
+    public init(re: String, result: [String: JSONValue] = [:]) {
+        self.re = re
+        self.result = result
+    }
+
+    /// An ack whose result fields are those of `value`, an `Encodable` struct.
+    public init(re: String, encoding value: some Encodable) throws {
+        let data = try JSONEncoder().encode(value)
+        guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: data) else {
+            throw EncodingError.invalidValue(value, .init(codingPath: [], debugDescription: "an ack result must be an object"))
+        }
+        self.init(re: re, result: object)
+    }
+
+    /// The result fields decoded as `type`.
+    public func decodeResult<T: Decodable>(_ type: T.Type) throws -> T {
+        try JSONDecoder().decode(T.self, from: JSONEncoder().encode(JSONValue.object(result)))
+    }
+}
+
+extension Ack: Codable {
+    struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: AnyKey.self)
+        re = try container.decode(String.self, forKey: AnyKey(stringValue: "re"))
+        var result: [String: JSONValue] = [:]
+        for key in container.allKeys where !["re", "type", "seq"].contains(key.stringValue) {
+            result[key.stringValue] = try container.decode(JSONValue.self, forKey: key)
+        }
+        self.result = result
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: AnyKey.self)
+        try container.encode(re, forKey: AnyKey(stringValue: "re"))
+        for (key, value) in result.sorted(by: { $0.key < $1.key }) {
+            try container.encode(value, forKey: AnyKey(stringValue: key))
+        }
+    }
+}
+
+public struct ErrorMessage: Hashable, Sendable, Codable, Error {
+    public var re: String?
+    public var code: ErrorCode
+    public var message: String
+
+    public init(re: String? = nil, code: ErrorCode, message: String) {
+        self.re = re
+        self.code = code
+        self.message = message
+    }
+}
+
+public struct CallIncoming: Hashable, Sendable, Codable {
+    public var call: CallID
+    public var from: Party
+    public var media: MediaSpec
+    public var metadata: JSONValue?
+    /// Unix milliseconds when the invite stops ringing.
+    public var expiresAt: Int64
+
+    public init(call: CallID, from: Party, media: MediaSpec, metadata: JSONValue? = nil, expiresAt: Int64) {
+        self.call = call
+        self.from = from
+        self.media = media
+        self.metadata = metadata
+        self.expiresAt = expiresAt
+    }
+}
+
+public struct CallRinging: Hashable, Sendable, Codable {
+    public var call: CallID
+    public init(call: CallID) { self.call = call }
+}
+
+public struct CallAccepted: Hashable, Sendable, Codable {
+    public var call: CallID
+    /// The callee device that accepted.
+    public var device: DeviceID
+
+    public init(call: CallID, device: DeviceID) {
+        self.call = call
+        self.device = device
+    }
+}
+
+public struct CallEnded: Hashable, Sendable, Codable {
+    public var call: CallID
+    public var reason: EndReason
+    public var detail: String?
+    /// Unix milliseconds.
+    public var endedAt: Int64
+    /// Seconds from answer to end; absent if the call was never answered.
+    public var duration: Double?
+
+    public init(call: CallID, reason: EndReason, detail: String? = nil, endedAt: Int64, duration: Double? = nil) {
+        self.call = call
+        self.reason = reason
+        self.detail = detail
+        self.endedAt = endedAt
+        self.duration = duration
+    }
+}
+
+public struct CallSignalled: Hashable, Sendable, Codable {
+    public var call: CallID
+    public var from: Party
+    public var signal: SignalPayload
+
+    public init(call: CallID, from: Party, signal: SignalPayload) {
+        self.call = call
+        self.from = from
+        self.signal = signal
+    }
+
+    enum CodingKeys: String, CodingKey { case call, from }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        call = try container.decode(CallID.self, forKey: .call)
+        from = try container.decode(Party.self, forKey: .from)
+        signal = try SignalPayload(from: decoder.container(keyedBy: SignalPayload.CodingKeys.self))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(call, forKey: .call)
+        try container.encode(from, forKey: .from)
+        var signalContainer = encoder.container(keyedBy: SignalPayload.CodingKeys.self)
+        try signal.encode(to: &signalContainer)
+    }
+}
+
+public struct CallUpdated: Hashable, Sendable, Codable {
+    public var call: CallID
+    public var from: Party
+    public var muted: Bool?
+    public var held: Bool?
+    public var video: Bool?
+
+    public init(call: CallID, from: Party, muted: Bool? = nil, held: Bool? = nil, video: Bool? = nil) {
+        self.call = call
+        self.from = from
+        self.muted = muted
+        self.held = held
+        self.video = video
+    }
+}
+
+public struct RoomParticipant: Hashable, Sendable, Codable {
+    public var user: UserID
+    public var device: DeviceID
+    public var display: String?
+
+    public init(user: UserID, device: DeviceID, display: String? = nil) {
+        self.user = user
+        self.device = device
+        self.display = display
+    }
+}
+
+public struct RoomParticipantJoined: Hashable, Sendable, Codable {
+    public var room: RoomID
+    public var user: UserID
+    public var device: DeviceID
+    public var display: String?
+
+    public init(room: RoomID, participant: RoomParticipant) {
+        self.room = room
+        self.user = participant.user
+        self.device = participant.device
+        self.display = participant.display
+    }
+}
+
+public struct RoomParticipantLeft: Hashable, Sendable, Codable {
+    public var room: RoomID
+    public var user: UserID
+    public var device: DeviceID
+
+    public init(room: RoomID, user: UserID, device: DeviceID) {
+        self.room = room
+        self.user = user
+        self.device = device
+    }
+}
+
+public struct RoomSignalled: Hashable, Sendable, Codable {
+    public var room: RoomID
+    public var from: Party
+    public var signal: SignalPayload
+
+    public init(room: RoomID, from: Party, signal: SignalPayload) {
+        self.room = room
+        self.from = from
+        self.signal = signal
+    }
+
+    enum CodingKeys: String, CodingKey { case room, from }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        room = try container.decode(RoomID.self, forKey: .room)
+        from = try container.decode(Party.self, forKey: .from)
+        signal = try SignalPayload(from: decoder.container(keyedBy: SignalPayload.CodingKeys.self))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(room, forKey: .room)
+        try container.encode(from, forKey: .from)
+        var signalContainer = encoder.container(keyedBy: SignalPayload.CodingKeys.self)
+        try signal.encode(to: &signalContainer)
+    }
+}
+
+/// How a room carries audio.
+public struct RoomMedia: Hashable, Sendable, Codable {
+    public struct Janus: Hashable, Sendable, Codable {
+        public var url: String
+        public var room: Int64
+        public var token: String
+
+        public init(url: String, room: Int64, token: String) {
+            self.url = url
+            self.room = room
+            self.token = token
+        }
+    }
+
+    public var mode: String
+    public var janus: Janus?
+
+    public init(mode: String, janus: Janus? = nil) {
+        self.mode = mode
+        self.janus = janus
+    }
+
+    public static let mesh = RoomMedia(mode: "mesh")
+}
+
+/// The result fields of the ack to `room.join`.
+public struct RoomJoinResult: Hashable, Sendable, Codable {
+    public var room: RoomID
+    /// The devices already in the room, not the joiner.
+    public var participants: [RoomParticipant]
+    public var media: RoomMedia
+
+    public init(room: RoomID, participants: [RoomParticipant], media: RoomMedia) {
+        self.room = room
+        self.participants = participants
+        self.media = media
+    }
+}
+
+/// The result fields of the ack to `call.state`.
+public struct CallStateResult: Hashable, Sendable, Codable {
+    public var call: CallID
+    public var state: CallPhase
+    public var reason: EndReason?
+
+    public init(call: CallID, state: CallPhase, reason: EndReason? = nil) {
+        self.call = call
+        self.state = state
+        self.reason = reason
+    }
+}
+
+/// The result fields of the ack to `call.invite` (an extension of protocol v1: clients may ignore them).
+public struct CallInviteResult: Hashable, Sendable, Codable {
+    public var call: CallID
+    /// How many of the callee's devices hold a live or resumable session and were rung.
+    public var devices: Int
+    /// How many of the callee's devices were sent a VoIP push.
+    public var pushed: Int
+    public var expiresAt: Int64
+
+    public init(call: CallID, devices: Int, pushed: Int, expiresAt: Int64) {
+        self.call = call
+        self.devices = devices
+        self.pushed = pushed
+        self.expiresAt = expiresAt
+    }
+}
+
+/// Every frame the server can send.
+public enum ServerMessage: Hashable, Sendable {
+    case welcome(Welcome)
+    case ack(Ack)
+    case error(ErrorMessage)
+    case callIncoming(CallIncoming)
+    case callRinging(CallRinging)
+    case callAccepted(CallAccepted)
+    case callEnded(CallEnded)
+    case callSignal(CallSignalled)
+    case callUpdated(CallUpdated)
+    case roomParticipantJoined(RoomParticipantJoined)
+    case roomParticipantLeft(RoomParticipantLeft)
+    case roomSignal(RoomSignalled)
+
+    public var type: String {
+        switch self {
+        case .welcome: "welcome"
+        case .ack: "ack"
+        case .error: "error"
+        case .callIncoming: "call.incoming"
+        case .callRinging: "call.ringing"
+        case .callAccepted: "call.accepted"
+        case .callEnded: "call.ended"
+        case .callSignal: "call.signal"
+        case .callUpdated: "call.updated"
+        case .roomParticipantJoined: "room.participant.joined"
+        case .roomParticipantLeft: "room.participant.left"
+        case .roomSignal: "room.signal"
+        }
+    }
+
+    fileprivate func encodeBody(to encoder: any Encoder) throws {
+        switch self {
+        case .welcome(let m): try m.encode(to: encoder)
+        case .ack(let m): try m.encode(to: encoder)
+        case .error(let m): try m.encode(to: encoder)
+        case .callIncoming(let m): try m.encode(to: encoder)
+        case .callRinging(let m): try m.encode(to: encoder)
+        case .callAccepted(let m): try m.encode(to: encoder)
+        case .callEnded(let m): try m.encode(to: encoder)
+        case .callSignal(let m): try m.encode(to: encoder)
+        case .callUpdated(let m): try m.encode(to: encoder)
+        case .roomParticipantJoined(let m): try m.encode(to: encoder)
+        case .roomParticipantLeft(let m): try m.encode(to: encoder)
+        case .roomSignal(let m): try m.encode(to: encoder)
+        }
+    }
+
+    fileprivate init(type: String, from decoder: any Decoder) throws {
+        switch type {
+        case "welcome": self = .welcome(try Welcome(from: decoder))
+        case "ack": self = .ack(try Ack(from: decoder))
+        case "error": self = .error(try ErrorMessage(from: decoder))
+        case "call.incoming": self = .callIncoming(try CallIncoming(from: decoder))
+        case "call.ringing": self = .callRinging(try CallRinging(from: decoder))
+        case "call.accepted": self = .callAccepted(try CallAccepted(from: decoder))
+        case "call.ended": self = .callEnded(try CallEnded(from: decoder))
+        case "call.signal": self = .callSignal(try CallSignalled(from: decoder))
+        case "call.updated": self = .callUpdated(try CallUpdated(from: decoder))
+        case "room.participant.joined": self = .roomParticipantJoined(try RoomParticipantJoined(from: decoder))
+        case "room.participant.left": self = .roomParticipantLeft(try RoomParticipantLeft(from: decoder))
+        case "room.signal": self = .roomSignal(try RoomSignalled(from: decoder))
+        default: throw UnknownMessageType(type: type)
+        }
+    }
+}
+
+/// One server frame on the wire: a message and, for every frame after `welcome`, its `seq`.
+public struct ServerFrame: Hashable, Sendable, Codable {
+    public var seq: Int?
+    public var message: ServerMessage
+
+    public init(seq: Int?, message: ServerMessage) {
+        self.seq = seq
+        self.message = message
+    }
+
+    enum CodingKeys: String, CodingKey { case type, seq }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        seq = try container.decodeIfPresent(Int.self, forKey: .seq)
+        message = try ServerMessage(type: container.decode(String.self, forKey: .type), from: decoder)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(message.type, forKey: .type)
+        try container.encodeIfPresent(seq, forKey: .seq)
+        try message.encodeBody(to: encoder)
+    }
+}

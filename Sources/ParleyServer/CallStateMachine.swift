@@ -1,0 +1,266 @@
+import ParleyProtocol
+
+/// A device of a user: where frames are delivered.
+public struct DeviceKey: Hashable, Sendable, CustomStringConvertible {
+    public var user: UserID
+    public var device: DeviceID
+
+    public init(user: UserID, device: DeviceID) {
+        self.user = user
+        self.device = device
+    }
+
+    public var description: String { "\(user)/\(device)" }
+}
+
+/// One one-to-one call as the server sees it.
+///
+/// ```
+///            accept (first wins)           hangup by a party, connection-lost
+///  ringing ─────────────────────▶ active ────────────────────────────────────▶ ended
+///     │                                                                         ▲
+///     └── decline, busy, cancel (caller hangs up), no-answer, connection-lost ──┘
+/// ```
+///
+/// Every event is a `mutating` method that returns what to send to whom; the hub performs it.
+/// A request that breaks a rule is refused with an `ErrorMessage` and leaves the state as it was.
+struct CallStateMachine {
+    enum State: Equatable {
+        case ringing
+        case active(callee: DeviceID, answeredAt: Int64)
+        case ended(reason: EndReason, endedAt: Int64)
+    }
+
+    /// A frame to deliver to one device.
+    struct Delivery: Equatable {
+        var to: DeviceKey
+        var message: ServerMessage
+    }
+
+    let id: CallID
+    let caller: Party
+    let callee: UserID
+    let media: MediaSpec
+    let metadata: JSONValue?
+    let createdAt: Int64
+    let expiresAt: Int64
+    private(set) var state: State = .ringing
+    /// The callee's devices that were sent `call.incoming` and have not left the call since.
+    private(set) var rungDevices: Set<DeviceID> = []
+    private(set) var quality: CallQuality?
+    private var ringingForwarded = false
+    /// The callee device of an answered call, kept after the end for the record.
+    private var answeredDevice: DeviceID?
+    private var answeredAt: Int64?
+
+    init(id: CallID, caller: Party, callee: UserID, media: MediaSpec, metadata: JSONValue?, createdAt: Int64, expiresAt: Int64) {
+        self.id = id
+        self.caller = caller
+        self.callee = callee
+        self.media = media
+        self.metadata = metadata
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+    }
+
+    var phase: CallPhase {
+        switch state {
+        case .ringing: .ringing
+        case .active: .active
+        case .ended: .ended
+        }
+    }
+
+    var endReason: EndReason? {
+        if case .ended(let reason, _) = state { return reason }
+        return nil
+    }
+
+    var callerKey: DeviceKey { DeviceKey(user: caller.user, device: caller.device) }
+
+    func involves(_ user: UserID) -> Bool { user == caller.user || user == callee }
+
+    /// The devices currently in the call: the caller's, and the callee's answering device or ringing devices.
+    var participants: [DeviceKey] {
+        switch state {
+        case .ringing: [callerKey] + rungDevices.sorted().map { DeviceKey(user: callee, device: $0) }
+        case .active(let device, _): [callerKey, DeviceKey(user: callee, device: device)]
+        case .ended: []
+        }
+    }
+
+    var record: CallRecord {
+        var record = CallRecord(call: id, caller: caller.user, callee: callee, callerDevice: caller.device,
+                                calleeDevice: answeredDevice, media: media, createdAt: createdAt, answeredAt: answeredAt,
+                                quality: quality)
+        if case .ended(let reason, let endedAt) = state {
+            record.endedAt = endedAt
+            record.reason = reason
+            record.duration = duration(endedAt: endedAt)
+        }
+        return record
+    }
+
+    private func duration(endedAt: Int64) -> Double? {
+        answeredAt.map { max(0, Double(endedAt - $0) / 1000) }
+    }
+
+    var incoming: CallIncoming {
+        CallIncoming(call: id, from: caller, media: media, metadata: metadata, expiresAt: expiresAt)
+    }
+
+    // MARK: Events
+
+    /// A callee device was sent `call.incoming`. Answers whether it is new to the call.
+    @discardableResult
+    mutating func rang(_ device: DeviceID) -> Bool {
+        guard state == .ringing else { return false }
+        return rungDevices.insert(device).inserted
+    }
+
+    /// `call.ringing` from a callee device: the caller hears of it once.
+    mutating func ringing(from sender: DeviceKey) throws(ErrorMessage) -> [Delivery] {
+        try checkCallee(sender)
+        switch state {
+        case .ended: throw ended()
+        case .active: return []
+        case .ringing:
+            rungDevices.insert(sender.device)
+            guard !ringingForwarded else { return [] }
+            ringingForwarded = true
+            return [Delivery(to: callerKey, message: .callRinging(CallRinging(call: id)))]
+        }
+    }
+
+    mutating func accept(from sender: DeviceKey, now: Int64) throws(ErrorMessage) -> [Delivery] {
+        try checkCallee(sender)
+        switch state {
+        case .ended: throw ended()
+        case .active: throw ErrorMessage(code: .callAlreadyAnswered, message: "the call was already answered")
+        case .ringing:
+            let others = rungDevices.subtracting([sender.device]).sorted()
+            state = .active(callee: sender.device, answeredAt: now)
+            answeredDevice = sender.device
+            answeredAt = now
+            rungDevices = [sender.device]
+            let elsewhere = CallEnded(call: id, reason: .answeredElsewhere, endedAt: now)
+            return [Delivery(to: callerKey, message: .callAccepted(CallAccepted(call: id, device: sender.device)))]
+                + others.map { Delivery(to: DeviceKey(user: callee, device: $0), message: .callEnded(elsewhere)) }
+        }
+    }
+
+    mutating func decline(from sender: DeviceKey, reason: EndReason, now: Int64) throws(ErrorMessage) -> [Delivery] {
+        try checkCallee(sender)
+        switch state {
+        case .ended: throw ended()
+        case .active: throw ErrorMessage(code: .callAlreadyAnswered, message: "the call was already answered")
+        case .ringing: return end(reason: reason, by: sender, otherCalleeDevicesReason: .declinedElsewhere, now: now)
+        }
+    }
+
+    mutating func hangup(from sender: DeviceKey, detail: String?, now: Int64) throws(ErrorMessage) -> [Delivery] {
+        try checkParty(sender.user)
+        switch state {
+        case .ended:
+            throw ended()
+        case .ringing where sender == callerKey:
+            return end(reason: .cancelled, detail: detail, by: sender, now: now)
+        case .ringing where sender.user == callee:
+            // A callee device hanging up before answering declines the call.
+            return end(reason: .declined, detail: detail, by: sender, otherCalleeDevicesReason: .declinedElsewhere, now: now)
+        case .ringing:
+            throw notAParty()
+        case .active:
+            guard participants.contains(sender) else { throw notAParty() }
+            return end(reason: .hangup, detail: detail, by: sender, now: now)
+        }
+    }
+
+    /// `call.signal` and `call.update`: relayed to the other party of an accepted call.
+    func relay(from sender: DeviceKey, _ message: (Party) -> ServerMessage) throws(ErrorMessage) -> [Delivery] {
+        try checkParty(sender.user)
+        switch state {
+        case .ended: throw ended()
+        case .ringing: throw ErrorMessage(code: .callNotConnected, message: "the call has not been accepted yet")
+        case .active(let calleeDevice, _):
+            let calleeKey = DeviceKey(user: callee, device: calleeDevice)
+            let from = Party(user: sender.user, device: sender.device)
+            if sender == callerKey { return [Delivery(to: calleeKey, message: message(from))] }
+            if sender == calleeKey { return [Delivery(to: callerKey, message: message(from))] }
+            throw notAParty()
+        }
+    }
+
+    /// `call.report`: accepted from either user during the call and within `window` ms after its end.
+    mutating func report(_ quality: CallQuality, from sender: DeviceKey, now: Int64, window: Int64) throws(ErrorMessage) {
+        try checkParty(sender.user)
+        if case .ended(_, let endedAt) = state, now - endedAt > window {
+            throw ErrorMessage(code: .callEnded, message: "the call ended too long ago to report on")
+        }
+        self.quality = quality
+    }
+
+    mutating func ringTimeout(now: Int64) -> [Delivery] {
+        guard state == .ringing else { return [] }
+        return end(reason: .noAnswer, by: nil, now: now)
+    }
+
+    /// A device's session expired without resume. Ends the call when it was a party to it.
+    mutating func connectionLost(_ device: DeviceKey, now: Int64) -> [Delivery] {
+        switch state {
+        case .ended:
+            return []
+        case .ringing where device != callerKey:
+            // One of several ringing devices went away; the others keep ringing.
+            rungDevices.remove(device.device)
+            return []
+        case .active where !participants.contains(device):
+            return []
+        case .ringing, .active:
+            return end(reason: .connectionLost, by: device, now: now)
+        }
+    }
+
+    /// The server is stopping: every party hears the call is over.
+    mutating func shutdown(now: Int64) -> [Delivery] {
+        guard phase != .ended else { return [] }
+        return end(reason: .serverShutdown, by: nil, now: now)
+    }
+
+    // MARK: Helpers
+
+    /// Ends the call: every participant but `sender` gets `call.ended`; other ringing callee devices
+    /// get `otherCalleeDevicesReason` instead when given.
+    private mutating func end(reason: EndReason, detail: String? = nil, by sender: DeviceKey?,
+                              otherCalleeDevicesReason: EndReason? = nil, now: Int64) -> [Delivery] {
+        let recipients = participants.filter { $0 != sender }
+        let duration = duration(endedAt: now)
+        state = .ended(reason: reason, endedAt: now)
+        rungDevices = []
+        return recipients.map { key in
+            var reasonForKey = reason
+            if let other = otherCalleeDevicesReason, key.user == callee, key != callerKey { reasonForKey = other }
+            return Delivery(to: key, message: .callEnded(CallEnded(call: id, reason: reasonForKey, detail: detail,
+                                                                   endedAt: now, duration: duration)))
+        }
+    }
+
+    private func checkParty(_ user: UserID) throws(ErrorMessage) {
+        guard involves(user) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
+    }
+
+    private func checkCallee(_ sender: DeviceKey) throws(ErrorMessage) {
+        try checkParty(sender.user)
+        guard sender.user == callee else {
+            throw ErrorMessage(code: .forbidden, message: "only the callee can ring, accept or decline a call")
+        }
+    }
+
+    private func ended() -> ErrorMessage {
+        ErrorMessage(code: .callEnded, message: "the call has ended (\(endReason?.rawValue ?? "ended"))")
+    }
+
+    private func notAParty() -> ErrorMessage {
+        ErrorMessage(code: .forbidden, message: "this device is not a party to the call")
+    }
+}

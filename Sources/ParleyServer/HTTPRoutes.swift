@@ -1,0 +1,167 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import ParleyProtocol
+
+/// The HTTP endpoints of protocol v1 beside the WebSocket.
+struct HTTPRoutes: Sendable {
+    let configuration: ServerConfiguration
+    let store: any SignalingStore
+    let tokens: TokenAuthority
+    let metrics: ServerMetrics
+    let wallClock: @Sendable () -> Int64
+
+    static let maxBody = 64 * 1024
+    static let maxCallsLimit = 200
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.get("/healthz") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+        }
+        router.get("/metrics") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                     body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
+        }
+        router.get("/") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"],
+                     body: .init(byteBuffer: ByteBuffer(string: BrowserClient.placeholderPage)))
+        }
+        router.post("/v1/dev/tokens") { request, context in try await devToken(request, context: context) }
+        router.on("/v1/dev/tokens", method: .options) { request, _ in
+            guard configuration.developmentMode else { return Self.error(.notFound, .notFound, "not found") }
+            var headers = Self.corsHeaders
+            headers[.accessControlAllowMethods] = "POST, OPTIONS"
+            headers[.accessControlAllowHeaders] = request.headers[.accessControlRequestHeaders] ?? "content-type"
+            headers[.accessControlMaxAge] = "600"
+            return Response(status: .noContent, headers: headers)
+        }
+        // Reached only when the WebSocket upgrade was refused.
+        router.get("/v1/signal") { request, _ in
+            guard await identity(request, allowQuery: true) != nil else {
+                return Self.error(.unauthorized, .unauthorized, "a valid access token is required")
+            }
+            return Self.error(.upgradeRequired, .badRequest, "this endpoint speaks WebSocket (protocol v1)")
+        }
+        router.get("/v1/ice-servers") { request, _ in
+            guard let identity = await identity(request) else { return Self.unauthorized }
+            return Self.json(IceServersResponse(iceServers: configuration.iceServers.iceServers(for: identity.user),
+                                                ttl: configuration.iceServers.ttl))
+        }
+        router.put("/v1/devices/:device") { request, context in
+            guard let identity = await identity(request) else { return Self.unauthorized }
+            guard let device = context.parameters.get("device").flatMap(DeviceID.init(rawValue:)) else {
+                return Self.error(.badRequest, .badRequest, "a device id is 1-128 characters of A-Z a-z 0-9 . _ : @ -")
+            }
+            let registration: DeviceRegistration
+            switch await Self.decode(DeviceRegistration.self, from: request) {
+            case .success(let value): registration = value
+            case .failure(let failure): return failure.response
+            }
+            guard Platform.known.contains(registration.platform) else {
+                return Self.error(.badRequest, .badRequest, "platform must be one of ios, android, web, linux")
+            }
+            if let voip = registration.voip {
+                guard !voip.token.isEmpty, voip.token.count <= 200, voip.token.allSatisfy(\.isHexDigit) else {
+                    return Self.error(.badRequest, .badRequest, "voip.token must be the device token in hex")
+                }
+                guard !voip.topic.isEmpty, voip.topic.count <= 255 else {
+                    return Self.error(.badRequest, .badRequest, "voip.topic must be the app's bundle id")
+                }
+            }
+            let record = DeviceRecord(user: identity.user, device: device, platform: registration.platform,
+                                      voip: registration.voip, updatedAt: wallClock())
+            do { try store.upsertDevice(record) } catch { return Self.error(.internalServerError, .internal, "the device could not be stored") }
+            return Self.json(record)
+        }
+        router.delete("/v1/devices/:device") { request, context in
+            guard let identity = await identity(request) else { return Self.unauthorized }
+            guard let device = context.parameters.get("device").flatMap(DeviceID.init(rawValue:)) else {
+                return Self.error(.notFound, .notFound, "no such device")
+            }
+            do {
+                guard try store.deleteDevice(user: identity.user, device: device) else {
+                    return Self.error(.notFound, .notFound, "no such device")
+                }
+            } catch { return Self.error(.internalServerError, .internal, "the device could not be removed") }
+            return Response(status: .noContent)
+        }
+        router.get("/v1/calls") { request, _ in
+            guard let identity = await identity(request) else { return Self.unauthorized }
+            var limit = 50
+            if let text = request.uri.queryParameters.get("limit") {
+                guard let value = Int(text), (1...Self.maxCallsLimit).contains(value) else {
+                    return Self.error(.badRequest, .badRequest, "limit must be a whole number from 1 to \(Self.maxCallsLimit)")
+                }
+                limit = value
+            }
+            do {
+                return Self.json(CallList(calls: try store.calls(of: identity.user, limit: limit)))
+            } catch {
+                return Self.error(.internalServerError, .internal, "the call history could not be read")
+            }
+        }
+    }
+
+    private func devToken(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        guard configuration.developmentMode else { return Self.error(.notFound, .notFound, "not found") }
+        var response: Response
+        switch await Self.decode(DevTokenRequest.self, from: request) {
+        case .failure(let failure):
+            response = failure.response
+        case .success(let body):
+            if let name = body.name, name.count > 128 {
+                response = Self.error(.badRequest, .badRequest, "name must be at most 128 characters")
+            } else {
+                let minted = try await tokens.mint(user: body.user, name: body.name, lifetime: configuration.devTokenLifetime)
+                response = Self.json(DevTokenResponse(token: minted.token,
+                                                      expiresAt: Int64(minted.expiresAt.timeIntervalSince1970 * 1000)))
+            }
+        }
+        for field in Self.corsHeaders { response.headers.append(field) }
+        return response
+    }
+
+    private func identity(_ request: Request, allowQuery: Bool = false) async -> Identity? {
+        guard let token = WebSocketEndpoint<ContinuousClock>.bearerToken(headers: request.headers, path: request.uri.string,
+                                                                          allowQuery: allowQuery) else { return nil }
+        return try? await tokens.verify(token)
+    }
+
+    // MARK: Responses
+
+    static let corsHeaders: HTTPFields = [.accessControlAllowOrigin: "*"]
+
+    static var unauthorized: Response { error(.unauthorized, .unauthorized, "a valid access token is required") }
+
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
+        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    static func error(_ status: HTTPResponse.Status, _ code: ErrorCode, _ message: String) -> Response {
+        json(HTTPErrorBody(code: code, message: message), status: status)
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, from request: Request) async -> Result<T, ResponseFailure> {
+        let body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: maxBody)
+        } catch {
+            return .failure(ResponseFailure(Self.error(.contentTooLarge, .payloadTooLarge, "the body is larger than \(maxBody) bytes")))
+        }
+        do {
+            return .success(try JSONDecoder().decode(T.self, from: Data(body.readableBytesView)))
+        } catch {
+            let described = WireCodec.describe(error, in: Data(body.readableBytesView))
+            return .failure(ResponseFailure(self.error(.badRequest, .badRequest, described.message)))
+        }
+    }
+
+    struct ResponseFailure: Error {
+        var response: Response
+        init(_ response: Response) { self.response = response }
+    }
+}
+

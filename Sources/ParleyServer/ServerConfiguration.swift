@@ -1,0 +1,49 @@
+/// Everything a signaling server can be told. The defaults serve a developer's machine: loopback,
+/// development mode, protocol v1's default limits.
+public struct ServerConfiguration: Sendable {
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port (tests).
+    public var port: Int = 8080
+    /// The SQLite file; `nil` keeps everything in memory.
+    public var databasePath: String? = "parley.sqlite"
+    /// Development mode serves `POST /v1/dev/tokens`.
+    public var developmentMode: Bool = true
+    public var tokenKey: TokenKey = .hs256(secret: "parley-development-secret")
+    /// How long tokens minted by `POST /v1/dev/tokens` live.
+    public var devTokenLifetime: Duration = .seconds(24 * 3600)
+    public var iceServers = IceServerProvider()
+
+    /// No accept within this time ends a call with `no-answer`.
+    public var ringTimeout: Duration = .seconds(45)
+    /// Seconds between client heartbeats, sent in `welcome`; silence for 3 × this closes with 4002.
+    public var heartbeat: Int = 20
+    /// The first frame must be `hello` within this time (else close 4001).
+    public var helloTimeout: Duration = .seconds(10)
+    /// How long a disconnected session is held for resume.
+    public var resumeWindow: Duration = .seconds(60)
+    /// How long an ended call stays in memory for `call.state` and `call.report` (at least 60 s).
+    public var endedCallRetention: Duration = .seconds(120)
+    /// Mesh rooms hold at most this many devices.
+    public var meshRoomLimit: Int = 4
+    public var limits = Limits()
+
+    public struct Limits: Sendable {
+        /// Bigger frames close the connection with 1009.
+        public var maxFrameSize: Int = 64 * 1024
+        /// Sustained frames per second per connection.
+        public var framesPerSecond: Double = 50
+        /// Frames a connection may send at once above the sustained rate.
+        public var burst: Double = 200
+        /// More refused frames than this within `refusedWindow` close the connection with 4008.
+        public var maxRefused: Int = 100
+        public var refusedWindow: Duration = .seconds(2)
+        /// Server frames kept for resume per session until the client acknowledges them.
+        public var resumeBufferFrames: Int = 4096
+        /// Answers remembered per session for idempotent request ids.
+        public var rememberedRequests: Int = 1024
+
+        public init() {}
+    }
+
+    public init() {}
+}

@@ -1,0 +1,548 @@
+import DequeModule
+import Foundation
+import Logging
+import ParleyProtocol
+
+/// The heart of the signaling server: sessions, calls and rooms of protocol v1.
+///
+/// The hub knows nothing of WebSockets. A transport registers each connection (`connect`), hands
+/// it the frames it reads (`receive`, `refuse`), and reports its end (`disconnected`); the hub
+/// answers through each connection's `outbound` stream. Every timeout (hello, heartbeat, token
+/// expiry, resume window, ring timeout) is checked by `sweep()`, which `run()` calls on the
+/// injected clock, so tests drive time by hand.
+public actor SignalingHub<C: Clock> where C.Duration == Duration {
+    public nonisolated let configuration: ServerConfiguration
+    public nonisolated let clock: C
+    private nonisolated let origin: C.Instant
+    private let store: any SignalingStore
+    private let metrics: ServerMetrics
+    private let logger: Logger
+    private let wallClock: @Sendable () -> Int64
+    private let pushes: AsyncStream<VoIPPush>.Continuation?
+    private let codec = WireCodec()
+
+    private struct ConnectionEntry {
+        var connection: Connection
+        var connectedAt: Duration
+        var session: DeviceKey?
+    }
+
+    private var connections: [UInt64: ConnectionEntry] = [:]
+    private var sessions: [DeviceKey: Session] = [:]
+    private var devicesByUser: [UserID: Set<DeviceID>] = [:]
+    /// Sessions without a live connection, and since when.
+    private var held: [DeviceKey: Duration] = [:]
+    private var calls: [CallID: CallStateMachine] = [:]
+    /// Calls not yet ended, by each user taking part.
+    private var liveCallsByUser: [UserID: Set<CallID>] = [:]
+    /// Ended calls kept for `call.state` and `call.report`, oldest first, with when they ended.
+    private var endedCalls: Deque<(call: CallID, at: Duration)> = []
+    private var rooms: [RoomID: [RoomParticipant]] = [:]
+    private var roomsByDevice: [DeviceKey: Set<RoomID>] = [:]
+    private var shuttingDown = false
+
+    /// - Parameters:
+    ///   - wallClock: Unix milliseconds, for call records and expiry times on the wire.
+    ///   - pushes: where VoIP pushes for offline devices go (nil: none are sent).
+    public init(configuration: ServerConfiguration, store: any SignalingStore, metrics: ServerMetrics = ServerMetrics(),
+                clock: C, logger: Logger, pushes: AsyncStream<VoIPPush>.Continuation? = nil,
+                wallClock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
+        self.configuration = configuration
+        self.store = store
+        self.metrics = metrics
+        self.clock = clock
+        self.origin = clock.now
+        self.logger = logger
+        self.pushes = pushes
+        self.wallClock = wallClock
+    }
+
+    /// The hub's monotonic time: the duration since it was created.
+    public nonisolated func now() -> Duration { origin.duration(to: clock.now) }
+
+    /// Runs the timeouts until cancelled.
+    public func run(interval: Duration = .seconds(1)) async {
+        while !Task.isCancelled {
+            do { try await clock.sleep(for: interval) } catch { return }
+            sweep()
+        }
+    }
+
+    // MARK: Connections
+
+    public func connect(_ connection: Connection) {
+        guard !shuttingDown else {
+            connection.outbound.yield(.close(.goingAway, reason: "the server is shutting down"))
+            connection.outbound.finish()
+            return
+        }
+        connections[connection.id] = ConnectionEntry(connection: connection, connectedAt: now())
+        metrics.connections.increment()
+    }
+
+    /// The transport's connection ended (closed by either side, or failed).
+    public func disconnected(_ connectionID: UInt64) {
+        detach(connectionID)
+    }
+
+    /// Closes a connection with a protocol close code. The session, if any, is held for resume.
+    public func close(_ connectionID: UInt64, code: CloseCode, reason: String) {
+        guard let entry = connections[connectionID] else { return }
+        logger.debug("closing connection", metadata: ["connection.id": "\(connectionID)", "close.code": "\(code.rawValue)"])
+        entry.connection.outbound.yield(.close(code, reason: reason))
+        entry.connection.outbound.finish()
+        detach(connectionID)
+    }
+
+    private func detach(_ connectionID: UInt64) {
+        guard let entry = connections.removeValue(forKey: connectionID) else { return }
+        entry.connection.outbound.finish()
+        metrics.connections.decrement()
+        if let key = entry.session, let session = sessions[key], session.connectionID == connectionID {
+            session.connectionID = nil
+            held[key] = now()
+        }
+    }
+
+    // MARK: Frames in
+
+    /// A frame the transport could not accept: unreadable, or over the rate limit. Answers it with
+    /// `error` (with `re` when the id is known); nothing is executed or remembered.
+    public func refuse(_ connectionID: UInt64, requestID: String?, code: ErrorCode, message: String) {
+        guard let entry = connections[connectionID] else { return }
+        metrics.framesIn.increment()
+        send(.error(ErrorMessage(re: requestID, code: code, message: message)), on: entry)
+    }
+
+    public func receive(_ connectionID: UInt64, _ message: ClientMessage) {
+        guard let entry = connections[connectionID] else { return }
+        metrics.framesIn.increment()
+        guard let key = entry.session, let session = sessions[key] else {
+            if case .hello(let hello) = message {
+                handleHello(hello, on: entry)
+            } else {
+                send(.error(ErrorMessage(re: message.requestID, code: .badRequest, message: "the first frame must be hello")), on: entry)
+            }
+            return
+        }
+        switch message {
+        case .hello(let hello):
+            send(.error(ErrorMessage(re: hello.id, code: .badRequest, message: "this connection has already said hello")), to: session)
+        case .ack(let ack):
+            session.acknowledge(through: ack.seq)
+        default:
+            guard let requestID = message.requestID else { return }
+            if let answer = session.answer(for: requestID) {
+                send(answer, to: session)
+                return
+            }
+            let answer: ServerMessage
+            do throws(ErrorMessage) {
+                answer = .ack(Ack(re: requestID, result: try execute(message, requestID: requestID, from: session)))
+            } catch {
+                answer = .error(ErrorMessage(re: requestID, code: error.code, message: error.message))
+            }
+            session.remember(answer, for: requestID)
+            send(answer, to: session)
+        }
+    }
+
+    // MARK: Session
+
+    private func handleHello(_ hello: Hello, on entry: ConnectionEntry) {
+        let identity = entry.connection.identity
+        let key = DeviceKey(user: identity.user, device: hello.device)
+        let existing = sessions[key]
+        if let existing, let oldConnection = existing.connectionID, oldConnection != entry.connection.id {
+            close(oldConnection, code: .replaced, reason: "replaced by a newer connection of the same device")
+        }
+        var session: Session
+        let resumed: Bool
+        if let existing, let resume = hello.resume, resume.session == existing.id, existing.canResume(after: resume.lastSeq) {
+            session = existing
+            session.acknowledge(through: resume.lastSeq)
+            resumed = true
+        } else {
+            session = Session(id: Self.newSessionID(), key: key, bufferLimit: configuration.limits.resumeBufferFrames,
+                              answerLimit: configuration.limits.rememberedRequests)
+            if existing == nil { metrics.sessions.increment() }
+            sessions[key] = session
+            devicesByUser[key.user, default: []].insert(key.device)
+            resumed = false
+        }
+        session.name = identity.name
+        if let platform = hello.client?.platform, Platform.known.contains(platform) { session.platform = platform }
+        session.connectionID = entry.connection.id
+        held[key] = nil
+        connections[entry.connection.id]?.session = key
+
+        let welcome = Welcome(re: hello.id, session: session.id, user: key.user, device: key.device, resumed: resumed,
+                              heartbeat: configuration.heartbeat,
+                              iceServers: configuration.iceServers.iceServers(for: key.user))
+        entry.connection.outbound.yield(.text(encode(ServerFrame(seq: nil, message: .welcome(welcome)))))
+        metrics.framesOut.increment()
+        logger.debug("session started", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)", "session.resumed": "\(resumed)"])
+
+        if resumed, let lastSeq = hello.resume?.lastSeq {
+            for frame in session.frames(after: lastSeq) {
+                entry.connection.outbound.yield(.text(frame.text))
+                metrics.framesOut.increment()
+            }
+        } else {
+            // A device that connects while an invite to its user still rings gets it at once.
+            for callID in (liveCallsByUser[key.user] ?? []).sorted(by: { $0.rawValue < $1.rawValue }) {
+                guard var call = calls[callID], call.phase == .ringing, call.callee == key.user else { continue }
+                call.rang(key.device)
+                calls[callID] = call
+                send(.callIncoming(call.incoming), to: session)
+            }
+        }
+    }
+
+    private func expire(_ key: DeviceKey) {
+        guard let session = sessions.removeValue(forKey: key) else { return }
+        held[key] = nil
+        metrics.sessions.decrement()
+        devicesByUser[key.user]?.remove(key.device)
+        if devicesByUser[key.user]?.isEmpty == true { devicesByUser[key.user] = nil }
+        logger.debug("session expired", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)"])
+        for callID in liveCallsByUser[key.user] ?? [] {
+            update(callID) { call, now in call.connectionLost(key, now: now) }
+        }
+        for room in roomsByDevice[key] ?? [] {
+            leaveRoom(room, key: key)
+        }
+    }
+
+    private static func newSessionID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<2).map { _ in String(generator.next() as UInt64, radix: 36) }.joined(separator: "-")
+    }
+
+    // MARK: Requests
+
+    private func execute(_ message: ClientMessage, requestID: String, from session: Session) throws(ErrorMessage) -> [String: JSONValue] {
+        let key = session.key
+        switch message {
+        case .ping:
+            return [:]
+        case .callInvite(let invite):
+            return try startCall(invite, from: session)
+        case .callRinging(let request):
+            try update(request.call, by: key) { call, _ throws(ErrorMessage) in try call.ringing(from: key) }
+            return [:]
+        case .callAccept(let request):
+            try update(request.call, by: key) { call, now throws(ErrorMessage) in try call.accept(from: key, now: now) }
+            return [:]
+        case .callDecline(let decline):
+            try update(decline.call, by: key) { call, now throws(ErrorMessage) in
+                try call.decline(from: key, reason: decline.reason ?? .declined, now: now)
+            }
+            return [:]
+        case .callHangup(let hangup):
+            try update(hangup.call, by: key) { call, now throws(ErrorMessage) in
+                try call.hangup(from: key, detail: hangup.reason, now: now)
+            }
+            return [:]
+        case .callSignal(let signal):
+            try update(signal.call, by: key) { call, _ throws(ErrorMessage) in
+                try call.relay(from: key) { from in .callSignal(CallSignalled(call: signal.call, from: from, signal: signal.signal)) }
+            }
+            return [:]
+        case .callUpdate(let change):
+            try update(change.call, by: key) { call, _ throws(ErrorMessage) in
+                try call.relay(from: key) { from in
+                    .callUpdated(CallUpdated(call: change.call, from: from, muted: change.muted, held: change.held, video: change.video))
+                }
+            }
+            return [:]
+        case .callReport(let report):
+            try self.report(report, from: key)
+            return [:]
+        case .callState(let request):
+            return try callState(request.call, asker: key.user)
+        case .roomJoin(let join):
+            return try joinRoom(join, key: key)
+        case .roomLeave(let leave):
+            guard roomsByDevice[key]?.contains(leave.room) == true else {
+                throw ErrorMessage(code: .notInRoom, message: "this device is not in room \(leave.room)")
+            }
+            leaveRoom(leave.room, key: key)
+            return [:]
+        case .roomSignal(let signal):
+            try relayRoomSignal(signal, from: key)
+            return [:]
+        case .hello, .ack:
+            return [:]
+        }
+    }
+
+    private func startCall(_ invite: CallInvite, from session: Session) throws(ErrorMessage) -> [String: JSONValue] {
+        let caller = session.key
+        if let existing = calls[invite.call] {
+            guard existing.involves(caller.user) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
+            throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
+        }
+        if let record = try? store.call(invite.call) {
+            guard record.caller == caller.user || record.callee == caller.user else {
+                throw ErrorMessage(code: .callNotFound, message: "no such call")
+            }
+            throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
+        }
+        guard invite.to != caller.user else { throw ErrorMessage(code: .badRequest, message: "a user cannot call themselves") }
+
+        let now = wallClock()
+        let expiresAt = now + Int64(configuration.ringTimeout.components.seconds * 1000)
+            + configuration.ringTimeout.components.attoseconds / 1_000_000_000_000_000
+        var call = CallStateMachine(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: session.name),
+                                    callee: invite.to, media: invite.media, metadata: invite.metadata,
+                                    createdAt: now, expiresAt: expiresAt)
+        let online = (devicesByUser[invite.to] ?? []).sorted()
+        for device in online { call.rang(device) }
+        calls[invite.call] = call
+        liveCallsByUser[caller.user, default: []].insert(invite.call)
+        liveCallsByUser[invite.to, default: []].insert(invite.call)
+        metrics.callsStarted.increment()
+        metrics.ringingCalls.increment()
+        persist(call)
+        for device in online {
+            deliver(.callIncoming(call.incoming), to: DeviceKey(user: invite.to, device: device))
+        }
+        let pushed = sendPushes(for: call)
+        logger.debug("call invited", metadata: ["call.id": "\(invite.call)", "peer.device": "\(caller)", "call.devices": "\(online.count)"])
+        let result = CallInviteResult(call: invite.call, devices: online.count, pushed: pushed, expiresAt: expiresAt)
+        return (try? Ack(re: "", encoding: result).result) ?? [:]
+    }
+
+    /// VoIP pushes go to the callee's devices with a token and no live connection.
+    private func sendPushes(for call: CallStateMachine) -> Int {
+        guard let pushes else { return 0 }
+        let devices: [DeviceRecord]
+        do {
+            devices = try store.devices(of: call.callee)
+        } catch {
+            logger.error("could not read devices for push", metadata: ["error": "\(error)"])
+            return 0
+        }
+        var count = 0
+        for device in devices {
+            guard let voip = device.voip else { continue }
+            if let session = sessions[DeviceKey(user: device.user, device: device.device)], session.connectionID != nil { continue }
+            let payload = VoIPPushPayload(parley: .init(call: call.id, from: .init(user: call.caller.user, name: call.caller.name),
+                                                        media: call.media, expiresAt: call.expiresAt))
+            pushes.yield(VoIPPush(user: device.user, device: device.device, registration: voip, payload: payload))
+            count += 1
+        }
+        return count
+    }
+
+    /// Runs one event on a call and performs what it says: deliveries, the record, the end.
+    private func update(_ callID: CallID, by sender: DeviceKey,
+                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [CallStateMachine.Delivery]) throws(ErrorMessage) {
+        guard calls[callID] != nil else {
+            // Not in memory: an old call (its record says whether it ended) or no call at all.
+            if let record = try? store.call(callID), record.caller == sender.user || record.callee == sender.user {
+                throw ErrorMessage(code: .callEnded, message: "the call has ended (\(record.reason?.rawValue ?? "ended"))")
+            }
+            throw ErrorMessage(code: .callNotFound, message: "no such call")
+        }
+        try update(callID, event)
+    }
+
+    private func update(_ callID: CallID,
+                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [CallStateMachine.Delivery]) throws(ErrorMessage) {
+        guard var call = calls[callID] else { return }
+        let before = call.phase
+        let deliveries = try event(&call, wallClock())
+        calls[callID] = call
+        for delivery in deliveries { deliver(delivery.message, to: delivery.to) }
+        guard call.phase != before else { return }
+        persist(call)
+        if before == .ringing { metrics.ringingCalls.decrement() }
+        if call.phase == .active { metrics.activeCalls.increment() }
+        if call.phase == .ended {
+            if before == .active { metrics.activeCalls.decrement() }
+            liveCallsByUser[call.caller.user]?.remove(callID)
+            liveCallsByUser[call.callee]?.remove(callID)
+            if liveCallsByUser[call.caller.user]?.isEmpty == true { liveCallsByUser[call.caller.user] = nil }
+            if liveCallsByUser[call.callee]?.isEmpty == true { liveCallsByUser[call.callee] = nil }
+            endedCalls.append((callID, now()))
+            if let reason = call.endReason { metrics.callEnded(reason) }
+            logger.debug("call ended", metadata: ["call.id": "\(callID)", "call.reason": "\(call.endReason?.rawValue ?? "")"])
+        }
+    }
+
+    private func update(_ callID: CallID, _ event: (inout CallStateMachine, Int64) -> [CallStateMachine.Delivery]) {
+        try? update(callID) { (call: inout CallStateMachine, now: Int64) throws(ErrorMessage) in event(&call, now) }
+    }
+
+    private func report(_ report: CallReport, from sender: DeviceKey) throws(ErrorMessage) {
+        let window = Int64(configuration.endedCallRetention.components.seconds * 1000)
+        if calls[report.call] != nil {
+            try update(report.call, by: sender) { call, now throws(ErrorMessage) in
+                try call.report(report.quality, from: sender, now: now, window: window)
+                return []
+            }
+            if let call = calls[report.call] { persist(call) }
+            return
+        }
+        guard var record = try? store.call(report.call), record.caller == sender.user || record.callee == sender.user else {
+            throw ErrorMessage(code: .callNotFound, message: "no such call")
+        }
+        guard let endedAt = record.endedAt, wallClock() - endedAt <= window else {
+            throw ErrorMessage(code: .callEnded, message: "the call ended too long ago to report on")
+        }
+        record.quality = report.quality
+        do { try store.saveCall(record) } catch { throw ErrorMessage(code: .internal, message: "the report could not be stored") }
+    }
+
+    private func callState(_ callID: CallID, asker: UserID) throws(ErrorMessage) -> [String: JSONValue] {
+        let result: CallStateResult
+        if let call = calls[callID] {
+            guard call.involves(asker) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
+            result = CallStateResult(call: callID, state: call.phase, reason: call.endReason)
+        } else if let record = try? store.call(callID), record.caller == asker || record.callee == asker {
+            result = CallStateResult(call: callID, state: record.endedAt == nil ? .active : .ended, reason: record.reason)
+        } else {
+            throw ErrorMessage(code: .callNotFound, message: "no such call")
+        }
+        return (try? Ack(re: "", encoding: result).result) ?? [:]
+    }
+
+    private func persist(_ call: CallStateMachine) {
+        do {
+            try store.saveCall(call.record)
+        } catch {
+            logger.error("could not store a call record", metadata: ["call.id": "\(call.id)", "error": "\(error)"])
+        }
+    }
+
+    // MARK: Rooms
+
+    private func joinRoom(_ join: RoomJoin, key: DeviceKey) throws(ErrorMessage) -> [String: JSONValue] {
+        var members = rooms[join.room] ?? []
+        if let index = members.firstIndex(where: { $0.device == key.device }) {
+            guard members[index].user == key.user else {
+                throw ErrorMessage(code: .badRequest, message: "device \(key.device) is already in the room under another user")
+            }
+            members[index].display = join.display ?? members[index].display
+        } else {
+            guard members.count < configuration.meshRoomLimit else {
+                throw ErrorMessage(code: .roomFull, message: "room \(join.room) is full (\(configuration.meshRoomLimit) devices)")
+            }
+            let participant = RoomParticipant(user: key.user, device: key.device, display: join.display)
+            for member in members {
+                deliver(.roomParticipantJoined(RoomParticipantJoined(room: join.room, participant: participant)),
+                        to: DeviceKey(user: member.user, device: member.device))
+            }
+            members.append(participant)
+            roomsByDevice[key, default: []].insert(join.room)
+        }
+        rooms[join.room] = members
+        let result = RoomJoinResult(room: join.room, participants: members.filter { $0.device != key.device }, media: .mesh)
+        return (try? Ack(re: "", encoding: result).result) ?? [:]
+    }
+
+    private func leaveRoom(_ room: RoomID, key: DeviceKey) {
+        roomsByDevice[key]?.remove(room)
+        if roomsByDevice[key]?.isEmpty == true { roomsByDevice[key] = nil }
+        guard var members = rooms[room] else { return }
+        members.removeAll { $0.device == key.device && $0.user == key.user }
+        rooms[room] = members.isEmpty ? nil : members
+        for member in members {
+            deliver(.roomParticipantLeft(RoomParticipantLeft(room: room, user: key.user, device: key.device)),
+                    to: DeviceKey(user: member.user, device: member.device))
+        }
+    }
+
+    private func relayRoomSignal(_ signal: RoomSignal, from key: DeviceKey) throws(ErrorMessage) {
+        guard let members = rooms[signal.room], members.contains(where: { $0.device == key.device && $0.user == key.user }) else {
+            throw ErrorMessage(code: .notInRoom, message: "this device is not in room \(signal.room)")
+        }
+        guard let target = members.first(where: { $0.device == signal.to }) else {
+            throw ErrorMessage(code: .notFound, message: "device \(signal.to) is not in room \(signal.room)")
+        }
+        deliver(.roomSignal(RoomSignalled(room: signal.room, from: Party(user: key.user, device: key.device), signal: signal.signal)),
+                to: DeviceKey(user: target.user, device: target.device))
+    }
+
+    // MARK: Frames out
+
+    /// Sends to a device's session, live or held for resume; a device without one misses it.
+    private func deliver(_ message: ServerMessage, to key: DeviceKey) {
+        guard let session = sessions[key] else { return }
+        send(message, to: session)
+    }
+
+    private func send(_ message: ServerMessage, to session: Session) {
+        let frame = session.number { seq in encode(ServerFrame(seq: seq, message: message)) }
+        if case .error(let error) = message { metrics.error(error.code) }
+        guard let connectionID = session.connectionID, let entry = connections[connectionID] else { return }
+        entry.connection.outbound.yield(.text(frame.text))
+        metrics.framesOut.increment()
+    }
+
+    /// Sends on a connection: numbered in its session after hello, unnumbered before.
+    private func send(_ message: ServerMessage, on entry: ConnectionEntry) {
+        if let key = entry.session, let session = sessions[key] {
+            send(message, to: session)
+            return
+        }
+        if case .error(let error) = message { metrics.error(error.code) }
+        entry.connection.outbound.yield(.text(encode(ServerFrame(seq: nil, message: message))))
+        metrics.framesOut.increment()
+    }
+
+    private func encode(_ frame: ServerFrame) -> String {
+        String(decoding: codec.encode(frame), as: UTF8.self)
+    }
+
+    // MARK: Time
+
+    /// Applies every timeout that is due.
+    public func sweep() {
+        let now = now()
+        let wallNow = wallClock()
+        let silence = Duration.seconds(configuration.heartbeat * 3)
+        for (id, entry) in connections {
+            if entry.session == nil {
+                if now - entry.connectedAt >= configuration.helloTimeout {
+                    close(id, code: .helloTimeout, reason: "no hello in time")
+                }
+            } else if entry.connection.identity.expiresAt * 1000 <= wallNow {
+                close(id, code: .tokenInvalid, reason: "the access token has expired")
+            } else if now - entry.connection.lastActivity.withLockedValue({ $0 }) >= silence {
+                close(id, code: .heartbeatTimeout, reason: "no heartbeat")
+            }
+        }
+        for (key, since) in held where now - since >= configuration.resumeWindow {
+            expire(key)
+        }
+        for (callID, call) in calls where call.phase == .ringing && call.expiresAt <= wallNow {
+            update(callID) { call, now in call.ringTimeout(now: now) }
+        }
+        while let oldest = endedCalls.first, now - oldest.at >= configuration.endedCallRetention {
+            endedCalls.removeFirst()
+            calls[oldest.call] = nil
+        }
+    }
+
+    // MARK: Shutdown
+
+    /// Ends every call with `server-shutdown`, records it, and closes every connection with 1001.
+    public func shutdown() {
+        shuttingDown = true
+        for callID in calls.keys {
+            update(callID) { call, now in call.shutdown(now: now) }
+        }
+        for id in Array(connections.keys) {
+            close(id, code: .goingAway, reason: "the server is going away")
+        }
+        pushes?.finish()
+    }
+
+    // MARK: Introspection for tests and metrics
+
+    public var connectionCount: Int { connections.count }
+    public var sessionCount: Int { sessions.count }
+}

@@ -1,0 +1,119 @@
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import ParleyProtocol
+import ServiceLifecycle
+import UnixSignals
+
+/// The Parley signaling server: protocol v1 over WebSocket, the HTTP endpoints, metrics.
+///
+/// ```swift
+/// let server = try await SignalingServer(configuration: configuration, logger: logger)
+/// try await server.run()   // until SIGTERM or SIGINT
+/// ```
+public final class SignalingServer: Sendable {
+    public let configuration: ServerConfiguration
+    public let store: any SignalingStore
+    public let metrics: ServerMetrics
+    public let hub: SignalingHub<ContinuousClock>
+    let tokens: TokenAuthority
+    private let logger: Logger
+    private let pushSender: (any VoIPPushSender)?
+    private let pushes: AsyncStream<VoIPPush>
+    private let onRunning: @Sendable (Int) async -> Void
+
+    /// - Parameters:
+    ///   - store: where devices and call records live; by default the SQLite file of the configuration.
+    ///   - pushSender: sends VoIP pushes; without one, pushes are logged and dropped.
+    ///   - onRunning: told the port the server listens on, once it does.
+    public init(configuration: ServerConfiguration, logger: Logger, store: (any SignalingStore)? = nil,
+                pushSender: (any VoIPPushSender)? = nil, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
+        self.configuration = configuration
+        self.logger = logger
+        let store = try store ?? SQLiteStore(path: configuration.databasePath)
+        self.store = store
+        let ended = try store.endUnfinishedCalls(reason: .serverShutdown, at: Int64(Date().timeIntervalSince1970 * 1000))
+        if ended > 0 { logger.notice("ended calls left unfinished by the previous run", metadata: ["calls.count": "\(ended)"]) }
+        self.metrics = ServerMetrics()
+        self.tokens = try await TokenAuthority(key: configuration.tokenKey)
+        let (pushes, pushContinuation) = AsyncStream<VoIPPush>.makeStream()
+        self.pushes = pushes
+        self.pushSender = pushSender
+        self.onRunning = onRunning
+        self.hub = SignalingHub(configuration: configuration, store: store, metrics: metrics, clock: ContinuousClock(),
+                                logger: logger, pushes: pushContinuation)
+    }
+
+    /// Serves until SIGTERM or SIGINT, then closes clients with 1001, records every open call, and returns.
+    public func run() async throws {
+        try await makeServiceGroup(signals: [.sigterm, .sigint]).run()
+    }
+
+    /// The server's services, for a caller that runs its own `ServiceGroup` (tests do).
+    public func makeServiceGroup(signals: [UnixSignal]) -> ServiceGroup {
+        let router = Router(context: BasicRequestContext.self)
+        HTTPRoutes(configuration: configuration, store: store, tokens: tokens, metrics: metrics,
+                   wallClock: { Int64(Date().timeIntervalSince1970 * 1000) }).register(on: router)
+        let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, logger: logger)
+        let onRunning = self.onRunning
+        let app = Application(
+            router: router,
+            server: .http1WebSocketUpgrade(
+                configuration: .init(ws: .init(maxFrameSize: configuration.limits.maxFrameSize,
+                                               autoPing: .enabled(timePeriod: .seconds(configuration.heartbeat)))),
+                shouldUpgrade: { request, channel, _ in await endpoint.shouldUpgrade(request, channel: channel) }
+            ),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "parley"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
+            logger: logger
+        )
+        // Graceful shutdown runs in reverse: the hub first (1001 to clients, calls recorded), then
+        // the push queue drains, then the HTTP server stops.
+        let services: [any Service] = [app, PushService(pushes: pushes, sender: pushSender, store: store, logger: logger),
+                                       HubService(hub: hub)]
+        return ServiceGroup(configuration: .init(services: services.map { .init(service: $0) },
+                                                 gracefulShutdownSignals: signals, logger: logger))
+    }
+}
+
+/// Runs the hub's timeouts, and shuts the hub down on graceful shutdown.
+struct HubService<C: Clock>: Service where C.Duration == Duration {
+    let hub: SignalingHub<C>
+
+    func run() async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await hub.run() }
+            try? await gracefulShutdown()
+            await hub.shutdown()
+            group.cancelAll()
+        }
+    }
+}
+
+/// Sends the hub's VoIP pushes, one at a time, and forgets tokens APNs rejects.
+struct PushService: Service {
+    let pushes: AsyncStream<VoIPPush>
+    let sender: (any VoIPPushSender)?
+    let store: any SignalingStore
+    let logger: Logger
+
+    func run() async throws {
+        for await push in pushes {
+            guard let sender else {
+                logger.debug("no push sender configured; VoIP push dropped", metadata: ["call.id": "\(push.payload.parley.call)"])
+                continue
+            }
+            switch await sender.send(push) {
+            case .delivered:
+                break
+            case .tokenInvalid:
+                logger.notice("APNs rejected a VoIP token; forgetting it", metadata: ["peer.device": "\(push.user)/\(push.device)"])
+                try? store.removeVoIPToken(user: push.user, device: push.device)
+            case .failed(let reason):
+                logger.warning("VoIP push failed", metadata: ["peer.device": "\(push.user)/\(push.device)", "error": "\(reason)"])
+            }
+        }
+    }
+}

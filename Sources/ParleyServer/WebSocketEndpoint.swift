@@ -1,0 +1,135 @@
+import Foundation
+import HTTPTypes
+import HummingbirdWebSocket
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOWebSocket
+import ParleyProtocol
+
+/// The WebSocket side of `GET /v1/signal`: authenticates the upgrade, then reads frames (limits,
+/// rate, decoding) into the hub and writes the hub's frames out.
+struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
+    static var path: String { "/v1/signal" }
+    static var subprotocol: String { "parley.v1" }
+
+    let hub: SignalingHub<C>
+    let tokens: TokenAuthority
+    let logger: Logger
+    private let connectionIDs = NIOLockedValueBox<UInt64>(0)
+
+    init(hub: SignalingHub<C>, tokens: TokenAuthority, logger: Logger) {
+        self.hub = hub
+        self.tokens = tokens
+        self.logger = logger
+    }
+
+    /// The bearer token of a request: `Authorization: Bearer …`, or for browsers `?access_token=…`.
+    static func bearerToken(headers: HTTPFields, path: String?, allowQuery: Bool) -> String? {
+        if let authorization = headers[.authorization], authorization.lowercased().hasPrefix("bearer ") {
+            return String(authorization.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
+        }
+        guard allowQuery, let path, let query = URLComponents(string: path)?.queryItems else { return nil }
+        return query.first { $0.name == "access_token" }?.value
+    }
+
+    /// Decides on an upgrade. Anything refused here falls through to the HTTP router, which answers
+    /// `/v1/signal` with 401 for a bad token.
+    func shouldUpgrade(_ request: HTTPRequest, channel: any Channel) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
+        guard let path = request.path, path.split(separator: "?", maxSplits: 1).first == Substring(Self.path),
+              let token = Self.bearerToken(headers: request.headerFields, path: path, allowQuery: true),
+              let identity = try? await tokens.verify(token)
+        else { return .dontUpgrade }
+        var headers = HTTPFields()
+        let offered = request.headerFields[values: .secWebSocketProtocol]
+            .flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }
+        if offered.contains(Self.subprotocol) { headers[.secWebSocketProtocol] = Self.subprotocol }
+        let id = connectionIDs.withLockedValue { value in
+            value += 1
+            return value
+        }
+        return .upgrade(headers) { inbound, outbound, _ in
+            await serve(id: id, identity: identity, channel: channel, inbound: inbound, outbound: outbound)
+        }
+    }
+
+    private func serve(id: UInt64, identity: Identity, channel: any Channel,
+                       inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async {
+        let (frames, continuation) = AsyncStream<OutboundFrame>.makeStream()
+        let connection = Connection(id: id, identity: identity, outbound: continuation, now: hub.now())
+        await Self.observeActivity(on: channel) { [hub] in connection.touch(now: hub.now()) }
+        await hub.connect(connection)
+        let limits = hub.configuration.limits
+
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await frame in frames {
+                    switch frame {
+                    case .text(let text):
+                        do { try await outbound.write(.text(text)) } catch { return }
+                    case .close(let code, let reason):
+                        try? await outbound.close(.init(codeNumber: Int(code.rawValue)), reason: reason)
+                        return
+                    }
+                }
+            }
+            var limiter = RateLimiter(rate: limits.framesPerSecond, burst: limits.burst, maxRefused: limits.maxRefused,
+                                      refusedWindow: limits.refusedWindow, now: hub.now())
+            let codec = WireCodec()
+            do {
+                reading: for try await message in inbound.messages(maxSize: limits.maxFrameSize) {
+                    let now = hub.now()
+                    connection.touch(now: now)
+                    guard case .text(let text) = message else {
+                        await hub.close(id, code: .unsupportedData, reason: "binary frames are not part of protocol v1")
+                        break reading
+                    }
+                    switch limiter.admit(now: now) {
+                    case .allow:
+                        break
+                    case .refuse:
+                        let requestID = codec.requestID(in: text)
+                        await hub.refuse(id, requestID: requestID, code: .rateLimited, message: "too many frames; slow down")
+                        continue reading
+                    case .close:
+                        await hub.close(id, code: .rateLimited, reason: "too many frames")
+                        break reading
+                    }
+                    do throws(ProtocolError) {
+                        let decoded = try codec.decodeClientMessage(text)
+                        await hub.receive(id, decoded)
+                    } catch {
+                        await hub.refuse(id, requestID: error.requestID, code: error.errorCode, message: error.message)
+                    }
+                }
+            } catch {
+                logger.debug("websocket read ended", metadata: ["connection.id": "\(id)", "error": "\(error)"])
+            }
+            await hub.disconnected(id)
+            await group.waitForAll()
+        }
+    }
+
+    /// Installs a handler right after the WebSocket frame decoder that notes every inbound frame,
+    /// control frames included, so WebSocket pings count as heartbeats.
+    private static func observeActivity(on channel: any Channel, _ onFrame: @escaping @Sendable () -> Void) async {
+        try? await channel.eventLoop.submit {
+            let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<WebSocketFrameDecoder>.self)
+            try channel.pipeline.syncOperations.addHandler(FrameActivityHandler(onFrame: onFrame), position: .after(decoder))
+        }.get()
+    }
+}
+
+final class FrameActivityHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = WebSocketFrame
+    typealias InboundOut = WebSocketFrame
+
+    let onFrame: @Sendable () -> Void
+
+    init(onFrame: @escaping @Sendable () -> Void) { self.onFrame = onFrame }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        onFrame()
+        context.fireChannelRead(data)
+    }
+}

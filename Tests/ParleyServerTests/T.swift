@@ -1,0 +1,1 @@
+import Testing; import WSClient; import HummingbirdTesting
