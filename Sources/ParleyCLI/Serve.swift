@@ -40,7 +40,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error. [PARLEY_LOG_LEVEL]")
     var logLevel: String = env("PARLEY_LOG_LEVEL") ?? "info"
 
-    static let developmentSecret = "parley-development-secret"
+    static let developmentSecret = "parley-development-secret-not-for-production"
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
@@ -69,16 +69,16 @@ struct Serve: AsyncParsableCommand {
         configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls), turnSecret: turnSecret)
 
         let host = self.host
+        let databaseLabel = configuration.databasePath ?? "in memory"
         let server = try await SignalingServer(configuration: configuration, logger: logger) { port in
             let base = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
             var lines = ["parley: signaling server listening on \(base) (WebSocket \(base.replacingOccurrences(of: "http", with: "ws"))/v1/signal)"]
-            lines.append("parley: database \(configuration.databasePath ?? "in memory")")
+            lines.append("parley: database \(databaseLabel)")
             if development {
                 lines.append("parley: development mode: get a token with")
                 lines.append("  curl -s -X POST \(base)/v1/dev/tokens -H 'content-type: application/json' -d '{\"user\":\"alice\",\"name\":\"Alice\"}'")
             }
-            print(lines.joined(separator: "\n"))
-            fflush(stdout)
+            FileHandle.standardOutput.write(Data((lines.joined(separator: "\n") + "\n").utf8))
         }
         try await server.run()
     }

@@ -8,7 +8,7 @@ public struct ServerConfiguration: Sendable {
     public var databasePath: String? = "parley.sqlite"
     /// Development mode serves `POST /v1/dev/tokens`.
     public var developmentMode: Bool = true
-    public var tokenKey: TokenKey = .hs256(secret: "parley-development-secret")
+    public var tokenKey: TokenKey = .hs256(secret: "parley-development-secret-not-for-production")
     /// How long tokens minted by `POST /v1/dev/tokens` live.
     public var devTokenLifetime: Duration = .seconds(24 * 3600)
     public var iceServers = IceServerProvider()

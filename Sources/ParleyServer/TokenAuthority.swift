@@ -49,7 +49,8 @@ public struct TokenAuthority: Sendable {
         let keys = JWTKeyCollection()
         switch key {
         case .hs256(let secret):
-            guard !secret.isEmpty else { throw TokenError(message: "the token secret is empty") }
+            // HS256 needs a key at least as long as its hash (RFC 7518 §3.2).
+            guard secret.utf8.count >= 32 else { throw TokenError(message: "the token secret must be at least 32 bytes") }
             await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
             canSign = true
         case .es256(let publicPEM, let privatePEM):
