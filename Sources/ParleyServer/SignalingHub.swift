@@ -72,7 +72,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     public func connect(_ connection: Connection) {
         guard !shuttingDown else {
-            connection.outbound.yield(.close(.goingAway, reason: "the server is shutting down"))
+            connection.outbound.write(.close(.goingAway, reason: "the server is shutting down"))
             connection.outbound.finish()
             return
         }
@@ -89,7 +89,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     public func close(_ connectionID: UInt64, code: CloseCode, reason: String) {
         guard let entry = connections[connectionID] else { return }
         logger.debug("closing connection", metadata: ["connection.id": "\(connectionID)", "close.code": "\(code.rawValue)"])
-        entry.connection.outbound.yield(.close(code, reason: reason))
+        entry.connection.outbound.write(.close(code, reason: reason))
         entry.connection.outbound.finish()
         detach(connectionID)
     }
@@ -179,13 +179,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let welcome = Welcome(re: hello.id, session: session.id, user: key.user, device: key.device, resumed: resumed,
                               heartbeat: configuration.heartbeat,
                               iceServers: configuration.iceServers.iceServers(for: key.user))
-        entry.connection.outbound.yield(.text(encode(ServerFrame(seq: nil, message: .welcome(welcome)))))
+        entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: .welcome(welcome)))))
         metrics.framesOut.increment()
         logger.debug("session started", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)", "session.resumed": "\(resumed)"])
 
         if resumed, let lastSeq = hello.resume?.lastSeq {
             for frame in session.frames(after: lastSeq) {
-                entry.connection.outbound.yield(.text(frame.text))
+                entry.connection.outbound.write(.text(frame.text))
                 metrics.framesOut.increment()
             }
         } else {
@@ -478,7 +478,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let frame = session.number { seq in encode(ServerFrame(seq: seq, message: message)) }
         if case .error(let error) = message { metrics.error(error.code) }
         guard let connectionID = session.connectionID, let entry = connections[connectionID] else { return }
-        entry.connection.outbound.yield(.text(frame.text))
+        entry.connection.outbound.write(.text(frame.text))
         metrics.framesOut.increment()
     }
 
@@ -489,7 +489,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             return
         }
         if case .error(let error) = message { metrics.error(error.code) }
-        entry.connection.outbound.yield(.text(encode(ServerFrame(seq: nil, message: message))))
+        entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: message))))
         metrics.framesOut.increment()
     }
 

@@ -1,0 +1,218 @@
+import ParleyProtocol
+@testable import ParleyServer
+import Testing
+
+@Suite("Hub: one-to-one calls")
+struct HubCallTests {
+    let call: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"
+
+    @Test func inviteRingsEveryDeviceAndFirstAcceptWins() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1", name: "Alice")
+        let phone = await h.device("bob", "phone")
+        let laptop = await h.device("bob", "laptop")
+
+        let ack = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
+        #expect(ack.result["devices"] == .number(2))
+        for device in [phone, laptop] {
+            guard case .callIncoming(let incoming) = device.events().first else { Issue.record("no call.incoming"); return }
+            #expect(incoming.from == Party(user: "alice", device: "a1", name: "Alice"))
+            #expect(incoming.expiresAt == h.clock.wallNow + 45_000)
+        }
+
+        #expect(await phone.request { .callRinging(CallRequest(id: $0, call: call)) }.isSuccess)
+        #expect(await laptop.request { .callRinging(CallRequest(id: $0, call: call)) }.isSuccess)
+        #expect(alice.events() == [.callRinging(CallRinging(call: call))], "the caller hears ringing once")
+
+        #expect(await laptop.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+        #expect(alice.events() == [.callAccepted(CallAccepted(call: call, device: "laptop"))])
+        guard case .callEnded(let ended) = phone.events().first else { Issue.record("phone kept ringing"); return }
+        #expect(ended.reason == .answeredElsewhere)
+
+        #expect(await phone.request { .callAccept(CallRequest(id: $0, call: call)) }.errorCode == .callAlreadyAnswered)
+    }
+
+    @Test func declineBusyEndsTheCallEverywhere() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let phone = await h.device("bob", "phone")
+        let laptop = await h.device("bob", "laptop")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = (phone.events(), laptop.events())
+
+        #expect(await phone.request { .callDecline(CallDecline(id: $0, call: call, reason: .busy)) }.isSuccess)
+        #expect(alice.events().map(\.endReason) == [.busy])
+        #expect(laptop.events().map(\.endReason) == [.declinedElsewhere])
+        #expect(await laptop.request { .callAccept(CallRequest(id: $0, call: call)) }.errorCode == .callEnded)
+        #expect(try h.store.call(call)?.reason == .busy)
+    }
+
+    @Test func hangupBeforeAcceptCancelsOrDeclines() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let bob = await h.device("bob", "b1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = bob.events()
+        #expect(await alice.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
+        #expect(bob.events().map(\.endReason) == [.cancelled])
+
+        let second: CallID = "0b8a5f3e-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: second, to: "bob")) }
+        _ = bob.events()
+        #expect(await bob.request { .callHangup(CallHangup(id: $0, call: second, reason: "in a meeting")) }.isSuccess)
+        guard case .callEnded(let ended) = alice.events().first else { Issue.record("caller not told"); return }
+        #expect(ended.reason == .declined)
+        #expect(ended.detail == "in a meeting")
+    }
+
+    @Test func ringTimeoutEndsWithNoAnswer() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let bob = await h.device("bob", "b1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = bob.events()
+        await h.advance(.seconds(44))
+        #expect(alice.events().isEmpty)
+        await h.advance(.seconds(1))
+        #expect(alice.events().map(\.endReason) == [.noAnswer])
+        #expect(bob.events().map(\.endReason) == [.noAnswer])
+        let result = try await alice.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self)
+        #expect(result.state == .ended)
+        #expect(result.reason == .noAnswer)
+    }
+
+    @Test func signalsFlowOnlyBetweenThePartiesOfAnAcceptedCall() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let bob = await h.device("bob", "b1")
+        let mallory = await h.device("mallory", "m1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = bob.events()
+        let offer = SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0\r\n"))
+        #expect(await alice.request { .callSignal(CallSignal(id: $0, call: call, signal: offer)) }.errorCode == .callNotConnected)
+
+        _ = await bob.request { .callAccept(CallRequest(id: $0, call: call)) }
+        _ = alice.events()
+        #expect(await alice.request { .callSignal(CallSignal(id: $0, call: call, signal: offer)) }.isSuccess)
+        #expect(bob.events() == [.callSignal(CallSignalled(call: call, from: Party(user: "alice", device: "a1"), signal: offer))])
+        let end = SignalPayload(candidate: .endOfCandidates)
+        #expect(await bob.request { .callSignal(CallSignal(id: $0, call: call, signal: end)) }.isSuccess)
+        #expect(alice.events() == [.callSignal(CallSignalled(call: call, from: Party(user: "bob", device: "b1"), signal: end))])
+        #expect(await bob.request { .callUpdate(CallUpdate(id: $0, call: call, muted: true)) }.isSuccess)
+        #expect(alice.events() == [.callUpdated(CallUpdated(call: call, from: Party(user: "bob", device: "b1"), muted: true))])
+
+        // An outsider learns nothing and changes nothing.
+        #expect(await mallory.request { .callSignal(CallSignal(id: $0, call: call, signal: offer)) }.errorCode == .callNotFound)
+        #expect(await mallory.request { .callHangup(CallHangup(id: $0, call: call)) }.errorCode == .callNotFound)
+        #expect(await mallory.request { .callAccept(CallRequest(id: $0, call: call)) }.errorCode == .callNotFound)
+        #expect(await mallory.request { .callState(CallRequest(id: $0, call: call)) }.errorCode == .callNotFound)
+        #expect(await mallory.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.errorCode == .callNotFound)
+        #expect(alice.events().isEmpty && bob.events().isEmpty)
+        #expect(try await alice.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self).state == .active)
+    }
+
+    @Test func hangupRecordsDurationAndReportIsStored() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let bob = await h.device("bob", "b1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob", media: MediaSpec(audio: true, video: true))) }
+        await h.advance(.seconds(3))
+        _ = await bob.request { .callAccept(CallRequest(id: $0, call: call)) }
+        await h.advance(.seconds(30))
+        _ = await alice.request { .ping(Ping(id: $0)) }
+        await h.advance(.seconds(27))
+        _ = (alice.events(), bob.events())
+        #expect(await bob.request { .callHangup(CallHangup(id: $0, call: call, reason: "bye")) }.isSuccess)
+        guard case .callEnded(let ended) = alice.events().first else { Issue.record("no call.ended"); return }
+        #expect(ended.reason == .hangup)
+        #expect(ended.detail == "bye")
+        #expect(ended.duration == 57)
+        #expect(await bob.request { .callHangup(CallHangup(id: $0, call: call)) }.errorCode == .callEnded)
+
+        await h.advance(.seconds(30))
+        let quality = CallQuality(mos: 4.3, rttMs: 12, jitterMs: 3, lossPct: 0.1, bitrateKbps: 32)
+        #expect(await alice.request { .callReport(CallReport(id: $0, call: call, quality: quality)) }.isSuccess)
+        let record = try #require(try h.store.calls(of: "bob", limit: 10).first)
+        #expect(record.call == call)
+        #expect(record.calleeDevice == "b1")
+        #expect(record.answeredAt == h.clock.wallOrigin + 3000)
+        #expect(record.duration == 57)
+        #expect(record.reason == .hangup)
+        #expect(record.quality == quality)
+        #expect(record.media == MediaSpec(audio: true, video: true))
+
+        // Still answerable after the hub forgets the call: the record speaks.
+        await h.advance(.seconds(200))
+        #expect(await alice.request { .callReport(CallReport(id: $0, call: call, quality: quality)) }.errorCode == .callEnded)
+        #expect(try await bob.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self).reason == .hangup)
+    }
+
+    @Test func aRepeatedRequestIDIsAnsweredAgainAndNotExecutedTwice() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let bob = await h.device("bob", "b1")
+        let invite = ClientMessage.callInvite(CallInvite(id: "same", call: call, to: "bob"))
+        await alice.send(invite)
+        await alice.send(invite)
+        let answers = alice.sink.take()
+        #expect(answers.count == 2)
+        #expect(answers[0].message == answers[1].message)
+        #expect(answers[1].seq == answers[0].seq! + 1)
+        #expect(bob.events().count == 1, "the callee was rung once")
+    }
+
+    @Test func aDeviceThatConnectsLateGetsTheRingingInvite() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        let bob = await h.device("bob", "woken-by-push")
+        guard case .callIncoming(let incoming) = bob.events().first else { Issue.record("no call.incoming on connect"); return }
+        #expect(incoming.call == call)
+        #expect(await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+    }
+
+    @Test func aSessionThatDoesNotComeBackLosesItsCall() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let bob = await h.device("bob", "b1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = await bob.request { .callAccept(CallRequest(id: $0, call: call)) }
+        _ = alice.events()
+        await bob.disconnect()
+        await h.advance(.seconds(30))
+        #expect(await alice.request { .ping(Ping(id: $0)) }.isSuccess)
+        await h.advance(.seconds(29))
+        #expect(alice.events().isEmpty, "held for resume")
+        await h.advance(.seconds(1))
+        #expect(alice.events().map(\.endReason) == [.connectionLost])
+        #expect(try h.store.call(call)?.reason == .connectionLost)
+    }
+
+    @Test func shutdownEndsAndRecordsEveryCall() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let bob = await h.device("bob", "b1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = bob.events()
+        await h.hub.shutdown()
+        #expect(alice.events().map(\.endReason) == [.serverShutdown])
+        #expect(bob.events().map(\.endReason) == [.serverShutdown])
+        #expect(alice.sink.closeCode == .goingAway)
+        #expect(try h.store.call(call)?.reason == .serverShutdown)
+    }
+
+    @Test func aUserCannotCallThemselvesOrReuseACallID() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "alice")) }.errorCode == .badRequest)
+        #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+        #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "carol")) }.errorCode == .badRequest)
+    }
+}
+
+extension ServerMessage {
+    var endReason: EndReason? {
+        if case .callEnded(let ended) = self { return ended.reason }
+        return nil
+    }
+}

@@ -1,1 +1,0 @@
-import Testing; import WSClient; import HummingbirdTesting
