@@ -112,7 +112,7 @@ struct HubCallTests {
     }
 
     @Test func hangupRecordsDurationAndReportIsStored() async throws {
-        let h = try HubHarness()
+        let h = try HubHarness { $0.heartbeat = 3600 }
         let alice = await h.device("alice", "a1")
         let bob = await h.device("bob", "b1")
         _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob", media: MediaSpec(audio: true, video: true))) }
