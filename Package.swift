@@ -84,7 +84,10 @@ let package = Package(
                 "ParleyServer",
                 "ParleyProtocol",
                 .product(name: "WSClient", package: "swift-websocket"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),

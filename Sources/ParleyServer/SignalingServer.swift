@@ -71,10 +71,12 @@ public final class SignalingServer: Sendable {
         )
         // Graceful shutdown runs in reverse: the hub first (1001 to clients, calls recorded), then
         // the push queue drains, then the HTTP server stops.
-        let services: [any Service] = [app, PushService(pushes: pushes, sender: pushSender, store: store, logger: logger),
-                                       HubService(hub: hub)]
-        return ServiceGroup(configuration: .init(services: services.map { .init(service: $0) },
-                                                 gracefulShutdownSignals: signals, logger: logger))
+        let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: app),
+            .init(service: PushService(pushes: pushes, sender: pushSender, store: store, logger: logger)),
+            .init(service: HubService(hub: hub)),
+        ]
+        return ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: signals, logger: logger))
     }
 }
 
@@ -115,5 +117,7 @@ struct PushService: Service {
                 logger.warning("VoIP push failed", metadata: ["peer.device": "\(push.user)/\(push.device)", "error": "\(reason)"])
             }
         }
+        // The hub finishes the queue when it shuts down; a service leaves only on its own turn.
+        try? await gracefulShutdown()
     }
 }
