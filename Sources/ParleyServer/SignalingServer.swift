@@ -61,8 +61,8 @@ public final class SignalingServer: Sendable {
         let app = Application(
             router: router,
             server: .http1WebSocketUpgrade(
-                configuration: .init(ws: .init(maxFrameSize: configuration.limits.maxFrameSize,
-                                               autoPing: .enabled(timePeriod: .seconds(configuration.heartbeat)))),
+                // The heartbeat is the client's to send (protocol v1); silence closes with 4002 in the hub.
+                configuration: .init(ws: .init(maxFrameSize: configuration.limits.maxFrameSize, autoPing: .disabled)),
                 shouldUpgrade: { request, channel, _ in await endpoint.shouldUpgrade(request, channel: channel) }
             ),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "parley"),

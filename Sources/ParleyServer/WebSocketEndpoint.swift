@@ -111,7 +111,7 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     }
 
     /// Installs a handler right after the WebSocket frame decoder that notes every inbound frame,
-    /// control frames included, so WebSocket pings count as heartbeats.
+    /// WebSocket pings included, so they count as heartbeats.
     private static func observeActivity(on channel: any Channel, _ onFrame: @escaping @Sendable () -> Void) async {
         try? await channel.eventLoop.submit {
             let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<WebSocketFrameDecoder>.self)
@@ -129,7 +129,8 @@ final class FrameActivityHandler: ChannelInboundHandler, Sendable {
     init(onFrame: @escaping @Sendable () -> Void) { self.onFrame = onFrame }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        onFrame()
+        // Pongs only answer the server; the heartbeat is what the client sends of its own accord.
+        if unwrapInboundIn(data).opcode != .pong { onFrame() }
         context.fireChannelRead(data)
     }
 }

@@ -226,3 +226,21 @@ struct LiveServerTests {
 extension Result where Failure == ErrorMessage {
     var errorCodeValue: ErrorCode? { errorCode }
 }
+
+@Suite("Live server: heartbeat")
+struct HeartbeatTests {
+    @Test func webSocketPingsKeepAConnectionAliveAndSilenceClosesIt() async throws {
+        let server = try await LiveServer.start { $0.heartbeat = 1 }
+        let pinging = try await WSTestClient.connect(url: server.signalURL, token: server.token("alice"), webSocketPings: .milliseconds(500))
+        _ = try await pinging.hello(device: "a1")
+        let silent = try await WSTestClient.connect(url: server.signalURL, token: server.token("bob"))
+        let session = try await silent.hello(device: "b1").session
+        #expect(await silent.closeCode(timeout: .seconds(6)) == 4002)
+        #expect(!pinging.isClosed, "WebSocket pings count as heartbeats")
+        #expect(try await pinging.request { .ping(Ping(id: $0)) }.isSuccess)
+
+        let back = try await WSTestClient.connect(url: server.signalURL, token: server.token("bob"))
+        #expect(try await back.hello(device: "b1", resume: ResumeRequest(session: session, lastSeq: 0)).resumed, "the session was kept")
+        try await server.stop()
+    }
+}

@@ -33,14 +33,15 @@ final class WSTestClient: @unchecked Sendable {
     /// Connects with `token` in the Authorization header (or the query for browsers), and returns
     /// once the upgrade succeeded; throws when it is refused.
     static func connect(url: String, token: String?, inQuery: Bool = false, subprotocol: String? = nil,
-                        maxFrameSize: Int = 1 << 20) async throws -> WSTestClient {
+                        maxFrameSize: Int = 1 << 20, webSocketPings: Duration? = nil) async throws -> WSTestClient {
         var headers = HTTPFields()
         var url = url
         if let token {
             if inQuery { url += "?access_token=\(token)" } else { headers[.authorization] = "Bearer \(token)" }
         }
         if let subprotocol { headers[.secWebSocketProtocol] = subprotocol }
-        let configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameSize, additionalHeaders: headers)
+        let configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameSize, additionalHeaders: headers,
+                                                         autoPing: webSocketPings.map { .enabled(timePeriod: $0) } ?? .disabled)
         let (commandStream, commands) = AsyncStream<Command>.makeStream()
         let (ready, readyContinuation) = AsyncStream<Result<String?, any Error>>.makeStream()
         let box = ClientBox()
