@@ -15,7 +15,7 @@ public protocol SignalingStore: Sendable {
     /// Drops the VoIP token of a device (APNs said it is no longer valid).
     func removeVoIPToken(user: UserID, device: DeviceID) throws
 
-    /// Inserts or replaces a call record.
+    /// Inserts a call record, or updates what can change of it (answer, end, quality).
     func saveCall(_ record: CallRecord) throws
     func call(_ id: CallID) throws -> CallRecord?
     /// The user's calls as caller or callee, newest first.
@@ -115,9 +115,11 @@ public final class SQLiteStore: SignalingStore {
         let quality = try record.quality.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
         try database.write { db in
             try db.execute(sql: """
-                INSERT OR REPLACE INTO call (call, caller, callee, callerDevice, calleeDevice, audio, video, createdAt,
+                INSERT INTO call (call, caller, callee, callerDevice, calleeDevice, audio, video, createdAt,
                   answeredAt, endedAt, reason, duration, quality)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(call) DO UPDATE SET calleeDevice = excluded.calleeDevice, answeredAt = excluded.answeredAt,
+                  endedAt = excluded.endedAt, reason = excluded.reason, duration = excluded.duration, quality = excluded.quality
                 """, arguments: [record.call.rawValue, record.caller.rawValue, record.callee.rawValue,
                                  record.callerDevice.rawValue, record.calleeDevice?.rawValue, record.media.audio,
                                  record.media.video, record.createdAt, record.answeredAt, record.endedAt,
