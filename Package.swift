@@ -75,7 +75,7 @@ let package = Package(
         .testTarget(
             name: "ParleyProtocolTests",
             dependencies: ["ParleyProtocol"],
-            resources: [.copy("Golden")],
+            exclude: ["Golden"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -17,7 +17,7 @@ final class LiveServer: Sendable {
     private let task: Task<Void, any Error>
     private let group: ServiceGroup
 
-    static func start(databasePath: String? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> LiveServer {
+    static func start(databasePath: String? = nil, pushSender: (any VoIPPushSender)? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> LiveServer {
         var configuration = ServerConfiguration()
         configuration.port = 0
         configuration.databasePath = databasePath
@@ -25,7 +25,7 @@ final class LiveServer: Sendable {
         var logger = Logger(label: "test.server")
         logger.logLevel = ProcessInfo.processInfo.environment["PARLEY_TEST_LOG"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
         let (ports, portContinuation) = AsyncStream<Int>.makeStream()
-        let server = try await SignalingServer(configuration: configuration, logger: logger) { port in
+        let server = try await SignalingServer(configuration: configuration, logger: logger, pushSender: pushSender) { port in
             portContinuation.yield(port)
             portContinuation.finish()
         }

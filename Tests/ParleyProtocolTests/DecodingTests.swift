@@ -1,0 +1,75 @@
+import Foundation
+@testable import ParleyProtocol
+import Testing
+
+@Suite("Decoding client frames")
+struct DecodingTests {
+    let codec = WireCodec()
+
+    func failure(_ text: String) -> ProtocolError? {
+        do {
+            _ = try codec.decodeClientMessage(text)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func malformedFramesGiveTypedErrors() {
+        #expect(failure("{not json")?.kind == .invalidJSON)
+        #expect(failure("")?.kind == .invalidJSON)
+        #expect(failure("[1]")?.kind == .notAnObject)
+        #expect(failure("42")?.kind == .notAnObject)
+        #expect(failure(#"{"id":"a"}"#) == ProtocolError(kind: .missingType, requestID: "a", message: "the frame has no 'type'"))
+        #expect(failure(#"{"type":7,"id":"a"}"#)?.kind == .missingType)
+        let unknown = failure(#"{"type":"call.teleport","id":"a"}"#)
+        #expect(unknown?.kind == .unknownType)
+        #expect(unknown?.errorCode == .unsupported)
+        #expect(unknown?.requestID == "a")
+    }
+
+    @Test func invalidFieldsNameTheField() {
+        let missing = failure(#"{"type":"call.invite","id":"i","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","media":{"audio":true,"video":false}}"#)
+        #expect(missing?.kind == .invalidField)
+        #expect(missing?.message == "missing field 'to'")
+        #expect(missing?.requestID == "i")
+        #expect(missing?.errorCode == .badRequest)
+        let badCall = failure(#"{"type":"call.accept","id":"i","call":"nope"}"#)
+        #expect(badCall?.message.contains("'call'") == true)
+        #expect(failure(#"{"type":"call.accept","id":"i","call":42}"#)?.message == "field 'call' has the wrong type")
+        #expect(failure(#"{"type":"hello","id":"h","device":"has spaces"}"#)?.kind == .invalidField)
+        #expect(failure(#"{"type":"ping","id":""}"#)?.kind == .invalidField)
+        #expect(failure(#"{"type":"ping","id":"\#(String(repeating: "x", count: 65))"}"#)?.requestID == nil, "an over-long id is not echoed")
+        #expect(failure(#"{"type":"call.decline","id":"d","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","reason":"bored"}"#)?.kind == .invalidField)
+        #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"}"#)?.message == "a signal needs 'description' or 'candidate'")
+        #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","candidate":"x"}"#)?.kind == .invalidField)
+    }
+
+    @Test func unknownFieldsAreIgnoredAndCallIDsNormalised() throws {
+        let message = try codec.decodeClientMessage(#"{"type":"call.accept","id":"a","call":"6F1C0B6E-3D7A-4C55-9E7E-2B1F0A9D4C21","future":{"x":1}}"#)
+        #expect(message == .callAccept(CallRequest(id: "a", call: "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21")))
+    }
+
+    @Test func candidateNullMeansEndOfCandidatesAndAbsentMeansNone() throws {
+        let end = try codec.decodeClientMessage(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","candidate":null}"#)
+        guard case .callSignal(let signal) = end else { Issue.record("not a signal"); return }
+        #expect(signal.signal.candidate == .endOfCandidates)
+        #expect(signal.signal.description == nil)
+    }
+
+    @Test func serverFramesWithUnknownFieldsStillDecode() throws {
+        let frame = try codec.decodeServerFrame(#"{"type":"call.ringing","seq":3,"call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","newField":true}"#)
+        #expect(frame.seq == 3)
+        #expect(frame.message == .callRinging(CallRinging(call: "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21")))
+        #expect(throws: ProtocolError.self) { try codec.decodeServerFrame(#"{"type":"call.hologram","seq":4}"#) }
+    }
+
+    @Test func randomBytesNeverTrap() {
+        var generator = SystemRandomNumberGenerator()
+        let pieces = ["{", "}", "[", "]", "\"type\"", ":", ",", "\"call.invite\"", "\"id\"", "null", "1e999", "\"\\u0000\"", "-", "true", "\"call\""]
+        for _ in 0..<2000 {
+            let text = (0..<Int.random(in: 0...12, using: &generator)).map { _ in pieces.randomElement(using: &generator)! }.joined()
+            _ = try? codec.decodeClientMessage(text)
+        }
+    }
+}
