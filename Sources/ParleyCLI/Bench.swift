@@ -1,2 +1,362 @@
 import ArgumentParser
-struct Bench: AsyncParsableCommand { func run() async throws {} }
+import Foundation
+import HTTPTypes
+import Logging
+import NIOCore
+import NIOPosix
+import ParleyProtocol
+import WSClient
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Load generator for the signaling server: many authenticated connections held open, and complete
+/// call setups between pairs of them. Prints numbers; asserts nothing.
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Measure the signaling server: connections held, call setups per second, relay latency, memory.",
+        discussion: """
+            Starts `parley serve` as a child process on a loopback port (or uses --server) and drives it over \
+            loopback. A call setup is the whole cycle: invite → incoming → ringing → accept → offer and answer \
+            relayed → two candidates each way and end-of-candidates → hangup → ended.
+            """
+    )
+
+    @Option(help: "Concurrent authenticated connections to hold open.")
+    var connections: Int = 2000
+
+    @Option(help: "Call setups to run in all.")
+    var calls: Int = 4000
+
+    @Option(help: "Call setups running at once (pairs of connections busy at a time).")
+    var concurrency: Int = 64
+
+    @Option(help: "A running server's base URL (http://host:port) in development mode; by default one is started.")
+    var server: String?
+
+    func validate() throws {
+        guard connections >= 2 else { throw ValidationError("--connections must be at least 2") }
+        guard concurrency >= 1, concurrency * 2 <= connections else {
+            throw ValidationError("--concurrency needs two connections per call: at most --connections / 2")
+        }
+        guard calls >= 1 else { throw ValidationError("--calls must be at least 1") }
+    }
+
+    func run() async throws {
+        raiseFileLimit()
+        var child: ChildServer?
+        let base: String
+        if let server {
+            base = server
+        } else {
+            let started = try ChildServer.start()
+            child = started
+            base = "http://127.0.0.1:\(started.port)"
+        }
+        defer { child?.stop() }
+        let host = URL(string: base)!.host!
+        let port = URL(string: base)!.port!
+        log("server \(base)\(child.map { " (pid \($0.pid))" } ?? "")")
+        let rssBefore = child.map { residentBytes(pid: $0.pid) }
+
+        // Tokens come from the server's development endpoint, as a real client's would.
+        log("minting \(connections) tokens")
+        var tokens: [String] = []
+        tokens.reserveCapacity(connections)
+        for index in 0..<connections { tokens.append(try await devToken(base: base, user: "bench\(index)")) }
+        let allTokens = tokens
+
+        log("opening \(connections) connections")
+        let openStart = ContinuousClock.now
+        let clients = try await withThrowingTaskGroup(of: (Int, BenchClient).self) { group in
+            var clients = [BenchClient?](repeating: nil, count: connections)
+            var next = 0
+            // At most 200 handshakes in flight: a connection storm is not what this measures.
+            while next < min(200, connections) {
+                let index = next
+                let token = allTokens[index]
+                group.addTask { (index, try await BenchClient.connect(host: host, port: port, token: token, device: "d\(index)")) }
+                next += 1
+            }
+            while let (index, client) = try await group.next() {
+                clients[index] = client
+                if next < connections {
+                    let index = next
+                    let token = allTokens[index]
+                    group.addTask { (index, try await BenchClient.connect(host: host, port: port, token: token, device: "d\(index)")) }
+                    next += 1
+                }
+            }
+            return clients.map { $0! }
+        }
+        let openSeconds = seconds(ContinuousClock.now - openStart)
+        try await Task.sleep(for: .milliseconds(500))
+        let rssHeld = child.map { residentBytes(pid: $0.pid) }
+        log("\(clients.count) connections open in \(format(openSeconds)) s")
+
+        // Keep every connection inside its heartbeat while the calls run.
+        let heartbeat = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(10))
+                for client in clients { client.send(#"{"type":"ping","id":"hb-\#(UUID().uuidString.prefix(8))"}"#) }
+            }
+        }
+        defer { heartbeat.cancel() }
+
+        log("running \(calls) call setups, \(concurrency) at a time")
+        let callStart = ContinuousClock.now
+        let results = try await withThrowingTaskGroup(of: [CallTiming].self) { group in
+            for worker in 0..<concurrency {
+                let caller = clients[worker * 2]
+                let callee = clients[worker * 2 + 1]
+                let share = calls / concurrency + (worker < calls % concurrency ? 1 : 0)
+                group.addTask { try await runCalls(share, caller: caller, callee: callee, callee: "bench\(worker * 2 + 1)") }
+            }
+            var all: [CallTiming] = []
+            for try await timings in group { all += timings }
+            return all
+        }
+        let callSeconds = seconds(ContinuousClock.now - callStart)
+        let rssAfter = child.map { residentBytes(pid: $0.pid) }
+        for client in clients { client.close() }
+
+        let setup = results.map(\.setup).sorted()
+        let ring = results.map(\.invitedToIncoming).sorted()
+        let relay = results.flatMap(\.relays).sorted()
+        var report = """
+
+            Parley signaling benchmark (\(ProcessInfo.processInfo.activeProcessorCount) cores)
+              connections held       \(clients.count) (opened in \(format(openSeconds)) s, \(format(Double(clients.count) / openSeconds)) per second)
+              call setups            \(results.count) in \(format(callSeconds)) s = \(format(Double(results.count) / callSeconds)) per second (\(concurrency) at a time)
+              setup latency          p50 \(ms(percentile(setup, 0.5))) ms, p99 \(ms(percentile(setup, 0.99))) ms (invite → ended, 13 relayed frames)
+              invite → incoming      p50 \(ms(percentile(ring, 0.5))) ms, p99 \(ms(percentile(ring, 0.99))) ms
+              relay latency          p50 \(ms(percentile(relay, 0.5))) ms, p99 \(ms(percentile(relay, 0.99))) ms (call.signal sent → received, \(relay.count) samples)
+            """
+        if let rssBefore, let rssHeld, let rssAfter {
+            let perConnection = Double(rssHeld - rssBefore) / Double(clients.count)
+            report += """
+
+              server memory          \(mib(rssBefore)) MiB idle, \(mib(rssHeld)) MiB with the connections held (\(format(perConnection / 1024)) KiB per connection), \(mib(rssAfter)) MiB after the calls
+            """
+        }
+        print(report)
+    }
+
+    struct CallTiming {
+        var setup: Duration
+        var invitedToIncoming: Duration
+        var relays: [Duration]
+    }
+
+    private func runCalls(_ count: Int, caller: BenchClient, callee: BenchClient, callee calleeUser: String) async throws -> [CallTiming] {
+        var timings: [CallTiming] = []
+        let offer = #"{"type":"offer","sdp":"v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=rtpmap:111 opus/48000/2\r\n"}"#
+        let answer = offer.replacingOccurrences(of: "\"offer\"", with: "\"answer\"")
+        let candidate = #"{"candidate":"candidate:1 1 udp 2122260223 127.0.0.1 50000 typ host","sdpMid":"0","sdpMLineIndex":0}"#
+        for _ in 0..<count {
+            let call = CallID.random().rawValue
+            let start = ContinuousClock.now
+            var relays: [Duration] = []
+
+            try await caller.request("call.invite", #""call":"\#(call)","to":"\#(calleeUser)","media":{"audio":true,"video":false}"#)
+            _ = try await callee.expect(type: "call.incoming", call: call)
+            let incoming = ContinuousClock.now - start
+            try await callee.request("call.ringing", #""call":"\#(call)""#)
+            _ = try await caller.expect(type: "call.ringing", call: call)
+            try await callee.request("call.accept", #""call":"\#(call)""#)
+            _ = try await caller.expect(type: "call.accepted", call: call)
+
+            func relay(_ from: BenchClient, _ to: BenchClient, _ fields: String) async throws {
+                let sent = ContinuousClock.now
+                from.sendRequest("call.signal", #""call":"\#(call)",\#(fields)"#)
+                _ = try await to.expect(type: "call.signal", call: call)
+                relays.append(ContinuousClock.now - sent)
+            }
+            try await relay(caller, callee, #""description":\#(offer)"#)
+            try await relay(callee, caller, #""description":\#(answer)"#)
+            for _ in 0..<2 {
+                try await relay(caller, callee, #""candidate":\#(candidate)"#)
+                try await relay(callee, caller, #""candidate":\#(candidate)"#)
+            }
+            try await relay(caller, callee, #""candidate":null"#)
+            try await relay(callee, caller, #""candidate":null"#)
+            try await caller.request("call.hangup", #""call":"\#(call)""#)
+            _ = try await callee.expect(type: "call.ended", call: call)
+            timings.append(CallTiming(setup: ContinuousClock.now - start, invitedToIncoming: incoming, relays: relays))
+        }
+        return timings
+    }
+
+    private func devToken(base: String, user: String) async throws -> String {
+        var request = URLRequest(url: URL(string: base + "/v1/dev/tokens")!)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(#"{"user":"\#(user)"}"#.utf8)
+        let (data, response) = try await URLSession.shared.data(for: request)
+        guard (response as? HTTPURLResponse)?.statusCode == 200 else {
+            throw ValidationError("the server did not mint a token (is it in development mode?)")
+        }
+        return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
+    }
+
+    private func raiseFileLimit() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        let needed = UInt(connections * 2 + 100)
+        if UInt(limit.rlim_cur) < needed {
+            log("warning: the open-file limit (\(limit.rlim_cur)) is below the \(needed) this run needs")
+        }
+    }
+}
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+private func log(_ text: String) {
+    FileHandle.standardError.write(Data("bench: \(text)\n".utf8))
+}
+
+private func seconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+}
+
+private func percentile(_ sorted: [Duration], _ fraction: Double) -> Duration {
+    guard !sorted.isEmpty else { return .zero }
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count) * fraction))]
+}
+
+private func ms(_ duration: Duration) -> String { format(seconds(duration) * 1000) }
+private func format(_ value: Double) -> String { String(format: "%.2f", value) }
+private func mib(_ bytes: Int) -> String { format(Double(bytes) / 1_048_576) }
+
+/// VmRSS of a process, in bytes.
+private func residentBytes(pid: Int32) -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+          let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+    else { return 0 }
+    return kib * 1024
+}
+
+/// `parley serve` as a child process on a free loopback port, with an in-memory database.
+struct ChildServer {
+    let process: Process
+    let port: Int
+    var pid: Int32 { process.processIdentifier }
+
+    static func start() throws -> ChildServer {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["serve", "--port", "0", "--database", ":memory:", "--log-level", "warning"]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let handle = output.fileHandleForReading
+        var text = ""
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            let chunk = handle.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+            if let range = text.range(of: #"127\.0\.0\.1:(\d+)"#, options: .regularExpression),
+               let port = Int(text[range].split(separator: ":").last ?? "") {
+                return ChildServer(process: process, port: port)
+            }
+        }
+        process.terminate()
+        throw ValidationError("the server did not start: \(text)")
+    }
+
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()   // SIGTERM: the graceful path
+        process.waitUntilExit()
+    }
+}
+
+/// One benchmark connection: frames in through a stream consumed by one task at a time.
+final class BenchClient: @unchecked Sendable {
+    private let outbound: AsyncStream<String>.Continuation
+    private var inbound: AsyncStream<String>.Iterator
+    private var counter = 0
+    private let device: String
+
+    private init(outbound: AsyncStream<String>.Continuation, inbound: AsyncStream<String>, device: String) {
+        self.outbound = outbound
+        self.inbound = inbound.makeAsyncIterator()
+        self.device = device
+    }
+
+    static func connect(host: String, port: Int, token: String, device: String) async throws -> BenchClient {
+        let (outStream, outbound) = AsyncStream<String>.makeStream()
+        let (inStream, inbound) = AsyncStream<String>.makeStream()
+        let (ready, readyContinuation) = AsyncStream<(any Error)?>.makeStream()
+        var headers = HTTPFields()
+        headers[.authorization] = "Bearer \(token)"
+        let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, additionalHeaders: headers)
+        Task {
+            do {
+                try await WebSocketClient.connect(url: "ws://\(host):\(port)/v1/signal", configuration: configuration,
+                                                  logger: Logger(label: "bench", factory: { _ in SwiftLogNoOpLogHandler() })) { input, output, _ in
+                    readyContinuation.yield(nil)
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask {
+                            for await text in outStream { try await output.write(.text(text)) }
+                            try await output.close(.normalClosure, reason: nil)
+                        }
+                        for try await message in input.messages(maxSize: 1 << 16) {
+                            if case .text(let text) = message { inbound.yield(text) }
+                        }
+                        inbound.finish()
+                        group.cancelAll()
+                    }
+                }
+            } catch {
+                readyContinuation.yield(error)
+            }
+            inbound.finish()
+        }
+        var iterator = ready.makeAsyncIterator()
+        if let failure = await iterator.next() ?? ValidationError("connection closed") { throw failure }
+        let client = BenchClient(outbound: outbound, inbound: inStream, device: device)
+        client.send(#"{"type":"hello","id":"h","device":"\#(device)"}"#)
+        _ = try await client.expect(type: "welcome", call: nil)
+        return client
+    }
+
+    func send(_ text: String) { outbound.yield(text) }
+
+    func close() { outbound.finish() }
+
+    @discardableResult
+    func sendRequest(_ type: String, _ fields: String) -> String {
+        counter += 1
+        let id = "b\(counter)"
+        send(#"{"type":"\#(type)","id":"\#(id)",\#(fields)}"#)
+        return id
+    }
+
+    /// Sends a request and waits for its ack; an error answer fails the run.
+    func request(_ type: String, _ fields: String) async throws {
+        let id = sendRequest(type, fields)
+        while let text = await inbound.next() {
+            guard text.contains(#""re":"\#(id)""#) else { continue }
+            if text.contains(#""type":"error""#) { throw ValidationError("\(type) failed: \(text)") }
+            return
+        }
+        throw ValidationError("the connection closed")
+    }
+
+    /// Waits for a frame of `type` (about `call`, when given), skipping others.
+    func expect(type: String, call: String?) async throws -> String {
+        while let text = await inbound.next() {
+            guard text.contains(#""type":"\#(type)""#) else { continue }
+            if let call, !text.contains(call) { continue }
+            return text
+        }
+        throw ValidationError("the connection closed while waiting for \(type)")
+    }
+}
