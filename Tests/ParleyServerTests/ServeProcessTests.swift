@@ -1,0 +1,78 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import ParleyProtocol
+import Testing
+
+/// `parley serve` as users run it: a separate process, stopped with SIGTERM.
+@Suite("parley serve process")
+struct ServeProcessTests {
+    /// The `parley` executable built beside this test bundle.
+    static var executable: URL? {
+        let directory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+        let candidate = directory.appendingPathComponent("parley")
+        return FileManager.default.isExecutableFile(atPath: candidate.path) ? candidate : nil
+    }
+
+    @Test func sigtermClosesClientsWith1001RecordsTheRingingCallAndExitsZero() async throws {
+        let executable = try #require(Self.executable, "swift build --build-tests builds the parley executable")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-serve-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = directory.appendingPathComponent("calls.sqlite").path
+
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = ["serve", "--port", "0", "--database", database, "--log-level", "error"]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+
+        var printed = ""
+        var port: Int?
+        while port == nil {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            printed += String(decoding: chunk, as: UTF8.self)
+            if let range = printed.range(of: #"127\.0\.0\.1:(\d+)"#, options: .regularExpression) {
+                port = Int(printed[range].split(separator: ":").last!)
+            }
+        }
+        let serverPort = try #require(port, "the server printed where it listens: \(printed)")
+        while !printed.contains("/v1/dev/tokens") {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            printed += String(decoding: chunk, as: UTF8.self)
+        }
+        #expect(printed.contains("development mode"), "it says how to get a token")
+
+        let url = "ws://127.0.0.1:\(serverPort)/v1/signal"
+        let tokenFor = { (user: String) async throws -> String in
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(serverPort)/v1/dev/tokens")!)
+            request.httpMethod = "POST"
+            request.httpBody = Data(#"{"user":"\#(user)"}"#.utf8)
+            let (data, _) = try await URLSession.shared.data(for: request)
+            return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
+        }
+        let alice = try await WSTestClient.connect(url: url, token: tokenFor("alice"))
+        _ = try await alice.hello(device: "a1")
+        let call: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"
+        #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+
+        kill(process.processIdentifier, SIGTERM)
+        let ended = try await alice.expect { if case .callEnded(let m) = $0.message { m } else { nil } }
+        #expect(ended.reason == .serverShutdown)
+        #expect(await alice.closeCode() == 1001)
+        process.waitUntilExit()
+        #expect(process.terminationReason == .exit)
+        #expect(process.terminationStatus == 0)
+
+        let restarted = try await LiveServer.start(databasePath: database)
+        let calls = try await restarted.http("GET", "/v1/calls", token: restarted.token("alice")).decode(CallList.self).calls
+        #expect(calls.map(\.call) == [call])
+        #expect(calls.first?.reason == .serverShutdown)
+        try await restarted.stop()
+    }
+}
