@@ -4,6 +4,10 @@ import PackageDescription
 // Modules are split by what they depend on, so the heavy parts stay optional:
 //   ParleyProtocol  the wire protocol v1: Codable messages, no networking
 //   ParleyServer    the signaling server (Hummingbird, WebSocket, JWT, SQLite, metrics)
+//   ParleyServerTesting  the real server on an ephemeral port, for tests
+//   ParleyKit       the client SDK core: signaling client, calls, negotiation, quality; no platform framework
+//   ParleyNIOTransport  the SDK's WebSocket signaling transport on SwiftNIO (Linux, macOS)
+//   ParleyTesting   in-memory transport and fakes of the SDK's ports, for apps' own tests
 //   ParleyCLI       the `parley` command line, a thin layer over the libraries
 let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
@@ -15,6 +19,10 @@ let package = Package(
     products: [
         .library(name: "ParleyProtocol", targets: ["ParleyProtocol"]),
         .library(name: "ParleyServer", targets: ["ParleyServer"]),
+        .library(name: "ParleyServerTesting", targets: ["ParleyServerTesting"]),
+        .library(name: "ParleyKit", targets: ["ParleyKit"]),
+        .library(name: "ParleyNIOTransport", targets: ["ParleyNIOTransport"]),
+        .library(name: "ParleyTesting", targets: ["ParleyTesting"]),
         .executable(name: "parley", targets: ["ParleyCLI"]),
     ],
     dependencies: [
@@ -60,6 +68,42 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "ParleyServerTesting",
+            dependencies: [
+                "ParleyServer",
+                "ParleyProtocol",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ParleyKit",
+            dependencies: [
+                "ParleyProtocol",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ParleyNIOTransport",
+            dependencies: [
+                "ParleyKit",
+                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ParleyTesting",
+            dependencies: ["ParleyKit", "ParleyProtocol"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "ParleyCLI",
             dependencies: [
@@ -79,9 +123,21 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "ParleyKitTests",
+            dependencies: [
+                "ParleyKit",
+                "ParleyNIOTransport",
+                "ParleyTesting",
+                "ParleyServerTesting",
+                "ParleyProtocol",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "ParleyServerTests",
             dependencies: [
                 "ParleyServer",
+                "ParleyServerTesting",
                 "ParleyProtocol",
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "NIOCore", package: "swift-nio"),

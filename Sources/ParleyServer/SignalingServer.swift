@@ -46,6 +46,11 @@ public final class SignalingServer: Sendable {
                                 logger: logger, pushes: pushContinuation)
     }
 
+    /// Mints an access token this server accepts (with the configured key).
+    public func mintToken(user: UserID, name: String? = nil, lifetime: Duration) async throws -> String {
+        try await tokens.mint(user: user, name: name, lifetime: lifetime).token
+    }
+
     /// Serves until SIGTERM or SIGINT, then closes clients with 1001, records every open call, and returns.
     public func run() async throws {
         try await makeServiceGroup(signals: [.sigterm, .sigint]).run()

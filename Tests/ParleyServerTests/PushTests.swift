@@ -1,5 +1,6 @@
 import Foundation
 import ParleyProtocol
+import ParleyServerTesting
 @testable import ParleyServer
 import Testing
 

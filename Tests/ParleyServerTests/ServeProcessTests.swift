@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import ParleyProtocol
+import ParleyServerTesting
 import Testing
 
 /// `parley serve` as users run it: a separate process, stopped with SIGTERM.

@@ -1,4 +1,5 @@
 import ParleyProtocol
+import ParleyServerTesting
 @testable import ParleyServer
 import Testing
 

@@ -5,6 +5,7 @@ import NIOCore
 import NIOWebSocket
 import ParleyProtocol
 import WSClient
+import ParleyServerTesting
 
 /// A real WebSocket client for tests: sends raw text, binary or protocol messages, and reads
 /// what the server sends, with timeouts; reports the close code the server sent.
@@ -188,5 +189,14 @@ extension UInt16 {
         var buffer = ByteBuffer()
         buffer.write(webSocketErrorCode: code)
         self = buffer.readInteger(as: UInt16.self) ?? 0
+    }
+}
+
+extension LiveServer {
+    /// Connects a device over a real WebSocket and completes hello.
+    func device(_ user: UserID, _ device: DeviceID, name: String? = nil) async throws -> WSTestClient {
+        let client = try await WSTestClient.connect(url: signalURL, token: token(user, name: name))
+        _ = try await client.hello(device: device)
+        return client
     }
 }

@@ -3,21 +3,26 @@ import Foundation
 import FoundationNetworking
 #endif
 import Logging
-import NIOCore
 import ParleyProtocol
-@testable import ParleyServer
+import ParleyServer
 import ServiceLifecycle
-import WSClient
 
-/// The real server on an ephemeral loopback port, with a SQLite file of its own.
-final class LiveServer: Sendable {
-    let server: SignalingServer
-    let port: Int
-    let databasePath: String?
+/// The real signaling server on an ephemeral loopback port, for tests: yours and Parley's own.
+///
+/// ```swift
+/// let server = try await LiveServer.start()
+/// let token = try await server.token("alice")
+/// // … connect clients to server.signalURL …
+/// try await server.stop()
+/// ```
+public final class LiveServer: Sendable {
+    public let server: SignalingServer
+    public let port: Int
+    public let databasePath: String?
     private let task: Task<Void, any Error>
     private let group: ServiceGroup
 
-    static func start(databasePath: String? = nil, pushSender: (any VoIPPushSender)? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> LiveServer {
+    public static func start(databasePath: String? = nil, pushSender: (any VoIPPushSender)? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> LiveServer {
         var configuration = ServerConfiguration()
         configuration.port = 0
         configuration.databasePath = databasePath
@@ -45,36 +50,29 @@ final class LiveServer: Sendable {
     }
 
     /// Graceful shutdown, as on SIGTERM; returns when the server has stopped.
-    func stop() async throws {
+    public func stop() async throws {
         await group.triggerGracefulShutdown()
         try await task.value
     }
 
-    var baseURL: String { "http://127.0.0.1:\(port)" }
-    var signalURL: String { "ws://127.0.0.1:\(port)/v1/signal" }
+    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    public var signalURL: String { "ws://127.0.0.1:\(port)/v1/signal" }
 
-    func token(_ user: UserID, name: String? = nil, lifetime: Duration = .seconds(3600)) async throws -> String {
-        try await server.tokens.mint(user: user, name: name, lifetime: lifetime).token
-    }
-
-    /// Connects a device and completes hello.
-    func device(_ user: UserID, _ device: DeviceID, name: String? = nil) async throws -> WSTestClient {
-        let client = try await WSTestClient.connect(url: signalURL, token: token(user, name: name))
-        _ = try await client.hello(device: device)
-        return client
+    public func token(_ user: UserID, name: String? = nil, lifetime: Duration = .seconds(3600)) async throws -> String {
+        try await server.mintToken(user: user, name: name, lifetime: lifetime)
     }
 
     // MARK: HTTP
 
-    struct HTTPResult {
-        var status: Int
-        var headers: [String: String]
-        var body: Data
+    public struct HTTPResult: Sendable {
+        public var status: Int
+        public var headers: [String: String]
+        public var body: Data
 
-        func decode<T: Decodable>(_ type: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: body) }
+        public func decode<T: Decodable>(_ type: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: body) }
     }
 
-    func http(_ method: String, _ path: String, token: String? = nil, json: String? = nil,
+    public func http(_ method: String, _ path: String, token: String? = nil, json: String? = nil,
               headers: [String: String] = [:]) async throws -> HTTPResult {
         var request = URLRequest(url: URL(string: baseURL + path)!)
         request.httpMethod = method
@@ -92,8 +90,8 @@ final class LiveServer: Sendable {
     }
 }
 
-struct TestFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+public struct TestFailure: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
 

@@ -1,0 +1,142 @@
+import ParleyProtocol
+
+/// One reading of a peer connection's statistics. Counters are cumulative, as WebRTC reports them.
+public struct MediaStatsSample: Hashable, Sendable {
+    /// When the reading was taken, on any monotonic timeline.
+    public var at: Duration
+    public var roundTripTimeMs: Double?
+    public var jitterMs: Double?
+    public var packetsReceived: Int
+    public var packetsLost: Int
+    public var bytesSent: Int
+    public var bytesReceived: Int
+    /// 0…1, of the received audio.
+    public var audioLevel: Double?
+
+    public init(at: Duration, roundTripTimeMs: Double? = nil, jitterMs: Double? = nil, packetsReceived: Int = 0,
+                packetsLost: Int = 0, bytesSent: Int = 0, bytesReceived: Int = 0, audioLevel: Double? = nil) {
+        self.at = at
+        self.roundTripTimeMs = roundTripTimeMs
+        self.jitterMs = jitterMs
+        self.packetsReceived = packetsReceived
+        self.packetsLost = packetsLost
+        self.bytesSent = bytesSent
+        self.bytesReceived = bytesReceived
+        self.audioLevel = audioLevel
+    }
+}
+
+/// A call's quality over the last interval, smoothed.
+public struct QualityReport: Hashable, Sendable {
+    /// Mean opinion score, 1…4.5, from the E-model (see `EModel`).
+    public var mos: Double
+    /// 1…5 bars, from the E-model's user-satisfaction bands.
+    public var score: Int
+    public var rttMs: Double
+    public var jitterMs: Double
+    public var lossPct: Double
+    /// Received bitrate.
+    public var bitrateKbps: Double
+    public var audioLevel: Double?
+
+    /// The form `call.report` carries.
+    public var callQuality: CallQuality {
+        CallQuality(mos: (mos * 100).rounded() / 100, rttMs: rttMs.rounded(), jitterMs: jitterMs.rounded(),
+                    lossPct: (lossPct * 10).rounded() / 10, bitrateKbps: bitrateKbps.rounded())
+    }
+}
+
+/// The ITU-T G.107 E-model, simplified as in Cole & Rosenbluth, "Voice over IP performance
+/// monitoring" (ACM CCR 31(2), 2001), with every parameter but delay and loss at its G.107 default:
+///
+///     R   = 93.2 − Id − Ie,eff
+///     Id  = 0.024·d + 0.11·(d − 177.3)·H(d − 177.3)        d: one-way mouth-to-ear delay, ms
+///     Ie,eff = Ie + (95 − Ie) · Ppl / (Ppl + Bpl)           Ppl: packet loss, %
+///     MOS = 1 + 0.035·R + 7·10⁻⁶·R·(R − 60)·(100 − R)       (1 below R = 0, 4.5 above R = 100)
+///
+/// The one-way delay is half the round trip plus the jitter buffer (taken as twice the jitter) plus
+/// the codec's framing and look-ahead. G.113 lists no Ie/Bpl for Opus; `opus` uses Ie = 0 (a
+/// wideband codec with no coding impairment at call bitrates) and Bpl = 20, between G.113's values
+/// for codecs with packet-loss concealment (G.711 with PLC: 25.1, G.729A: 19).
+public struct EModel: Hashable, Sendable {
+    public var equipmentImpairment: Double
+    public var packetLossRobustness: Double
+    /// Framing plus look-ahead of the codec, ms.
+    public var codecDelayMs: Double
+
+    public static let opus = EModel(equipmentImpairment: 0, packetLossRobustness: 20, codecDelayMs: 26.5)
+
+    public init(equipmentImpairment: Double, packetLossRobustness: Double, codecDelayMs: Double) {
+        self.equipmentImpairment = equipmentImpairment
+        self.packetLossRobustness = packetLossRobustness
+        self.codecDelayMs = codecDelayMs
+    }
+
+    public func rating(rttMs: Double, jitterMs: Double, lossPct: Double) -> Double {
+        let delay = rttMs / 2 + 2 * jitterMs + codecDelayMs
+        let delayImpairment = 0.024 * delay + (delay > 177.3 ? 0.11 * (delay - 177.3) : 0)
+        let loss = max(0, min(100, lossPct))
+        let ie = equipmentImpairment + (95 - equipmentImpairment) * loss / (loss + packetLossRobustness)
+        return 93.2 - delayImpairment - ie
+    }
+
+    public static func mos(rating r: Double) -> Double {
+        if r <= 0 { return 1 }
+        if r >= 100 { return 4.5 }
+        return 1 + 0.035 * r + 7e-6 * r * (r - 60) * (100 - r)
+    }
+
+    /// G.107 Annex B's user-satisfaction bands as 1…5: R ≥ 90 very satisfied (5), ≥ 80 satisfied (4),
+    /// ≥ 70 some users dissatisfied (3), ≥ 60 many dissatisfied (2), below that nearly all (1).
+    public static func score(rating r: Double) -> Int {
+        switch r {
+        case 90...: 5
+        case 80..<90: 4
+        case 70..<80: 3
+        case 60..<70: 2
+        default: 1
+        }
+    }
+}
+
+/// Turns cumulative statistics into per-interval quality, smoothed over the last `window` intervals.
+public struct QualityMonitor: Sendable {
+    public let model: EModel
+    public let window: Int
+    private var previous: MediaStatsSample?
+    private var recent: [(rating: Double, rtt: Double, jitter: Double, loss: Double, bitrate: Double)] = []
+
+    public init(model: EModel = .opus, window: Int = 5) {
+        self.model = model
+        self.window = max(1, window)
+    }
+
+    /// Takes a reading; answers the smoothed report once there are two readings to compare.
+    public mutating func add(_ sample: MediaStatsSample) -> QualityReport? {
+        defer { previous = sample }
+        guard let previous, sample.at > previous.at else { return nil }
+        let seconds = (sample.at - previous.at).seconds
+        let received = max(0, sample.packetsReceived - previous.packetsReceived)
+        let lost = max(0, sample.packetsLost - previous.packetsLost)
+        let loss = received + lost > 0 ? 100 * Double(lost) / Double(received + lost) : 0
+        let bitrate = seconds > 0 ? Double(max(0, sample.bytesReceived - previous.bytesReceived)) * 8 / 1000 / seconds : 0
+        let rtt = sample.roundTripTimeMs ?? recent.last?.rtt ?? 0
+        let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0
+        recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss), rtt, jitter, loss, bitrate))
+        if recent.count > window { recent.removeFirst(recent.count - window) }
+
+        func mean(_ values: [Double]) -> Double { values.reduce(0, +) / Double(values.count) }
+        let rating = mean(recent.map(\.rating))
+        return QualityReport(mos: EModel.mos(rating: rating), score: EModel.score(rating: rating),
+                             rttMs: mean(recent.map(\.rtt)), jitterMs: mean(recent.map(\.jitter)),
+                             lossPct: mean(recent.map(\.loss)), bitrateKbps: mean(recent.map(\.bitrate)),
+                             audioLevel: sample.audioLevel)
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as a `Double`.
+    var seconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}

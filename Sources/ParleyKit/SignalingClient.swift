@@ -1,0 +1,344 @@
+import Foundation
+import Logging
+import ParleyProtocol
+
+/// Why a request failed.
+public struct SignalingError: Error, Hashable, Sendable, CustomStringConvertible {
+    public enum Code: Hashable, Sendable {
+        /// The server answered with `error`; `serverCode` says which.
+        case rejected
+        /// No answer within the request timeout.
+        case timeout
+        /// The client was stopped (or replaced by another connection of the same device).
+        case stopped
+    }
+
+    public var code: Code
+    public var serverCode: ErrorCode?
+    public var message: String
+
+    public static func rejected(_ error: ErrorMessage) -> SignalingError {
+        SignalingError(code: .rejected, serverCode: error.code, message: error.message)
+    }
+
+    public var description: String {
+        serverCode.map { "\($0): \(message)" } ?? message
+    }
+}
+
+/// What a signaling client tells its owner.
+public enum SignalingEvent: Hashable, Sendable {
+    /// A session is established: after every connect and reconnect. With `resumed: false` after an
+    /// earlier session, every call and room needs a fresh look (`call.state`).
+    case connected(Welcome)
+    /// The connection ended; the client reconnects on its own unless it has stopped.
+    case disconnected(closeCode: UInt16?)
+    /// A frame the server sent of its own accord (`call.incoming`, `call.ended`, …), once each,
+    /// in order, also across reconnects.
+    case message(ServerMessage)
+    /// The client will not reconnect: stopped by its owner, or replaced (4009).
+    case stopped(reason: String)
+}
+
+/// The client half of protocol v1's session: connect with a token, hello, requests answered by
+/// ack or error, heartbeat, reconnect with backoff, resume without loss, and re-sending of
+/// unanswered requests under the same id.
+public actor SignalingClient<C: Clock> where C.Duration == Duration {
+    public struct Configuration: Sendable {
+        public var url: URL
+        public var device: DeviceID
+        public var client: ClientInfo
+        public var requestTimeout: Duration = .seconds(10)
+        /// How long to wait for `welcome` after connecting.
+        public var welcomeTimeout: Duration = .seconds(10)
+        public var backoff = Backoff()
+
+        public init(url: URL, device: DeviceID, client: ClientInfo = ClientInfo(name: "parley-swift", version: "0.1.0")) {
+            self.url = url
+            self.device = device
+            self.client = client
+        }
+    }
+
+    /// Exponential backoff with full jitter: attempt n waits random(0…min(maximum, initial·2ⁿ)).
+    public struct Backoff: Hashable, Sendable {
+        public var initial: Duration = .milliseconds(250)
+        public var maximum: Duration = .seconds(30)
+
+        public init(initial: Duration = .milliseconds(250), maximum: Duration = .seconds(30)) {
+            self.initial = initial
+            self.maximum = maximum
+        }
+
+        public func delay(attempt: Int, random: Double) -> Duration {
+            let ceiling = min(maximum.seconds, initial.seconds * pow(2, Double(min(attempt, 30))))
+            return .milliseconds(Int64(ceiling * 1000 * max(0, min(1, random))))
+        }
+    }
+
+    public nonisolated let events: AsyncStream<SignalingEvent>
+    private let eventSink: AsyncStream<SignalingEvent>.Continuation
+    private let configuration: Configuration
+    private let transport: any SignalingTransport
+    private let tokens: @Sendable () async throws -> String
+    private let clock: C
+    private let random: @Sendable () -> Double
+    private let logger: Logger
+    private let codec = WireCodec()
+
+    private struct Pending {
+        var text: String
+        var continuation: CheckedContinuation<Ack, any Error>
+        var timeout: Task<Void, Never>
+        /// Requests sent again after a reconnect (pings are not: a new connection needs new ones).
+        var resend: Bool
+    }
+
+    private var pending: [String: Pending] = [:]
+    private var order: [String] = []
+    private var nextRequest = 0
+    private var connection: (any SignalingConnection)?
+    private var welcome: Welcome?
+    private var lastSeq = 0
+    private var lastAckSent = 0
+    private var running: Task<Void, Never>?
+    private var stopped = false
+    private var reconnectNow = false
+
+    /// - Parameters:
+    ///   - tokens: answers a valid access token; asked before every connection attempt.
+    ///   - random: a number in 0..<1 for backoff jitter.
+    public init(configuration: Configuration, transport: any SignalingTransport, clock: C, logger: Logger,
+                random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+                tokens: @escaping @Sendable () async throws -> String) {
+        self.configuration = configuration
+        self.transport = transport
+        self.tokens = tokens
+        self.clock = clock
+        self.random = random
+        self.logger = logger
+        (events, eventSink) = AsyncStream.makeStream()
+    }
+
+    /// The current session, while connected.
+    public var session: Welcome? { connection == nil ? nil : welcome }
+
+    /// Connects, and keeps connecting until `stop()`.
+    public func start() {
+        guard running == nil, !stopped else { return }
+        running = Task { await self.runLoop() }
+    }
+
+    /// Disconnects for good; pending requests fail with `.stopped`.
+    public func stop() {
+        finish(reason: "stopped")
+    }
+
+    /// The network changed (Wi-Fi to cellular, say): drop the connection and reconnect at once,
+    /// resuming the session.
+    public func networkChanged() {
+        reconnectNow = true
+        connection?.close()
+    }
+
+    /// Sends a request and waits for its answer. The request survives reconnects: it is re-sent with
+    /// the same id until answered or timed out, and the server never runs it twice.
+    public func request(_ make: (String) -> ClientMessage) async throws(SignalingError) -> Ack {
+        nextRequest += 1
+        let id = "c\(nextRequest)"
+        let message = make(id)
+        let isPing = if case .ping = message { true } else { false }
+        do {
+            return try await send(message, id: id, resend: !isPing)
+        } catch let error as SignalingError {
+            throw error
+        } catch {
+            throw SignalingError(code: .stopped, message: "\(error)")
+        }
+    }
+
+    private func send(_ message: ClientMessage, id: String, resend: Bool) async throws -> Ack {
+        guard !stopped else { throw SignalingError(code: .stopped, message: "the signaling client has stopped") }
+        let text = String(decoding: codec.encode(message), as: UTF8.self)
+        let timeout = configuration.requestTimeout
+        return try await withCheckedThrowingContinuation { continuation in
+            let timer = Task { [clock] in
+                do { try await clock.sleep(for: timeout) } catch { return }
+                self.expire(id)
+            }
+            pending[id] = Pending(text: text, continuation: continuation, timeout: timer, resend: resend)
+            order.append(id)
+            if welcome != nil, let connection { connection.send(text) }
+        }
+    }
+
+    private func expire(_ id: String) {
+        guard let request = resolve(id) else { return }
+        request.continuation.resume(throwing: SignalingError(code: .timeout, message: "no answer within the request timeout"))
+    }
+
+    private func resolve(_ id: String) -> Pending? {
+        guard let request = pending.removeValue(forKey: id) else { return nil }
+        order.removeAll { $0 == id }
+        request.timeout.cancel()
+        return request
+    }
+
+    private func finish(reason: String) {
+        guard !stopped else { return }
+        stopped = true
+        running?.cancel()
+        connection?.close()
+        connection = nil
+        for id in order {
+            resolve(id)?.continuation.resume(throwing: SignalingError(code: .stopped, message: "the signaling client has stopped"))
+        }
+        eventSink.yield(.stopped(reason: reason))
+        eventSink.finish()
+    }
+
+    // MARK: The connection loop
+
+    private func runLoop() async {
+        var attempt = 0
+        while !stopped, !Task.isCancelled {
+            if attempt > 0, !reconnectNow {
+                let delay = configuration.backoff.delay(attempt: attempt - 1, random: random())
+                logger.debug("reconnecting after a delay", metadata: ["signaling.delay": "\(delay)", "signaling.attempt": "\(attempt)"])
+                do { try await clock.sleep(for: delay) } catch { return }
+            }
+            reconnectNow = false
+            attempt += 1
+            let opened: any SignalingConnection
+            do {
+                let token = try await tokens()
+                opened = try await transport.connect(to: configuration.url, token: token)
+            } catch {
+                logger.debug("signaling connection failed", metadata: ["error": "\(error)"])
+                continue
+            }
+            guard !stopped else { opened.close(); return }
+            connection = opened
+            let closeCode = await serve(opened, onWelcome: { attempt = 0 })
+            connection = nil
+            guard !stopped else { return }
+            eventSink.yield(.disconnected(closeCode: closeCode))
+            if closeCode == CloseCode.replaced.rawValue {
+                finish(reason: "replaced by a newer connection of this device")
+                return
+            }
+        }
+    }
+
+    /// Runs one connection: hello, welcome, frames, heartbeat. Answers the close code.
+    private func serve(_ connection: any SignalingConnection, onWelcome: () -> Void) async -> UInt16? {
+        let resume = welcome.map { ResumeRequest(session: $0.session, lastSeq: lastSeq) }
+        connection.send(String(decoding: codec.encode(.hello(Hello(id: "hello", device: configuration.device,
+                                                                   client: configuration.client, resume: resume))), as: UTF8.self))
+        let welcomeDeadline = Task { [clock, timeout = configuration.welcomeTimeout] in
+            do { try await clock.sleep(for: timeout) } catch { return }
+            await self.closeIfNoWelcome(connection)
+        }
+        defer { welcomeDeadline.cancel() }
+        var heartbeat: Task<Void, Never>?
+        defer { heartbeat?.cancel() }
+        var greeted = false
+
+        for await event in connection.events {
+            switch event {
+            case .closed(let code):
+                return code
+            case .text(let text):
+                guard let frame = try? codec.decodeServerFrame(text) else {
+                    logger.debug("ignoring a frame this client cannot read")
+                    continue
+                }
+                if case .welcome(let welcome) = frame.message {
+                    welcomeDeadline.cancel()
+                    greeted = true
+                    onWelcome()
+                    heartbeat = startHeartbeat(every: .seconds(max(1, welcome.heartbeat)), on: connection)
+                    accept(welcome, on: connection)
+                    continue
+                }
+                guard greeted else { continue }
+                receive(frame, on: connection)
+            }
+        }
+        return nil
+    }
+
+    private func closeIfNoWelcome(_ connection: any SignalingConnection) {
+        logger.debug("no welcome in time; reconnecting")
+        connection.close()
+    }
+
+    private func accept(_ welcome: Welcome, on connection: any SignalingConnection) {
+        if !welcome.resumed {
+            // A new session numbers frames from 1 again.
+            lastSeq = 0
+            lastAckSent = 0
+        }
+        self.welcome = welcome
+        eventSink.yield(.connected(welcome))
+        for id in order {
+            guard let request = pending[id] else { continue }
+            if request.resend {
+                connection.send(request.text)
+            } else {
+                resolve(id)?.continuation.resume(throwing: SignalingError(code: .timeout, message: "the connection was lost"))
+            }
+        }
+    }
+
+    private func receive(_ frame: ServerFrame, on connection: any SignalingConnection) {
+        if let seq = frame.seq {
+            // Frames replayed on resume that already arrived are dropped: each is delivered once.
+            guard seq > lastSeq else { return }
+            lastSeq = seq
+            if lastSeq - lastAckSent >= 32 { sendAck(on: connection) }
+        }
+        switch frame.message {
+        case .ack(let ack):
+            resolve(ack.re)?.continuation.resume(returning: ack)
+        case .error(let error):
+            if let re = error.re, let request = resolve(re) {
+                request.continuation.resume(throwing: SignalingError.rejected(error))
+            } else {
+                logger.debug("server error", metadata: ["error.code": "\(error.code)", "error.message": "\(error.message)"])
+            }
+        case .welcome:
+            break
+        default:
+            eventSink.yield(.message(frame.message))
+        }
+    }
+
+    private func sendAck(on connection: any SignalingConnection) {
+        guard lastSeq > lastAckSent else { return }
+        lastAckSent = lastSeq
+        connection.send(String(decoding: codec.encode(.ack(SeqAck(seq: lastSeq))), as: UTF8.self))
+    }
+
+    private func startHeartbeat(every interval: Duration, on connection: any SignalingConnection) -> Task<Void, Never> {
+        Task { [clock] in
+            while !Task.isCancelled {
+                do { try await clock.sleep(for: interval) } catch { return }
+                await self.beat(connection)
+            }
+        }
+    }
+
+    private func beat(_ connection: any SignalingConnection) async {
+        sendAck(on: connection)
+        do {
+            _ = try await request { .ping(Ping(id: $0)) }
+        } catch {
+            // No answer to a ping within the request timeout: the connection is dead.
+            if error.code == .timeout, self.connection != nil {
+                logger.debug("heartbeat unanswered; reconnecting")
+                connection.close()
+            }
+        }
+    }
+}
