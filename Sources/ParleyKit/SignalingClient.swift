@@ -92,6 +92,8 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         var timeout: Task<Void, Never>
         /// Requests sent again after a reconnect (pings are not: a new connection needs new ones).
         var resend: Bool
+        /// The connection it was last sent on.
+        var sentOn: Int?
     }
 
     private var pending: [String: Pending] = [:]
@@ -99,11 +101,15 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
     private var nextRequest = 0
     private var connection: (any SignalingConnection)?
     private var welcome: Welcome?
+    /// Whether the current connection has its welcome.
+    private var greeted = false
     private var lastSeq = 0
     private var lastAckSent = 0
     private var running: Task<Void, Never>?
     private var stopped = false
     private var reconnectNow = false
+    /// Counts connections, to know which one a request went out on.
+    private var generation = 0
 
     /// - Parameters:
     ///   - tokens: answers a valid access token; asked before every connection attempt.
@@ -166,9 +172,13 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
                 do { try await clock.sleep(for: timeout) } catch { return }
                 self.expire(id)
             }
-            pending[id] = Pending(text: text, continuation: continuation, timeout: timer, resend: resend)
+            var request = Pending(text: text, continuation: continuation, timeout: timer, resend: resend)
+            if greeted, let connection {
+                connection.send(text)
+                request.sentOn = generation
+            }
+            pending[id] = request
             order.append(id)
-            if welcome != nil, let connection { connection.send(text) }
         }
     }
 
@@ -219,8 +229,10 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
             }
             guard !stopped else { opened.close(); return }
             connection = opened
+            generation += 1
             let closeCode = await serve(opened, onWelcome: { attempt = 0 })
             connection = nil
+            greeted = false
             guard !stopped else { return }
             eventSink.yield(.disconnected(closeCode: closeCode))
             if closeCode == CloseCode.replaced.rawValue {
@@ -242,8 +254,6 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         defer { welcomeDeadline.cancel() }
         var heartbeat: Task<Void, Never>?
         defer { heartbeat?.cancel() }
-        var greeted = false
-
         for await event in connection.events {
             switch event {
             case .closed(let code):
@@ -283,8 +293,9 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         eventSink.yield(.connected(welcome))
         for id in order {
             guard let request = pending[id] else { continue }
-            if request.resend {
+            if request.resend || request.sentOn == nil {
                 connection.send(request.text)
+                pending[id]?.sentOn = generation
             } else {
                 resolve(id)?.continuation.resume(throwing: SignalingError(code: .timeout, message: "the connection was lost"))
             }
