@@ -1,0 +1,416 @@
+import Foundation
+import Logging
+import ParleyProtocol
+
+/// What the app's UI hears about calls.
+public enum CallEvent: Hashable, Sendable {
+    case phase(UUID, CallStateMachine.Phase)
+    case remoteUpdated(UUID, muted: Bool?, held: Bool?)
+    case quality(UUID, QualityReport)
+    case bitrate(UUID, BitrateController.Setting)
+}
+
+/// Runs calls: signaling on one side, the system call provider, the audio session and peer
+/// connections on the other. Owns every call's state machine and performs its actions.
+public actor CallManager<C: Clock> where C.Duration == Duration {
+    public struct Configuration: Sendable {
+        public var statsInterval: Duration = .seconds(2)
+        public var maxIceRestarts = 3
+        public var relayOnly = false
+        public var bitrate = BitrateController.Configuration()
+        public init() {}
+    }
+
+    public nonisolated let events: AsyncStream<CallEvent>
+    private let eventSink: AsyncStream<CallEvent>.Continuation
+    private let signaling: SignalingClient<C>
+    private let provider: any SystemCallProvider
+    private let audio: any AudioSession
+    private let peers: any PeerConnectionFactory
+    private let clock: C
+    private let logger: Logger
+    private let configuration: Configuration
+
+    private struct Live {
+        var machine: CallStateMachine
+        var peer: (any PeerConnection)?
+        var negotiator: Negotiator?
+        var pendingSignals: [SignalPayload] = []
+        /// Requests in flight; they finish on their own.
+        var requests: [Task<Void, Never>] = []
+        /// The negotiator and the stats loop; cancelled with the peer connection.
+        var media: [Task<Void, Never>] = []
+        var quality: QualityReport?
+    }
+
+    private var calls: [CallID: Live] = [:]
+    private var iceServers: [IceServer] = []
+    private var hadSession = false
+
+    public init(signaling: SignalingClient<C>, provider: any SystemCallProvider, audio: any AudioSession,
+                peers: any PeerConnectionFactory, clock: C, logger: Logger, configuration: Configuration = Configuration()) {
+        self.signaling = signaling
+        self.provider = provider
+        self.audio = audio
+        self.peers = peers
+        self.clock = clock
+        self.logger = logger
+        self.configuration = configuration
+        (events, eventSink) = AsyncStream.makeStream()
+    }
+
+    /// Starts signaling and handles calls until cancelled.
+    public func run() async {
+        await signaling.start()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await event in self.signaling.events { await self.handle(event) }
+            }
+            group.addTask {
+                for await action in self.provider.actions { await self.handle(action) }
+            }
+        }
+    }
+
+    /// The phase of a call, if this manager knows it.
+    public func phase(of call: UUID) -> CallStateMachine.Phase? {
+        calls[CallID(uuid: call)]?.machine.phase
+    }
+
+    /// The network changed: signaling reconnects and resumes, and every call restarts ICE.
+    public func networkChanged() async {
+        await signaling.networkChanged()
+        for live in calls.values where !live.machine.phase.isEnded {
+            await live.negotiator?.restartIce()
+        }
+    }
+
+    // MARK: VoIP push
+
+    /// A VoIP push arrived. The call is reported to the system before `completion` runs, whatever
+    /// the payload says: a malformed payload or a call that is already over is reported, then ended.
+    public func handleVoIPPush(_ payload: Data, completion: @escaping @Sendable () -> Void) async {
+        guard let push = try? JSONDecoder().decode(VoIPPushBody.self, from: payload) else {
+            // iOS ends an app that does not report a VoIP push: report something, then end it.
+            let placeholder = UUID()
+            try? await provider.reportIncomingCall(IncomingCallReport(call: placeholder, caller: "unknown", callerName: nil, video: false))
+            completion()
+            await provider.reportCallEnded(placeholder, reason: .failed)
+            return
+        }
+        let body = push.parley
+        let report = IncomingCallReport(call: body.call.uuid, caller: body.from.user, callerName: body.from.name, video: body.media.video)
+        do {
+            try await provider.reportIncomingCall(report)
+        } catch {
+            logger.debug("the system refused the incoming call", metadata: ["call.id": "\(body.call)"])
+        }
+        completion()
+        if calls[body.call] == nil {
+            let (machine, _) = CallStateMachine.incoming(body.call, from: body.from.user, name: body.from.name,
+                                                         media: body.media, alreadyReported: true)
+            calls[body.call] = Live(machine: machine)
+        }
+        // The push may be late: ask the server whether the call still rings.
+        do {
+            let state = try await signaling.request { .callState(CallRequest(id: $0, call: body.call)) }
+                .decodeResult(CallStateResult.self)
+            if state.state == .ended {
+                await perform(body.call) { $0.remoteEnded(state.reason ?? .hangup) }
+            }
+        } catch let error as SignalingError {
+            if error.serverCode == .callNotFound { await perform(body.call) { $0.remoteEnded(.cancelled) } }
+        } catch {
+            logger.debug("could not ask for the pushed call's state", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private struct VoIPPushBody: Decodable {
+        struct Body: Decodable {
+            struct From: Decodable {
+                var user: UserID
+                var name: String?
+            }
+
+            var call: CallID
+            var from: From
+            var media: MediaSpec
+            var expiresAt: Int64
+        }
+
+        var parley: Body
+    }
+
+    // MARK: Signaling
+
+    private func handle(_ event: SignalingEvent) async {
+        switch event {
+        case .connected(let welcome):
+            iceServers = welcome.iceServers
+            if !welcome.resumed, hadSession { await recoverAfterNewSession() }
+            hadSession = true
+        case .message(let message):
+            await handle(message)
+        case .disconnected, .stopped:
+            break
+        }
+    }
+
+    /// A new session: whatever this device missed is gone, so ask the server about every call.
+    private func recoverAfterNewSession() async {
+        for (id, live) in calls where !live.machine.phase.isEnded {
+            guard let state = try? await signaling.request({ .callState(CallRequest(id: $0, call: id)) })
+                .decodeResult(CallStateResult.self) else { continue }
+            if state.state == .ended { await perform(id) { $0.remoteEnded(state.reason ?? .connectionLost) } }
+        }
+    }
+
+    private func handle(_ message: ServerMessage) async {
+        switch message {
+        case .callIncoming(let incoming):
+            if calls[incoming.call] != nil {
+                await perform(incoming.call) { $0.signalingInviteArrived() }
+            } else {
+                let (machine, actions) = CallStateMachine.incoming(incoming.call, from: incoming.from.user, name: incoming.from.name,
+                                                                   media: incoming.media, alreadyReported: false)
+                calls[incoming.call] = Live(machine: machine)
+                await execute(actions, for: incoming.call)
+                await perform(incoming.call) { $0.signalingInviteArrived() }
+            }
+        case .callRinging:
+            break
+        case .callAccepted(let accepted):
+            await perform(accepted.call) { $0.remoteAccepted() }
+        case .callSignal(let signal):
+            guard var live = calls[signal.call] else { return }
+            if let negotiator = live.negotiator {
+                await negotiator.receive(signal.signal)
+            } else {
+                live.pendingSignals.append(signal.signal)
+                calls[signal.call] = live
+            }
+        case .callUpdated(let update):
+            guard let live = calls[update.call] else { return }
+            eventSink.yield(.remoteUpdated(live.machine.uuid, muted: update.muted, held: update.held))
+        case .callEnded(let ended):
+            await perform(ended.call) { $0.remoteEnded(ended.reason) }
+        default:
+            break
+        }
+    }
+
+    // MARK: System actions
+
+    private func handle(_ action: ProviderAction) async {
+        switch action {
+        case .start(let id, let uuid, let to, let video):
+            let call = CallID(uuid: uuid)
+            let (machine, actions) = CallStateMachine.outgoing(call, to: to, media: MediaSpec(audio: true, video: video), action: id)
+            calls[call] = Live(machine: machine)
+            await execute(actions, for: call)
+        case .answer(let id, let uuid):
+            await perform(CallID(uuid: uuid), orFail: id) { $0.answer(id) }
+        case .end(let id, let uuid):
+            let call = CallID(uuid: uuid)
+            let another = calls.contains { $0.key != call && $0.value.machine.isInProgress }
+            await perform(call, orFail: id) { $0.end(id, anotherCallActive: another) }
+        case .setHeld(let id, let uuid, let held):
+            await perform(CallID(uuid: uuid), orFail: id) { $0.setHeld(held, action: id) }
+        case .setMuted(let id, let uuid, let muted):
+            await perform(CallID(uuid: uuid), orFail: id) { $0.setMuted(muted, action: id) }
+        case .playDTMF(let id, _, _):
+            // Audio calls carry no DTMF in Parley yet: tell the system so rather than pretend.
+            await provider.fail(id)
+        case .audioSessionActivated:
+            // Audio starts here and only here, every time the system activates the session.
+            await audio.setAudioEnabled(true)
+        case .audioSessionDeactivated:
+            await audio.setAudioEnabled(false)
+        case .reset:
+            for id in Array(calls.keys) { await perform(id) { $0.reset() } }
+            await audio.setAudioEnabled(false)
+        }
+    }
+
+    // MARK: Performing actions
+
+    private func perform(_ call: CallID, orFail action: ProviderActionID? = nil,
+                         _ event: (inout CallStateMachine) -> [CallStateMachine.Action]) async {
+        guard var live = calls[call] else {
+            if let action { await provider.fail(action) }
+            return
+        }
+        let before = live.machine.phase
+        let actions = event(&live.machine)
+        calls[call] = live
+        await execute(actions, for: call)
+        if let phase = calls[call]?.machine.phase, phase != before {
+            eventSink.yield(.phase(call.uuid, phase))
+        }
+    }
+
+    private func execute(_ actions: [CallStateMachine.Action], for call: CallID) async {
+        for action in actions {
+            guard let live = calls[call] else { return }
+            let machine = live.machine
+            switch action {
+            case .sendInvite:
+                sendLater(call) { [signaling] in
+                    try await signaling.request { .callInvite(CallInvite(id: $0, call: call, to: machine.remote, media: machine.media)) }
+                } onSuccess: { $0.inviteAcknowledged() } onFailure: { call, _ in call.inviteFailed() }
+            case .sendRinging:
+                sendLater(call) { [signaling] in try await signaling.request { .callRinging(CallRequest(id: $0, call: call)) } }
+            case .sendAccept:
+                sendLater(call) { [signaling] in
+                    try await signaling.request { .callAccept(CallRequest(id: $0, call: call)) }
+                } onSuccess: { $0.acceptAcknowledged() } onFailure: { machine, error in machine.acceptFailed(error.serverCode) }
+            case .sendDecline(let reason):
+                sendLater(call) { [signaling] in try await signaling.request { .callDecline(CallDecline(id: $0, call: call, reason: reason)) } }
+            case .sendHangup(let reason):
+                let quality = live.quality?.callQuality
+                sendLater(call) { [signaling] in
+                    if let quality { _ = try? await signaling.request { .callReport(CallReport(id: $0, call: call, quality: quality)) } }
+                    return try await signaling.request { .callHangup(CallHangup(id: $0, call: call, reason: reason)) }
+                }
+            case .sendUpdate(let muted, let held):
+                sendLater(call) { [signaling] in
+                    try await signaling.request { .callUpdate(CallUpdate(id: $0, call: call, muted: muted, held: held)) }
+                }
+            case .reportIncoming:
+                do {
+                    try await provider.reportIncomingCall(IncomingCallReport(call: call.uuid, caller: machine.remote,
+                                                                             callerName: machine.remoteName, video: machine.media.video))
+                } catch {
+                    // The system refused (Do Not Disturb, blocked caller): decline for the user.
+                    await perform(call) { $0.remoteEnded(.declined) }
+                    sendLater(call) { [signaling] in try await signaling.request { .callDecline(CallDecline(id: $0, call: call, reason: .busy)) } }
+                }
+            case .reportStartedConnecting:
+                await provider.reportOutgoingCallStartedConnecting(call.uuid)
+            case .reportConnected:
+                await provider.reportOutgoingCallConnected(call.uuid)
+            case .reportEnded(let reason):
+                await provider.reportCallEnded(call.uuid, reason: reason)
+            case .fulfill(let id):
+                await provider.fulfill(id)
+            case .fail(let id):
+                await provider.fail(id)
+            case .configureAudio:
+                await audio.configure(CallAudioConfiguration(video: machine.media.video))
+            case .makePeerConnection(let polite):
+                await makePeerConnection(for: call, polite: polite)
+            case .closePeerConnection:
+                await closePeerConnection(for: call)
+            case .setPeerMuted(let muted):
+                await live.peer?.setMicrophoneMuted(muted)
+            case .setPeerHeld(let held):
+                await live.peer?.setOnHold(held)
+            }
+        }
+    }
+
+    /// Sends a request without holding up the manager; its answer comes back as an event.
+    private func sendLater(_ call: CallID, _ request: @escaping @Sendable () async throws -> Ack,
+                           onSuccess: @escaping @Sendable (inout CallStateMachine) -> [CallStateMachine.Action] = { _ in [] },
+                           onFailure: @escaping @Sendable (inout CallStateMachine, SignalingError) -> [CallStateMachine.Action] = { _, _ in [] }) {
+        let task = Task {
+            do {
+                _ = try await request()
+                await self.perform(call, onSuccess)
+            } catch let error as SignalingError {
+                await self.perform(call) { onFailure(&$0, error) }
+            } catch {
+                await self.perform(call) { onFailure(&$0, SignalingError(code: .stopped, message: "\(error)")) }
+            }
+        }
+        calls[call]?.requests.removeAll { $0.isCancelled }
+        calls[call]?.requests.append(task)
+    }
+
+    private func makePeerConnection(for call: CallID, polite: Bool) async {
+        guard let live = calls[call] else { return }
+        let configuration = PeerConnectionConfiguration(iceServers: iceServers, relayOnly: self.configuration.relayOnly,
+                                                        media: live.machine.media)
+        let peer: any PeerConnection
+        do {
+            peer = try await peers.makePeerConnection(configuration)
+        } catch {
+            logger.error("could not create a peer connection", metadata: ["call.id": "\(call)", "error": "\(error)"])
+            await perform(call) { $0.mediaFailed("media-failed") }
+            return
+        }
+        let negotiator = Negotiator(peer: peer, polite: polite, maxIceRestarts: self.configuration.maxIceRestarts, logger: logger,
+            send: { [signaling] signal in
+                _ = try? await signaling.request { .callSignal(CallSignal(id: $0, call: call, signal: signal)) }
+            },
+            report: { [weak self] outcome in await self?.negotiation(outcome, for: call) })
+        guard var current = calls[call], !current.machine.phase.isEnded else {
+            await peer.close()
+            return
+        }
+        current.peer = peer
+        current.negotiator = negotiator
+        let pending = current.pendingSignals
+        current.pendingSignals = []
+        current.media.append(Task { await negotiator.run() })
+        calls[call] = current
+        for signal in pending { await negotiator.receive(signal) }
+        await perform(call) { $0.peerConnectionReady() }
+    }
+
+    private func negotiation(_ outcome: Negotiator.Outcome, for call: CallID) async {
+        switch outcome {
+        case .connected:
+            await perform(call) { $0.mediaConnected() }
+            startQualityLoop(for: call)
+        case .failed(let reason):
+            await perform(call) { $0.mediaFailed(reason) }
+        }
+    }
+
+    private func startQualityLoop(for call: CallID) {
+        guard let live = calls[call], let peer = live.peer, live.media.count < 2 else { return }
+        let interval = configuration.statsInterval
+        let bitrateConfiguration = configuration.bitrate
+        let task = Task { [clock] in
+            var monitor = QualityMonitor()
+            var controller = BitrateController(configuration: bitrateConfiguration)
+            while !Task.isCancelled {
+                guard let sample = try? await peer.statistics() else { return }
+                if let report = monitor.add(sample) {
+                    await self.record(report, for: call)
+                    if let setting = controller.update(lossPct: report.lossPct, rttMs: report.rttMs, now: sample.at) {
+                        await peer.setAudioEncoding(setting)
+                        await self.emit(.bitrate(call.uuid, setting))
+                    }
+                }
+                do { try await clock.sleep(for: interval) } catch { return }
+            }
+        }
+        calls[call]?.media.append(task)
+    }
+
+    private func record(_ report: QualityReport, for call: CallID) {
+        calls[call]?.quality = report
+        eventSink.yield(.quality(call.uuid, report))
+    }
+
+    private func emit(_ event: CallEvent) { eventSink.yield(event) }
+
+    private func closePeerConnection(for call: CallID) async {
+        guard var live = calls[call] else { return }
+        await live.negotiator?.close()
+        await live.peer?.close()
+        live.peer = nil
+        live.negotiator = nil
+        for task in live.media { task.cancel() }
+        live.media = []
+        calls[call] = live
+    }
+}
+
+extension CallID {
+    /// The call id of a system call UUID.
+    public init(uuid: UUID) { self.init(rawValue: uuid.uuidString)! }
+    public var uuid: UUID { UUID(uuidString: rawValue)! }
+}

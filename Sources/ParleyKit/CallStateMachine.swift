@@ -1,0 +1,251 @@
+import Foundation
+import ParleyProtocol
+
+/// One call on this device, with CallKit's semantics. A plain struct: every event is a `mutating`
+/// method that answers the actions to perform; `CallManager` performs them.
+///
+/// ```
+/// outgoing: dialing ─invite ack─▶ ringing ─call.accepted─▶ connecting ─ICE connected─▶ connected
+/// incoming: ringing ─answer action─▶ answering ─accept ack + peer ready─▶ connecting ─▶ connected
+/// every phase ─▶ ended
+/// ```
+///
+/// The rules of apple-rules.md it encodes:
+/// - audio is configured only in the start and answer actions;
+/// - the answer action stays pending until the server took the accept and the peer connection
+///   exists, and fails if the call cannot be joined;
+/// - declining a call that rings while another is in progress declines it as `busy`;
+/// - a call that ended while this device was away ends with the server's reason.
+public struct CallStateMachine: Sendable {
+    public enum Direction: Hashable, Sendable { case outgoing, incoming }
+
+    public enum Phase: Hashable, Sendable {
+        case dialing
+        case ringing
+        case answering
+        case connecting
+        case connected
+        case ended(EndReason)
+
+        public var isEnded: Bool { if case .ended = self { true } else { false } }
+    }
+
+    public enum Action: Hashable, Sendable {
+        case sendInvite
+        case sendRinging
+        case sendAccept
+        case sendDecline(EndReason)
+        case sendHangup(reason: String?)
+        case sendUpdate(muted: Bool?, held: Bool?)
+        case reportIncoming
+        case reportStartedConnecting
+        case reportConnected
+        case reportEnded(SystemEndReason)
+        case fulfill(ProviderActionID)
+        case fail(ProviderActionID)
+        case configureAudio
+        case makePeerConnection(polite: Bool)
+        case closePeerConnection
+        case setPeerMuted(Bool)
+        case setPeerHeld(Bool)
+    }
+
+    public let id: CallID
+    public let direction: Direction
+    public let remote: UserID
+    public let remoteName: String?
+    public let media: MediaSpec
+    public private(set) var phase: Phase
+    public private(set) var held = false
+    public private(set) var muted = false
+    private var startAction: ProviderActionID?
+    private var answerAction: ProviderActionID?
+    private var acceptTaken = false
+    private var peerReady = false
+
+    /// The system call UUID of this call.
+    public var uuid: UUID { UUID(uuidString: id.rawValue)! }
+
+    private init(id: CallID, direction: Direction, remote: UserID, remoteName: String?, media: MediaSpec, phase: Phase) {
+        self.id = id
+        self.direction = direction
+        self.remote = remote
+        self.remoteName = remoteName
+        self.media = media
+        self.phase = phase
+    }
+
+    /// The user started a call (a start action, from the system UI or the app).
+    public static func outgoing(_ id: CallID, to remote: UserID, media: MediaSpec, action: ProviderActionID) -> (CallStateMachine, [Action]) {
+        var call = CallStateMachine(id: id, direction: .outgoing, remote: remote, remoteName: nil, media: media, phase: .dialing)
+        call.startAction = action
+        return (call, [.configureAudio, .sendInvite])
+    }
+
+    /// A call arrived: over signaling (`call.incoming`), or from a VoIP push (`alreadyReported`).
+    public static func incoming(_ id: CallID, from remote: UserID, name: String?, media: MediaSpec,
+                                alreadyReported: Bool) -> (CallStateMachine, [Action]) {
+        let call = CallStateMachine(id: id, direction: .incoming, remote: remote, remoteName: name, media: media, phase: .ringing)
+        return (call, alreadyReported ? [] : [.reportIncoming])
+    }
+
+    // MARK: Outgoing
+
+    public mutating func inviteAcknowledged() -> [Action] {
+        guard phase == .dialing else { return [] }
+        phase = .ringing
+        return takeStart(fulfilled: true) + [.reportStartedConnecting]
+    }
+
+    public mutating func inviteFailed() -> [Action] {
+        guard phase == .dialing else { return [] }
+        phase = .ended(EndReason(rawValue: "failed"))
+        return takeStart(fulfilled: false)
+    }
+
+    public mutating func remoteAccepted() -> [Action] {
+        guard direction == .outgoing, phase == .ringing || phase == .dialing else { return [] }
+        phase = .connecting
+        return takeStart(fulfilled: true) + [.makePeerConnection(polite: false)]
+    }
+
+    // MARK: Incoming
+
+    /// The signaling invite for a call first learned of from a push: ring the caller.
+    public mutating func signalingInviteArrived() -> [Action] {
+        guard direction == .incoming, phase == .ringing else { return [] }
+        return [.sendRinging]
+    }
+
+    public mutating func answer(_ action: ProviderActionID) -> [Action] {
+        guard direction == .incoming, phase == .ringing else { return [.fail(action)] }
+        phase = .answering
+        answerAction = action
+        return [.configureAudio, .sendAccept, .makePeerConnection(polite: true)]
+    }
+
+    public mutating func acceptAcknowledged() -> [Action] {
+        acceptTaken = true
+        return answerIfReady()
+    }
+
+    public mutating func peerConnectionReady() -> [Action] {
+        peerReady = true
+        return answerIfReady()
+    }
+
+    private mutating func answerIfReady() -> [Action] {
+        guard phase == .answering, acceptTaken, peerReady, let action = answerAction else { return [] }
+        answerAction = nil
+        phase = .connecting
+        return [.fulfill(action)]
+    }
+
+    /// The server refused the accept: someone else answered, or the call is over.
+    public mutating func acceptFailed(_ code: ErrorCode?) -> [Action] {
+        guard phase == .answering else { return [] }
+        let reason: (EndReason, SystemEndReason) = switch code {
+        case .callAlreadyAnswered?: (.answeredElsewhere, .answeredElsewhere)
+        case .callEnded?: (.hangup, .remoteEnded)
+        default: (EndReason(rawValue: "failed"), .failed)
+        }
+        phase = .ended(reason.0)
+        var actions: [Action] = answerAction.map { [.fail($0)] } ?? []
+        answerAction = nil
+        actions += [.closePeerConnection, .reportEnded(reason.1)]
+        return actions
+    }
+
+    // MARK: Both directions
+
+    public mutating func mediaConnected() -> [Action] {
+        guard phase == .connecting else { return [] }
+        phase = .connected
+        return direction == .outgoing ? [.reportConnected] : []
+    }
+
+    /// The user ended the call (an end action). `anotherCallActive`: a ringing call declined while
+    /// another call is in progress is declined as busy.
+    public mutating func end(_ action: ProviderActionID, anotherCallActive: Bool) -> [Action] {
+        guard !phase.isEnded else { return [.fulfill(action)] }
+        var actions: [Action]
+        if direction == .incoming, phase == .ringing {
+            let reason: EndReason = anotherCallActive ? .busy : .declined
+            phase = .ended(reason)
+            actions = [.sendDecline(reason)]
+        } else {
+            phase = .ended(.hangup)
+            actions = [.sendHangup(reason: nil)]
+        }
+        actions += pendingActionsFailed()
+        return actions + [.closePeerConnection, .fulfill(action)]
+    }
+
+    /// The server ended the call (`call.ended`), or `call.state` said it is over.
+    public mutating func remoteEnded(_ reason: EndReason) -> [Action] {
+        guard !phase.isEnded else { return [] }
+        phase = .ended(reason)
+        return pendingActionsFailed() + [.closePeerConnection, .reportEnded(Self.systemReason(reason, direction: direction))]
+    }
+
+    public mutating func setHeld(_ held: Bool, action: ProviderActionID) -> [Action] {
+        guard phase == .connecting || phase == .connected else { return [.fail(action)] }
+        self.held = held
+        return [.setPeerHeld(held), .sendUpdate(muted: nil, held: held), .fulfill(action)]
+    }
+
+    public mutating func setMuted(_ muted: Bool, action: ProviderActionID) -> [Action] {
+        guard !phase.isEnded else { return [.fail(action)] }
+        self.muted = muted
+        return [.setPeerMuted(muted), .sendUpdate(muted: muted, held: nil), .fulfill(action)]
+    }
+
+    /// Media could not be recovered (ICE restarts ran out).
+    public mutating func mediaFailed(_ reason: String) -> [Action] {
+        guard !phase.isEnded else { return [] }
+        phase = .ended(EndReason(rawValue: reason))
+        return pendingActionsFailed() + [.sendHangup(reason: reason), .closePeerConnection, .reportEnded(.failed)]
+    }
+
+    /// The provider was reset: the system already forgot the call; tell the other party.
+    public mutating func reset() -> [Action] {
+        guard !phase.isEnded else { return [] }
+        let ringing = direction == .incoming && phase == .ringing
+        phase = .ended(ringing ? .declined : .hangup)
+        return pendingActionsFailed() + [ringing ? .sendDecline(.declined) : .sendHangup(reason: "reset"), .closePeerConnection]
+    }
+
+    public var isInProgress: Bool {
+        switch phase {
+        case .answering, .connecting, .connected: true
+        case .dialing, .ringing: direction == .outgoing
+        case .ended: false
+        }
+    }
+
+    private mutating func takeStart(fulfilled: Bool) -> [Action] {
+        guard let action = startAction else { return [] }
+        startAction = nil
+        return [fulfilled ? .fulfill(action) : .fail(action)]
+    }
+
+    private mutating func pendingActionsFailed() -> [Action] {
+        var actions: [Action] = []
+        if let action = startAction { actions.append(.fail(action)) }
+        if let action = answerAction { actions.append(.fail(action)) }
+        startAction = nil
+        answerAction = nil
+        return actions
+    }
+
+    /// How a server end reason reads to the system.
+    public static func systemReason(_ reason: EndReason, direction: Direction) -> SystemEndReason {
+        switch reason {
+        case .answeredElsewhere: .answeredElsewhere
+        case .declinedElsewhere: .declinedElsewhere
+        case .noAnswer: .unanswered
+        case .hangup, .cancelled, .declined, .busy: .remoteEnded
+        default: .failed
+        }
+    }
+}

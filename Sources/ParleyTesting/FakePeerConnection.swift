@@ -1,0 +1,169 @@
+import Foundation
+import ParleyKit
+import ParleyProtocol
+
+/// A peer connection without media, for tests: it keeps WebRTC's signaling states (and refuses what
+/// a real one refuses), hands out a host candidate after each local description, and reports ICE
+/// connected once a negotiation round is complete. `failIce()` simulates a network failure; the next
+/// completed round (an ICE restart) connects again.
+public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public let events: AsyncStream<PeerConnectionEvent>
+    private let sink: AsyncStream<PeerConnectionEvent>.Continuation
+    private let lock = NSLock()
+    private let name: String
+    private var state: PeerSignalingState = .stable
+    private var iceState: IceConnectionState = .new
+    private var version = 0
+    private var localDescription: SessionDescription?
+    private var remoteDescription: SessionDescription?
+    private var remoteCandidates: [IceCandidate?] = []
+    private var startedAt = ContinuousClock.now
+    public private(set) var muted = false
+    public private(set) var held = false
+    public private(set) var closed = false
+    public private(set) var encoding: BitrateController.Setting?
+    public private(set) var offersMade: [Bool] = []
+    /// Loss to report in statistics, in percent.
+    public var simulatedLossPct: Double = 0
+
+    public init(name: String) {
+        self.name = name
+        (events, sink) = AsyncStream.makeStream()
+        sink.yield(.negotiationNeeded)
+    }
+
+    public var candidates: [IceCandidate?] { lock.withLock { remoteCandidates } }
+    public var currentIceState: IceConnectionState { lock.withLock { iceState } }
+    public var remote: SessionDescription? { lock.withLock { remoteDescription } }
+
+    public func signalingState() async -> PeerSignalingState { lock.withLock { state } }
+
+    public func createOffer(iceRestart: Bool) async throws -> SessionDescription {
+        try lock.withLock {
+            guard !closed else { throw Failure(description: "closed") }
+            offersMade.append(iceRestart)
+            version += 1
+            return SessionDescription(type: "offer", sdp: sdp(ufrag: iceRestart ? "restart\(version)" : "u\(version)"))
+        }
+    }
+
+    public func createAnswer() async throws -> SessionDescription {
+        try lock.withLock {
+            guard state == .haveRemoteOffer else { throw Failure(description: "createAnswer in \(state.rawValue)") }
+            version += 1
+            return SessionDescription(type: "answer", sdp: sdp(ufrag: "a\(version)"))
+        }
+    }
+
+    public func setLocalDescription(_ description: SessionDescription) async throws {
+        let completed: Bool = try lock.withLock {
+            switch (description.type, state) {
+            case ("offer", .stable): state = .haveLocalOffer
+            case ("answer", .haveRemoteOffer): state = .stable
+            default: throw Failure(description: "setLocalDescription(\(description.type)) in \(state.rawValue)")
+            }
+            localDescription = description
+            return state == .stable
+        }
+        sink.yield(.localCandidate(IceCandidate(candidate: "candidate:1 1 udp 2122260223 127.0.0.1 \(40000 + version) typ host",
+                                                sdpMid: "0", sdpMLineIndex: 0)))
+        sink.yield(.localCandidate(nil))
+        if completed { connect() }
+    }
+
+    public func setRemoteDescription(_ description: SessionDescription) async throws {
+        let completed: Bool = try lock.withLock {
+            switch (description.type, state) {
+            case ("offer", .stable): state = .haveRemoteOffer
+            case ("answer", .haveLocalOffer): state = .stable
+            default: throw Failure(description: "setRemoteDescription(\(description.type)) in \(state.rawValue)")
+            }
+            remoteDescription = description
+            return state == .stable
+        }
+        if completed { connect() }
+    }
+
+    public func rollback() async throws {
+        try lock.withLock {
+            guard state == .haveLocalOffer else { throw Failure(description: "rollback in \(state.rawValue)") }
+            state = .stable
+        }
+    }
+
+    public func addRemoteCandidate(_ candidate: IceCandidate?) async throws {
+        try lock.withLock {
+            guard remoteDescription != nil else { throw Failure(description: "a candidate before the remote description") }
+            remoteCandidates.append(candidate)
+        }
+    }
+
+    public func setMicrophoneMuted(_ muted: Bool) async { lock.withLock { self.muted = muted } }
+    public func setOnHold(_ held: Bool) async { lock.withLock { self.held = held } }
+    public func setAudioEncoding(_ setting: BitrateController.Setting) async { lock.withLock { encoding = setting } }
+
+    public func statistics() async throws -> MediaStatsSample {
+        lock.withLock {
+            let elapsed = ContinuousClock.now - startedAt
+            let packets = Int(elapsed.components.seconds * 50 + elapsed.components.attoseconds / 20_000_000_000_000_000)
+            let lost = Int(Double(packets) * simulatedLossPct / 100)
+            return MediaStatsSample(at: elapsed, roundTripTimeMs: 20, jitterMs: 2, packetsReceived: packets - lost, packetsLost: lost,
+                                    bytesSent: packets * 160, bytesReceived: (packets - lost) * 160, audioLevel: held || muted ? 0 : 0.3)
+        }
+    }
+
+    public func close() async {
+        lock.withLock {
+            closed = true
+            state = .closed
+            iceState = .closed
+        }
+        sink.finish()
+    }
+
+    /// Simulates the network dropping: ICE fails.
+    public func failIce() {
+        lock.withLock { iceState = .failed }
+        sink.yield(.iceConnectionState(.failed))
+    }
+
+    private func connect() {
+        let changed: Bool = lock.withLock {
+            guard iceState != .connected, !closed else { return false }
+            iceState = .connected
+            return true
+        }
+        guard changed else { return }
+        sink.yield(.iceConnectionState(.connected))
+        sink.yield(.remoteAudioStarted)
+    }
+
+    private func sdp(ufrag: String) -> String {
+        "v=0\r\no=- \(name.hashValue & 0xFFFF) \(version) IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=ice-ufrag:\(ufrag)\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n"
+    }
+}
+
+/// Hands out `FakePeerConnection`s and keeps them for inspection.
+public final class FakePeerConnectionFactory: PeerConnectionFactory, @unchecked Sendable {
+    private let lock = NSLock()
+    private var made: [FakePeerConnection] = []
+    private let name: String
+    public private(set) var configurations: [PeerConnectionConfiguration] = []
+
+    public init(name: String) { self.name = name }
+
+    public var connections: [FakePeerConnection] { lock.withLock { made } }
+
+    public func makePeerConnection(_ configuration: PeerConnectionConfiguration) async throws -> any PeerConnection {
+        lock.withLock {
+            let peer = FakePeerConnection(name: "\(name)-\(made.count)")
+            made.append(peer)
+            configurations.append(configuration)
+            return peer
+        }
+    }
+}
