@@ -93,8 +93,10 @@ public actor Negotiator {
     }
 
     private func negotiate() async {
+        // The callee's first answer covers what it wanted to send; an ICE restart asked for before
+        // that waits for it.
         guard mayOffer else {
-            negotiationDeferred = true
+            if restartPending { negotiationDeferred = true }
             return
         }
         guard !makingOffer else {

@@ -27,6 +27,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     public private(set) var closed = false
     public private(set) var encoding: BitrateController.Setting?
     public private(set) var offersMade: [Bool] = []
+    private var networkDown = false
     /// Loss to report in statistics, in percent.
     public var simulatedLossPct: Double = 0
 
@@ -131,13 +132,26 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         sink.yield(.iceConnectionState(.failed))
     }
 
+    /// Simulates a network that stays down: ICE fails now and after every restart.
+    public func breakNetwork() {
+        lock.withLock {
+            networkDown = true
+            iceState = .failed
+        }
+        sink.yield(.iceConnectionState(.failed))
+    }
+
     private func connect() {
-        let changed: Bool = lock.withLock {
-            guard iceState != .connected, !closed else { return false }
-            iceState = .connected
-            return true
+        let (changed, down): (Bool, Bool) = lock.withLock {
+            guard iceState != .connected, !closed else { return (false, false) }
+            iceState = networkDown ? .failed : .connected
+            return (true, networkDown)
         }
         guard changed else { return }
+        if down {
+            sink.yield(.iceConnectionState(.failed))
+            return
+        }
         sink.yield(.iceConnectionState(.connected))
         sink.yield(.remoteAudioStarted)
     }

@@ -1,0 +1,69 @@
+import Foundation
+import Logging
+@testable import ParleyKit
+import ParleyNIOTransport
+import ParleyProtocol
+import ParleyServerTesting
+import ParleyTesting
+import Testing
+
+/// One app on one device: the SDK with fake system parts, talking to the real server.
+final class SDKDevice: @unchecked Sendable {
+    let user: UserID
+    let signaling: SignalingClient<ContinuousClock>
+    let provider = FakeSystemCallProvider()
+    let audio = FakeAudioSession()
+    let peers: FakePeerConnectionFactory
+    let manager: CallManager<ContinuousClock>
+    private var task: Task<Void, Never>?
+    private let lock = NSLock()
+    private var log: [CallEvent] = []
+
+    init(_ server: LiveServer, user: UserID, device: DeviceID, configure: (inout CallManager<ContinuousClock>.Configuration) -> Void = { _ in }) {
+        self.user = user
+        signaling = makeClient(server, user: user, device: device)
+        peers = FakePeerConnectionFactory(name: "\(user)-\(device)")
+        var configuration = CallManager<ContinuousClock>.Configuration()
+        configuration.statsInterval = .milliseconds(100)
+        configure(&configuration)
+        manager = CallManager(signaling: signaling, provider: provider, audio: audio, peers: peers, clock: ContinuousClock(),
+                              logger: Logger(label: "test.sdk"), configuration: configuration)
+        let events = manager.events
+        Task { [weak self] in for await event in events { self?.lock.withLock { self?.log.append(event) } } }
+    }
+
+    func start() async throws {
+        task = Task { await manager.run() }
+        try await eventually { await signaling.session != nil }
+    }
+
+    func stop() async {
+        await signaling.stop()
+        task?.cancel()
+    }
+
+    var events: [CallEvent] { lock.withLock { log } }
+
+    func phase(_ call: UUID) async -> CallStateMachine.Phase? { await manager.phase(of: call) }
+
+    /// The user starts a call from the app (through the system, as CallKit would).
+    func call(_ user: UserID, video: Bool = false) -> (call: UUID, action: ProviderActionID) {
+        let call = UUID()
+        let action = provider.perform { .start($0, call: call, to: user, video: video) }
+        return (call, action)
+    }
+
+    func incomingCall() -> UUID? {
+        provider.records.compactMap { if case .incoming(let report) = $0 { report.call } else { nil } }.last
+    }
+}
+
+func eventually(timeout: Duration = .seconds(10), _ message: @autoclosure () -> String = "condition",
+                _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(5))
+    }
+    throw TestFailure("\(message()) did not become true in time")
+}
