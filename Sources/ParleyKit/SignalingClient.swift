@@ -51,6 +51,8 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         public var requestTimeout: Duration = .seconds(10)
         /// How long to wait for `welcome` after connecting.
         public var welcomeTimeout: Duration = .seconds(10)
+        /// How long a connection attempt (TCP, TLS, the WebSocket upgrade) may take.
+        public var connectTimeout: Duration = .seconds(10)
         public var backoff = Backoff()
 
         public init(url: URL, device: DeviceID, client: ClientInfo = ClientInfo(name: "parley-swift", version: "0.1.0")) {
@@ -222,7 +224,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
             let opened: any SignalingConnection
             do {
                 let token = try await tokens()
-                opened = try await transport.connect(to: configuration.url, token: token)
+                opened = try await connect(token: token)
             } catch {
                 logger.debug("signaling connection failed", metadata: ["error": "\(error)"])
                 continue
@@ -239,6 +241,24 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
                 finish(reason: "replaced by a newer connection of this device")
                 return
             }
+        }
+    }
+
+    private struct ConnectTimeout: Error {}
+
+    private func connect(token: String) async throws -> any SignalingConnection {
+        let transport = self.transport
+        let url = configuration.url
+        let timeout = configuration.connectTimeout
+        return try await withThrowingTaskGroup(of: (any SignalingConnection)?.self) { [clock] group in
+            group.addTask { try await transport.connect(to: url, token: token) }
+            group.addTask {
+                try await clock.sleep(for: timeout)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let connection = first else { throw ConnectTimeout() }
+            return connection
         }
     }
 

@@ -63,7 +63,9 @@ public struct WebSocketSignalingTransport: SignalingTransport {
             outboundSink.finish()
         }
         var iterator = ready.makeAsyncIterator()
-        switch await iterator.next() {
+        // Cancelled while connecting (a connect timeout): drop the attempt.
+        let outcome = await withTaskCancellationHandler { await iterator.next() } onCancel: { task.cancel() }
+        switch outcome {
         case .some(nil):
             return Connection(events: events, outbound: outboundSink, task: task)
         case .some(.some(let error)):

@@ -10,13 +10,19 @@ struct HTTPRoutes: Sendable {
     let tokens: TokenAuthority
     let metrics: ServerMetrics
     let wallClock: @Sendable () -> Int64
+    /// Whether the server is shutting down: new sessions are refused with 503.
+    let isShuttingDown: @Sendable () async -> Bool
 
     static let maxBody = 64 * 1024
     static let maxCallsLimit = 200
 
     func register(on router: Router<BasicRequestContext>) {
         router.get("/healthz") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+            guard await !isShuttingDown() else {
+                return Response(status: .serviceUnavailable, headers: [.contentType: "text/plain; charset=utf-8"],
+                                body: .init(byteBuffer: ByteBuffer(string: "shutting down\n")))
+            }
+            return Response(status: .ok, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
         }
         router.get("/metrics") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
@@ -37,6 +43,7 @@ struct HTTPRoutes: Sendable {
         }
         // Reached only when the WebSocket upgrade was refused.
         router.get("/v1/signal") { request, _ in
+            if await isShuttingDown() { return Self.error(.serviceUnavailable, .unavailable, "the server is shutting down") }
             guard await identity(request, allowQuery: true) != nil else {
                 return Self.error(.unauthorized, .unauthorized, "a valid access token is required")
             }

@@ -544,5 +544,6 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     // MARK: Introspection for tests and metrics
 
     public var connectionCount: Int { connections.count }
+    public var isShuttingDown: Bool { shuttingDown }
     public var sessionCount: Int { sessions.count }
 }

@@ -60,8 +60,10 @@ public final class SignalingServer: Sendable {
     public func makeServiceGroup(signals: [UnixSignal]) -> ServiceGroup {
         let router = Router(context: BasicRequestContext.self)
         HTTPRoutes(configuration: configuration, store: store, tokens: tokens, metrics: metrics,
-                   wallClock: { Int64(Date().timeIntervalSince1970 * 1000) }).register(on: router)
-        let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, logger: logger)
+                   wallClock: { Int64(Date().timeIntervalSince1970 * 1000) },
+                   isShuttingDown: { [hub] in await hub.isShuttingDown }).register(on: router)
+        let openConnections = OpenConnections()
+        let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, open: openConnections, logger: logger)
         let onRunning = self.onRunning
         let app = Application(
             router: router,
@@ -79,21 +81,24 @@ public final class SignalingServer: Sendable {
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: app),
             .init(service: PushService(pushes: pushes, sender: pushSender, store: store, logger: logger)),
-            .init(service: HubService(hub: hub)),
+            .init(service: HubService(hub: hub, open: openConnections)),
         ]
         return ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: signals, logger: logger))
     }
 }
 
-/// Runs the hub's timeouts, and shuts the hub down on graceful shutdown.
+/// Runs the hub's timeouts. On graceful shutdown it shuts the hub down and waits (up to 5 s) until
+/// every client has its last frames and its close, before the HTTP server stops.
 struct HubService<C: Clock>: Service where C.Duration == Duration {
     let hub: SignalingHub<C>
+    let open: OpenConnections
 
     func run() async throws {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await hub.run() }
             try? await gracefulShutdown()
             await hub.shutdown()
+            await open.drained(within: .seconds(5))
             group.cancelAll()
         }
     }

@@ -16,11 +16,14 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     let hub: SignalingHub<C>
     let tokens: TokenAuthority
     let logger: Logger
+    /// Connections whose reader or writer still runs; shutdown waits for them to drain.
+    let open: OpenConnections
     private let connectionIDs = NIOLockedValueBox<UInt64>(0)
 
-    init(hub: SignalingHub<C>, tokens: TokenAuthority, logger: Logger) {
+    init(hub: SignalingHub<C>, tokens: TokenAuthority, open: OpenConnections, logger: Logger) {
         self.hub = hub
         self.tokens = tokens
+        self.open = open
         self.logger = logger
     }
 
@@ -38,7 +41,8 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     func shouldUpgrade(_ request: HTTPRequest, channel: any Channel) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
         guard let path = request.path, path.split(separator: "?", maxSplits: 1).first == Substring(Self.path),
               let token = Self.bearerToken(headers: request.headerFields, path: path, allowQuery: true),
-              let identity = try? await tokens.verify(token)
+              let identity = try? await tokens.verify(token),
+              await !hub.isShuttingDown
         else { return .dontUpgrade }
         var headers = HTTPFields()
         let offered = request.headerFields[values: .secWebSocketProtocol]
@@ -55,6 +59,8 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
 
     private func serve(id: UInt64, identity: Identity, channel: any Channel,
                        inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async {
+        open.opened()
+        defer { open.closed() }
         let (frames, continuation) = AsyncStream<OutboundFrame>.makeStream()
         let connection = Connection(id: id, identity: identity, outbound: continuation, now: hub.now())
         await Self.observeActivity(on: channel) { [hub] in connection.touch(now: hub.now()) }
@@ -132,5 +138,23 @@ final class FrameActivityHandler: ChannelInboundHandler, Sendable {
         // Pongs only answer the server; the heartbeat is what the client sends of its own accord.
         if unwrapInboundIn(data).opcode != .pong { onFrame() }
         context.fireChannelRead(data)
+    }
+}
+
+/// Counts the WebSocket connections still being served, so a graceful shutdown can wait until every
+/// client got its last frames and its close.
+final class OpenConnections: Sendable {
+    private let count = NIOLockedValueBox(0)
+
+    func opened() { count.withLockedValue { $0 += 1 } }
+    func closed() { count.withLockedValue { $0 -= 1 } }
+    var current: Int { count.withLockedValue { $0 } }
+
+    /// Waits until no connection is open, or `limit` has passed.
+    func drained(within limit: Duration) async {
+        let deadline = ContinuousClock.now + limit
+        while current > 0, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
     }
 }

@@ -37,6 +37,7 @@ func makeClient(_ server: LiveServer, user: UserID, device: DeviceID, backoff: D
     var configuration = SignalingClient<ContinuousClock>.Configuration(url: URL(string: server.signalURL)!, device: device)
     configuration.backoff = .init(initial: backoff, maximum: .milliseconds(500))
     configuration.requestTimeout = .seconds(5)
+    configuration.connectTimeout = .seconds(2)
     return SignalingClient(configuration: configuration, transport: WebSocketSignalingTransport(), clock: ContinuousClock(),
                            logger: Logger(label: "test.client")) {
         try await server.token(user, lifetime: tokenLifetime)

@@ -65,7 +65,8 @@ struct ServeProcessTests {
         kill(process.processIdentifier, SIGTERM)
         let ended = try await alice.expect { if case .callEnded(let m) = $0.message { m } else { nil } }
         #expect(ended.reason == .serverShutdown)
-        #expect(await alice.closeCode() == 1001)
+        let code = await alice.closeCode()
+        #expect(code == 1001)
         process.waitUntilExit()
         #expect(process.terminationReason == .exit)
         #expect(process.terminationStatus == 0)

@@ -133,23 +133,25 @@ final class WSTestClient: @unchecked Sendable {
     }
 
     /// Reads frames until one matches; the others are dropped.
-    func expect<T>(timeout: Duration = .seconds(5), _ match: (ServerFrame) -> T?) async throws -> T {
+    func expect<T>(timeout: Duration = .seconds(5), line: Int = #line, _ match: (ServerFrame) -> T?) async throws -> T {
         let deadline = ContinuousClock.now + timeout
+        var skipped: [String] = []
         while let frame = try await next(timeout: deadline - ContinuousClock.now) {
             if let value = match(frame) { return value }
+            skipped.append(frame.message.type)
         }
-        throw TestFailure("the expected frame did not come")
+        throw TestFailure("the expected frame did not come (line \(line); skipped \(skipped); closed: \(isClosed))")
     }
 
     /// Sends a request and waits for its answer.
-    func request(_ make: (String) -> ClientMessage) async throws -> Result<Ack, ErrorMessage> {
+    func request(line: Int = #line, _ make: (String) -> ClientMessage) async throws -> Result<Ack, ErrorMessage> {
         let id = nextID()
         send(make(id))
-        return try await answer(to: id)
+        return try await answer(to: id, line: line)
     }
 
-    func answer(to id: String) async throws -> Result<Ack, ErrorMessage> {
-        try await expect { frame in
+    func answer(to id: String, line: Int = #line) async throws -> Result<Ack, ErrorMessage> {
+        try await expect(line: line) { frame in
             switch frame.message {
             case .ack(let ack) where ack.re == id: .success(ack)
             case .error(let error) where error.re == id: .failure(error)
