@@ -104,6 +104,7 @@ struct Bench: AsyncParsableCommand {
         defer { heartbeat.cancel() }
 
         log("running \(calls) call setups, \(concurrency) at a time")
+        let cpuBefore = child.map { cpuSeconds(pid: $0.pid) }
         let callStart = ContinuousClock.now
         let results = try await withThrowingTaskGroup(of: [CallTiming].self) { group in
             for worker in 0..<concurrency {
@@ -117,6 +118,7 @@ struct Bench: AsyncParsableCommand {
             return all
         }
         let callSeconds = seconds(ContinuousClock.now - callStart)
+        let cpuDuringCalls = child.map { cpuSeconds(pid: $0.pid) - (cpuBefore ?? 0) }
         let rssAfter = child.map { residentBytes(pid: $0.pid) }
         for client in clients { client.close() }
 
@@ -136,6 +138,7 @@ struct Bench: AsyncParsableCommand {
             let perConnection = Double(rssHeld - rssBefore) / Double(clients.count)
             report += """
 
+              server CPU             \(format(cpuDuringCalls ?? 0)) s for the calls = \(format((cpuDuringCalls ?? 0) * 1000 / Double(results.count))) ms per call setup, \(format(100 * (cpuDuringCalls ?? 0) / callSeconds)) % of one core
               server memory          \(mib(rssBefore)) MiB idle, \(mib(rssHeld)) MiB with the connections held (\(format(perConnection / 1024)) KiB per connection), \(mib(rssAfter)) MiB after the calls
             """
         }
@@ -232,6 +235,16 @@ private func ms(_ duration: Duration) -> String { format(seconds(duration) * 100
 private func format(_ value: Double) -> String { String(format: "%.2f", value) }
 private func mib(_ bytes: Int) -> String { format(Double(bytes) / 1_048_576) }
 
+/// User plus system CPU time of a process, in seconds.
+private func cpuSeconds(pid: Int32) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return 0 }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    // After the command: state is field 3, utime field 14, stime field 15 (1-based, man 5 proc).
+    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
 /// VmRSS of a process, in bytes.
 private func residentBytes(pid: Int32) -> Int {
     guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
@@ -282,6 +295,7 @@ final class BenchClient: @unchecked Sendable {
     private let outbound: AsyncStream<String>.Continuation
     private var inbound: AsyncStream<String>.Iterator
     private var counter = 0
+    private var received = 0
     private let device: String
 
     private init(outbound: AsyncStream<String>.Continuation, inbound: AsyncStream<String>, device: String) {
@@ -339,10 +353,21 @@ final class BenchClient: @unchecked Sendable {
         return id
     }
 
+    /// Acknowledges server frames now and then, as a real client does, so the server can drop
+    /// them from its resume buffer.
+    private func next() async -> String? {
+        guard let text = await inbound.next() else { return nil }
+        received += 1
+        if received % 32 == 0, let range = text.range(of: #""seq":(\d+)"#, options: .regularExpression) {
+            send(#"{"type":"ack","\#(text[range])}"#)
+        }
+        return text
+    }
+
     /// Sends a request and waits for its ack; an error answer fails the run.
     func request(_ type: String, _ fields: String) async throws {
         let id = sendRequest(type, fields)
-        while let text = await inbound.next() {
+        while let text = await next() {
             guard text.contains(#""re":"\#(id)""#) else { continue }
             if text.contains(#""type":"error""#) { throw ValidationError("\(type) failed: \(text)") }
             return
@@ -352,7 +377,7 @@ final class BenchClient: @unchecked Sendable {
 
     /// Waits for a frame of `type` (about `call`, when given), skipping others.
     func expect(type: String, call: String?) async throws -> String {
-        while let text = await inbound.next() {
+        while let text = await next() {
             guard text.contains(#""type":"\#(type)""#) else { continue }
             if let call, !text.contains(call) { continue }
             return text

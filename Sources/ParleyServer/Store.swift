@@ -114,13 +114,14 @@ public final class SQLiteStore: SignalingStore {
     public func saveCall(_ record: CallRecord) throws {
         let quality = try record.quality.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
         try database.write { db in
-            try db.execute(sql: """
+            // Cached: this runs several times per call, and compiling the statement cost more than running it.
+            try db.cachedStatement(sql: """
                 INSERT INTO call (call, caller, callee, callerDevice, calleeDevice, audio, video, createdAt,
                   answeredAt, endedAt, reason, duration, quality)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(call) DO UPDATE SET calleeDevice = excluded.calleeDevice, answeredAt = excluded.answeredAt,
                   endedAt = excluded.endedAt, reason = excluded.reason, duration = excluded.duration, quality = excluded.quality
-                """, arguments: [record.call.rawValue, record.caller.rawValue, record.callee.rawValue,
+                """).execute(arguments: [record.call.rawValue, record.caller.rawValue, record.callee.rawValue,
                                  record.callerDevice.rawValue, record.calleeDevice?.rawValue, record.media.audio,
                                  record.media.video, record.createdAt, record.answeredAt, record.endedAt,
                                  record.reason?.rawValue, record.duration, quality])
@@ -129,7 +130,7 @@ public final class SQLiteStore: SignalingStore {
 
     public func call(_ id: CallID) throws -> CallRecord? {
         try database.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM call WHERE call = ?", arguments: [id.rawValue]).flatMap(Self.callRecord)
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM call WHERE call = ?"), arguments: [id.rawValue]).flatMap(Self.callRecord)
         }
     }
 
