@@ -48,8 +48,8 @@ public actor Negotiator {
         for await event in peer.events {
             guard !closed else { return }
             switch event {
-            case .negotiationNeeded:
-                await negotiate()
+            case .negotiationNeeded(let id):
+                if await peer.shouldNegotiate(id) { await negotiate() }
             case .localCandidate(let candidate):
                 await sendSignal(SignalPayload(candidate: candidate.map(CandidateSignal.candidate) ?? .endOfCandidates))
             case .iceConnectionState(.connected), .iceConnectionState(.completed):

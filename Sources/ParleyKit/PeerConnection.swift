@@ -15,7 +15,9 @@ public enum IceConnectionState: String, Hashable, Sendable {
 
 /// What a peer connection reports.
 public enum PeerConnectionEvent: Hashable, Sendable {
-    case negotiationNeeded
+    /// Negotiation may be needed; check `shouldNegotiate(id)` when handling it, since a round that
+    /// completed in between may have made it stale (libwebrtc's `ShouldFireNegotiationNeededEvent`).
+    case negotiationNeeded(id: UInt64)
     /// A local ICE candidate to send; nil when gathering is complete.
     case localCandidate(IceCandidate?)
     case iceConnectionState(IceConnectionState)
@@ -41,6 +43,8 @@ public struct PeerConnectionConfiguration: Hashable, Sendable {
 public protocol PeerConnection: Sendable {
     var events: AsyncStream<PeerConnectionEvent> { get }
     func signalingState() async -> PeerSignalingState
+    /// Whether the negotiation-needed event `id` still stands.
+    func shouldNegotiate(_ id: UInt64) async -> Bool
     func createOffer(iceRestart: Bool) async throws -> SessionDescription
     func createAnswer() async throws -> SessionDescription
     func setLocalDescription(_ description: SessionDescription) async throws

@@ -31,10 +31,18 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     /// Loss to report in statistics, in percent.
     public var simulatedLossPct: Double = 0
 
+    /// WebRTC's negotiation-needed flag: set by adding media (at creation), cleared by a completed round.
+    private var needsNegotiation = true
+
     public init(name: String) {
         self.name = name
         (events, sink) = AsyncStream.makeStream()
-        sink.yield(.negotiationNeeded)
+        sink.yield(.negotiationNeeded(id: 1))
+    }
+
+    /// As libwebrtc does: an event stands while the flag is set and no later event replaced it.
+    public func shouldNegotiate(_ id: UInt64) async -> Bool {
+        lock.withLock { needsNegotiation && state == .stable && id == 1 }
     }
 
     public var candidates: [IceCandidate?] { lock.withLock { remoteCandidates } }
@@ -68,6 +76,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
             default: throw Failure(description: "setLocalDescription(\(description.type)) in \(state.rawValue)")
             }
             localDescription = description
+            if state == .stable { needsNegotiation = false }
             return state == .stable
         }
         sink.yield(.localCandidate(IceCandidate(candidate: "candidate:1 1 udp 2122260223 127.0.0.1 \(40000 + version) typ host",
@@ -84,6 +93,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
             default: throw Failure(description: "setRemoteDescription(\(description.type)) in \(state.rawValue)")
             }
             remoteDescription = description
+            if state == .stable { needsNegotiation = false }
             return state == .stable
         }
         if completed { connect() }

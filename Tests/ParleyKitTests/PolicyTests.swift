@@ -1,0 +1,213 @@
+import Foundation
+@testable import ParleyKit
+import ParleyProtocol
+import ParleyTesting
+import Testing
+
+@Suite("Audio route and interruption policy")
+struct AudioRoutePolicyTests {
+    @Test func aNewDeviceIsUsedAndTheOldOnesLossFallsBack() {
+        var policy = AudioRoutePolicy(video: false)
+        #expect(policy.current == .receiver)
+        let step1 = policy.handle(.newDeviceAvailable(.bluetooth("AirPods")))
+        #expect(step1 == [.route(to: .bluetooth("AirPods")), .show(.bluetooth("AirPods"))])
+        let step2 = policy.handle(.newDeviceAvailable(.wiredHeadset))
+        #expect(step2 == [.route(to: .wiredHeadset), .show(.wiredHeadset)])
+        let step3 = policy.handle(.oldDeviceUnavailable(.wiredHeadset))
+        #expect(step3 == [.route(to: .bluetooth("AirPods")), .show(.bluetooth("AirPods"))],
+                "back to the Bluetooth headset that is still there")
+        let step4 = policy.handle(.oldDeviceUnavailable(.bluetooth("AirPods")))
+        #expect(step4 == [.route(to: .receiver), .show(.receiver)])
+        #expect(AudioRoutePolicy(video: true).current == .speaker, "video calls default to the speaker")
+    }
+
+    @Test func theSpeakerButtonIsAnOverrideThatAHeadsetCancels() {
+        var policy = AudioRoutePolicy(video: false)
+        let step5 = policy.handle(.speakerButton(on: true))
+        #expect(step5 == [.overrideToSpeaker(true), .show(.speaker)])
+        let step6 = policy.handle(.speakerButton(on: true))
+        #expect(step6 == [])
+        let step7 = policy.handle(.newDeviceAvailable(.wiredHeadset))
+        #expect(step7 == [.overrideToSpeaker(false), .route(to: .wiredHeadset), .show(.wiredHeadset)])
+        #expect(!policy.speakerOverride)
+        _ = policy.handle(.speakerButton(on: true))
+        let step8 = policy.handle(.speakerButton(on: false))
+        #expect(step8 == [.overrideToSpeaker(false), .show(.wiredHeadset)])
+    }
+
+    @Test func anotherCallHoldsAndResumesThisOne() {
+        var policy = AudioRoutePolicy(video: false)
+        let step9 = policy.handle(.beganByCall)
+        #expect(step9 == [.pauseMedia, .holdCall])
+        let step10 = policy.handle(.categoryChange)
+        #expect(step10 == [], "no fighting over the session while interrupted")
+        let step11 = policy.handle(.ended(shouldResume: true))
+        #expect(step11 == [.reconfigureSession, .resumeMedia, .unholdCall])
+    }
+
+    @Test func aSystemInterruptionPausesAndMayWaitForTheUser() {
+        var policy = AudioRoutePolicy(video: false)
+        let step12 = policy.handle(.beganBySystem)
+        #expect(step12 == [.pauseMedia])
+        let step13 = policy.handle(.ended(shouldResume: false))
+        #expect(step13 == [.showPausedAwaitingUser])
+        #expect(policy.interrupted)
+        let step14 = policy.userResumed()
+        #expect(step14 == [.reconfigureSession, .resumeMedia])
+        let step15 = policy.userResumed()
+        #expect(step15 == [])
+    }
+
+    @Test func mediaServicesResetRebuildsAudioOnTheSameRoute() {
+        var policy = AudioRoutePolicy(video: false)
+        _ = policy.handle(.speakerButton(on: true))
+        let step16 = policy.handle(.mediaServicesReset)
+        #expect(step16 == [.reconfigureSession, .restartAudio, .route(to: .speaker), .overrideToSpeaker(true)])
+        let step17 = policy.handle(.categoryChange)
+        #expect(step17 == [.reconfigureSession])
+    }
+}
+
+@Suite("Call quality and bitrate")
+struct QualityTests {
+    @Test func eModelMatchesItsReferencePoints() {
+        // No impairment but the codec's delay: R = 93.2 − 0.024 · 26.5 ≈ 92.56, MOS ≈ 4.40.
+        let clean = EModel.opus.rating(rttMs: 0, jitterMs: 0, lossPct: 0)
+        #expect(abs(clean - 92.564) < 0.01)
+        #expect(abs(EModel.mos(rating: clean) - 4.40) < 0.01)
+        #expect(EModel.score(rating: clean) == 5)
+        // 5 % random loss with Bpl 20: Ie,eff = 95 · 5 / 25 = 19.
+        let lossy = EModel.opus.rating(rttMs: 0, jitterMs: 0, lossPct: 5)
+        #expect(abs(clean - lossy - 19) < 0.001)
+        // Delay past 177.3 ms one way costs more steeply.
+        let slow = EModel.opus.rating(rttMs: 400, jitterMs: 0, lossPct: 0)
+        #expect(abs((clean - slow) - (0.024 * 200 + 0.11 * (226.5 - 177.3))) < 0.001)
+        #expect(EModel.mos(rating: -5) == 1)
+        #expect(EModel.mos(rating: 120) == 4.5)
+        #expect(EModel.score(rating: 65) == 2)
+    }
+
+    @Test func theMonitorTurnsCountersIntoSmoothedIntervals() throws {
+        var monitor = QualityMonitor(window: 2)
+        let step18 = monitor.add(MediaStatsSample(at: .seconds(0)))
+        #expect(step18 == nil)
+        let firstReport = monitor.add(MediaStatsSample(at: .seconds(1), roundTripTimeMs: 40, jitterMs: 5,
+                                                       packetsReceived: 95, packetsLost: 5, bytesReceived: 4000))
+        let first = try #require(firstReport)
+        #expect(first.lossPct == 5)
+        #expect(first.bitrateKbps == 32)
+        let secondReport = monitor.add(MediaStatsSample(at: .seconds(2), roundTripTimeMs: 40, jitterMs: 5,
+                                                        packetsReceived: 195, packetsLost: 5, bytesReceived: 8000))
+        let second = try #require(secondReport)
+        #expect(second.lossPct == 2.5, "smoothed over the window")
+        #expect(second.mos > first.mos)
+        #expect(second.callQuality.lossPct == 2.5)
+    }
+
+    @Test func bitrateFallsUnderLossAndRecoversWithoutOscillating() throws {
+        var controller = BitrateController()
+        #expect(controller.setting.bitrateKbps == 64)
+        // One lossy report is not enough (hysteresis); FEC turns on at once.
+        let fecValue = controller.update(lossPct: 8, rttMs: 50, now: .seconds(1))
+        let fec = try #require(fecValue)
+        #expect(fec.fec && fec.expectedLossPct == 8 && fec.bitrateKbps == 64)
+        let downValue = controller.update(lossPct: 8, rttMs: 50, now: .seconds(2))
+        let down = try #require(downValue)
+        #expect(abs(down.bitrateKbps - 51.2) < 0.001)
+        // Hold-off: no second decrease within 2 s.
+        let step19 = controller.update(lossPct: 8, rttMs: 50, now: .seconds(3))
+        #expect(step19 == nil)
+        let step20 = controller.update(lossPct: 8, rttMs: 50, now: .seconds(4))
+        #expect(abs(step20!.bitrateKbps - 40.96) < 0.001)
+        // Clean again: FEC off at once, but no increase until confirmed and past the 6 s hold-off.
+        let step21 = controller.update(lossPct: 0, rttMs: 50, now: .seconds(5))?.fec
+        #expect(step21 == false)
+        let step22 = controller.update(lossPct: 0, rttMs: 50, now: .seconds(6))
+        #expect(step22 == nil)
+        let step23 = controller.update(lossPct: 0, rttMs: 50, now: .seconds(9))
+        #expect(step23 == nil)
+        let step24 = controller.update(lossPct: 0, rttMs: 50, now: .seconds(10))
+        #expect(abs(step24!.bitrateKbps - 49.152) < 0.001)
+        // High RTT blocks increases.
+        let step25 = controller.update(lossPct: 0, rttMs: 300, now: .seconds(30))
+        #expect(step25 == nil)
+        let step26 = controller.update(lossPct: 0, rttMs: 300, now: .seconds(31))
+        #expect(step26 == nil)
+    }
+
+    @Test func bitrateStaysWithinItsBounds() {
+        var configuration = BitrateController.Configuration()
+        configuration.confirmations = 1
+        configuration.increaseHoldOff = .zero
+        configuration.decreaseHoldOff = .zero
+        var controller = BitrateController(configuration: configuration)
+        for second in 0..<40 { _ = controller.update(lossPct: 0, rttMs: 10, now: .seconds(second)) }
+        #expect(controller.setting.bitrateKbps == 256)
+        for second in 40..<80 { _ = controller.update(lossPct: 30, rttMs: 10, now: .seconds(second)) }
+        #expect(controller.setting.bitrateKbps == 32)
+    }
+}
+
+@Suite("Perfect negotiation")
+struct NegotiationTests {
+    /// Two negotiators over fake peer connections, their signals crossing through tasks.
+    final class Pair: @unchecked Sendable {
+        let impolitePeer = FakePeerConnection(name: "caller")
+        let politePeer = FakePeerConnection(name: "callee")
+        var impolite: Negotiator!
+        var polite: Negotiator!
+        let lock = NSLock()
+        var outcomes: [String: [Negotiator.Outcome]] = [:]
+
+        init() {
+            impolite = Negotiator(peer: impolitePeer, polite: false, logger: .init(label: "test"),
+                                  send: { [unowned self] signal in await self.polite.receive(signal) },
+                                  report: { [unowned self] outcome in self.lock.withLock { self.outcomes["caller", default: []].append(outcome) } })
+            polite = Negotiator(peer: politePeer, polite: true, logger: .init(label: "test"),
+                                send: { [unowned self] signal in await self.impolite.receive(signal) },
+                                report: { [unowned self] outcome in self.lock.withLock { self.outcomes["callee", default: []].append(outcome) } })
+            Task { await self.impolite.run() }
+            Task { await self.polite.run() }
+        }
+
+        func connected(_ side: String) -> Bool { lock.withLock { outcomes[side]?.contains(.connected) == true } }
+    }
+
+    @Test func theCallerOffersTheCalleeAnswersAndBothConnect() async throws {
+        let pair = Pair()
+        try await eventually { pair.connected("caller") && pair.connected("callee") }
+        #expect(pair.impolitePeer.offersMade == [false])
+        #expect(pair.politePeer.offersMade.isEmpty, "the callee makes no offer before its first answer")
+        #expect(pair.politePeer.remote?.type == "offer")
+        try await eventually { !pair.politePeer.candidates.isEmpty && !pair.impolitePeer.candidates.isEmpty }
+        #expect(pair.politePeer.candidates.last == .some(nil), "end of candidates arrives last")
+    }
+
+    @Test func glareIsResolvedByThePolitePeerRollingBack() async throws {
+        let pair = Pair()
+        try await eventually { pair.connected("caller") && pair.connected("callee") }
+        // Both sides restart ICE at the same moment: two offers cross.
+        async let a: Void = pair.impolite.restartIce()
+        async let b: Void = pair.polite.restartIce()
+        _ = await (a, b)
+        try await eventually {
+            let caller = await pair.impolitePeer.signalingState()
+            let callee = await pair.politePeer.signalingState()
+            return caller == .stable && callee == .stable
+        }
+        // Whichever way the offers crossed, both ended stable on a restarted session.
+        let restarted = pair.politePeer.remote?.sdp.contains("restart") == true || pair.impolitePeer.remote?.sdp.contains("restart") == true
+        #expect(restarted)
+    }
+
+    @Test func candidatesBeforeTheRemoteDescriptionWait() async throws {
+        let peer = FakePeerConnection(name: "solo")
+        let negotiator = Negotiator(peer: peer, polite: true, logger: .init(label: "test"), send: { _ in }, report: { _ in })
+        let candidate = IceCandidate(candidate: "candidate:9 1 udp 1 198.51.100.7 9 typ host", sdpMid: "0", sdpMLineIndex: 0)
+        await negotiator.receive(SignalPayload(candidate: .candidate(candidate)))
+        #expect(peer.candidates.isEmpty)
+        await negotiator.receive(SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0\r\n")))
+        #expect(peer.candidates == [candidate])
+        #expect(await peer.signalingState() == .stable, "answered")
+    }
+}
