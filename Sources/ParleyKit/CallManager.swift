@@ -8,6 +8,10 @@ public enum CallEvent: Hashable, Sendable {
     case remoteUpdated(UUID, muted: Bool?, held: Bool?)
     case quality(UUID, QualityReport)
     case bitrate(UUID, BitrateController.Setting)
+    /// Where audio plays now.
+    case route(AudioOutput)
+    /// An interruption ended without resuming; media waits for `resumeAfterInterruption()`.
+    case pausedByInterruption
 }
 
 /// Runs calls: signaling on one side, the system call provider, the audio session and peer
@@ -44,6 +48,8 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
     }
 
     private var calls: [CallID: Live] = [:]
+    /// Route and interruption policy while a call is in progress.
+    private var route: AudioRoutePolicy?
     private var iceServers: [IceServer] = []
     private var hadSession = false
 
@@ -82,6 +88,64 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         await signaling.networkChanged()
         for live in calls.values where !live.machine.phase.isEnded {
             await live.negotiator?.restartIce()
+        }
+    }
+
+    // MARK: Audio route and interruptions
+
+    /// The audio route changed, or the user pressed the speaker button.
+    public func audioRouteChanged(_ event: AudioRouteEvent) async {
+        var policy = currentRoutePolicy()
+        let actions = policy.handle(event)
+        route = policy
+        await perform(actions)
+    }
+
+    /// An audio interruption began or ended, or media services were reset.
+    public func audioInterrupted(_ interruption: AudioInterruption) async {
+        var policy = currentRoutePolicy()
+        let actions = policy.handle(interruption)
+        route = policy
+        await perform(actions)
+    }
+
+    /// The user resumed media after an interruption that did not resume by itself.
+    public func resumeAfterInterruption() async {
+        var policy = currentRoutePolicy()
+        let actions = policy.userResumed()
+        route = policy
+        await perform(actions)
+    }
+
+    private func currentRoutePolicy() -> AudioRoutePolicy {
+        if let route { return route }
+        let video = calls.values.contains { $0.machine.isInProgress && $0.machine.media.video }
+        return AudioRoutePolicy(video: video)
+    }
+
+    private func perform(_ actions: [AudioRoutePolicy.Action]) async {
+        for action in actions {
+            switch action {
+            case .route(let output): await audio.route(to: output)
+            case .overrideToSpeaker(let on): await audio.overrideOutputToSpeaker(on)
+            case .pauseMedia: await audio.setAudioEnabled(false)
+            case .resumeMedia: await audio.setAudioEnabled(true)
+            case .restartAudio:
+                await audio.setAudioEnabled(false)
+                await audio.setAudioEnabled(true)
+            case .reconfigureSession:
+                let video = calls.values.contains { $0.machine.isInProgress && $0.machine.media.video }
+                await audio.configure(CallAudioConfiguration(video: video))
+            case .holdCall, .unholdCall:
+                let held = action == .holdCall
+                for (id, live) in calls where live.machine.isInProgress {
+                    await perform(id) { $0.setHeldByApp(held) }
+                }
+            case .show(let output):
+                eventSink.yield(.route(output))
+            case .showPausedAwaitingUser:
+                eventSink.yield(.pausedByInterruption)
+            }
         }
     }
 

@@ -194,6 +194,13 @@ public struct CallStateMachine: Sendable {
         return [.setPeerHeld(held), .sendUpdate(muted: nil, held: held), .fulfill(action)]
     }
 
+    /// Held or resumed by the app itself (an audio interruption), not by a system action.
+    public mutating func setHeldByApp(_ held: Bool) -> [Action] {
+        guard phase == .connecting || phase == .connected, held != self.held else { return [] }
+        self.held = held
+        return [.setPeerHeld(held), .sendUpdate(muted: nil, held: held)]
+    }
+
     public mutating func setMuted(_ muted: Bool, action: ProviderActionID) -> [Action] {
         guard !phase.isEnded else { return [.fail(action)] }
         self.muted = muted

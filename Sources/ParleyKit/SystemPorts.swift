@@ -82,4 +82,6 @@ public protocol AudioSession: Sendable {
     func setAudioEnabled(_ enabled: Bool) async
     /// The speaker button: a temporary output override, not the `defaultToSpeaker` option.
     func overrideOutputToSpeaker(_ speaker: Bool) async
+    /// Sends call audio to `output` (the preferred input/output of the session).
+    func route(to output: AudioOutput) async
 }

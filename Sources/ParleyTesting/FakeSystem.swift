@@ -104,6 +104,7 @@ public final class FakeAudioSession: AudioSession, @unchecked Sendable {
         case configured(video: Bool)
         case audioEnabled(Bool)
         case speaker(Bool)
+        case routed(AudioOutput)
     }
 
     private let lock = NSLock()
@@ -122,4 +123,5 @@ public final class FakeAudioSession: AudioSession, @unchecked Sendable {
     public func configure(_ configuration: CallAudioConfiguration) async { lock.withLock { log.append(.configured(video: configuration.video)) } }
     public func setAudioEnabled(_ enabled: Bool) async { lock.withLock { log.append(.audioEnabled(enabled)) } }
     public func overrideOutputToSpeaker(_ speaker: Bool) async { lock.withLock { log.append(.speaker(speaker)) } }
+    public func route(to output: AudioOutput) async { lock.withLock { log.append(.routed(output)) } }
 }

@@ -221,3 +221,28 @@ final class Locked<Value: Sendable>: @unchecked Sendable {
     var value: Value { lock.withLock { stored } }
     func set(_ value: Value) { lock.withLock { stored = value } }
 }
+
+@Suite("Audio routes and interruptions in a call")
+struct CallAudioTests {
+    @Test func aCellularCallHoldsTheCallAndItsEndResumesIt() async throws {
+        let server = try await LiveServer.start()
+        let (alice, bob, call) = try await CallFlowTests.connectedCall(server)
+        let bobPeer = try #require(bob.peers.connections.first)
+        await bob.manager.audioInterrupted(.beganByCall)
+        #expect(bobPeer.held)
+        #expect(!bob.audio.isAudioEnabled)
+        try await eventually("alice sees the hold") { alice.events.contains(.remoteUpdated(call, muted: nil, held: true)) }
+        await bob.manager.audioInterrupted(.ended(shouldResume: true))
+        #expect(!bobPeer.held)
+        #expect(bob.audio.isAudioEnabled)
+        try await eventually("and the resume") { alice.events.contains(.remoteUpdated(call, muted: nil, held: false)) }
+
+        await bob.manager.audioRouteChanged(.newDeviceAvailable(.bluetooth("Car kit")))
+        #expect(bob.audio.records.last == .routed(.bluetooth("Car kit")))
+        #expect(bob.events.contains(.route(.bluetooth("Car kit"))))
+        await bob.manager.audioRouteChanged(.oldDeviceUnavailable(.bluetooth("Car kit")))
+        #expect(bob.audio.records.last == .routed(.receiver))
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import Logging
+@testable import ParleyKit
+import ParleyProtocol
+import ParleyServerTesting
+import ParleyTesting
+import Testing
+
+/// The signaling client against a scripted server: the edge cases a real server rarely produces.
+@Suite("Signaling client with the in-memory transport")
+struct InMemoryTransportTests {
+    func makeClient(_ transport: InMemorySignalingTransport) -> SignalingClient<ContinuousClock> {
+        var configuration = SignalingClient<ContinuousClock>.Configuration(url: URL(string: "ws://in-memory/v1/signal")!, device: "d1")
+        configuration.backoff = .init(initial: .milliseconds(10), maximum: .milliseconds(20))
+        configuration.requestTimeout = .seconds(2)
+        let tokens = Locked(0)
+        return SignalingClient(configuration: configuration, transport: transport, clock: ContinuousClock(),
+                               logger: Logger(label: "test")) {
+            tokens.set(tokens.value + 1)
+            return "token-\(tokens.value)"
+        }
+    }
+
+    func welcome(_ resumed: Bool) -> ServerFrame {
+        ServerFrame(seq: nil, message: .welcome(Welcome(re: "hello", session: "s1", user: "alice", device: "d1",
+                                                         resumed: resumed, heartbeat: 20, iceServers: [])))
+    }
+
+    @Test func replayedFramesAreDeliveredOnceAndUnansweredRequestsResent() async throws {
+        let transport = InMemorySignalingTransport()
+        let client = makeClient(transport)
+        let log = EventLog(client.events)
+        var connections = transport.connections.makeAsyncIterator()
+        await client.start()
+
+        let first = try #require(await connections.next())
+        var sent = first.sent.makeAsyncIterator()
+        guard case .hello(let hello)? = await sent.next() else { Issue.record("no hello"); return }
+        #expect(hello.resume == nil)
+        first.serverSend(welcome(false))
+        let ringing = ServerMessage.callRinging(CallRinging(call: "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"))
+        first.serverSend(ServerFrame(seq: 1, message: ringing))
+
+        // A request goes out; the connection drops before its answer.
+        let answer = Task { try await client.request { .ping(Ping(id: $0)) } }
+        let state = Task { try await client.request { .callState(CallRequest(id: $0, call: "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21")) } }
+        _ = await sent.next()
+        _ = await sent.next()
+        first.serverClose(code: 1001)
+
+        let second = try #require(await connections.next())
+        var resent = second.sent.makeAsyncIterator()
+        guard case .hello(let again)? = await resent.next() else { Issue.record("no second hello"); return }
+        #expect(again.resume == ResumeRequest(session: "s1", lastSeq: 1))
+        second.serverSend(welcome(true))
+        // The server replays frame 1 (already seen) and sends frame 2.
+        second.serverSend(ServerFrame(seq: 1, message: ringing))
+        second.serverSend(ServerFrame(seq: 2, message: ringing))
+        guard case .callState(let request)? = await resent.next() else { Issue.record("the request was not re-sent"); return }
+        second.serverSend(ServerFrame(seq: 3, message: .ack(try Ack(re: request.id, encoding: CallStateResult(call: request.call, state: .ringing)))))
+
+        #expect(try await state.value.decodeResult(CallStateResult.self).state == .ringing)
+        await #expect(throws: SignalingError.self, "a ping is not re-sent on a new connection") { try await answer.value }
+        try await log.waitFor { _ in log.messages.count == 2 }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(log.messages.count == 2, "frame 1 once, frame 2 once")
+        #expect(transport.tokensSeen == ["token-1", "token-2"], "a fresh token for each connection")
+        await client.stop()
+    }
+
+    @Test func refusedConnectionsAreRetriedWithBackoff() async throws {
+        let transport = InMemorySignalingTransport()
+        transport.refuseNext(3)
+        let client = makeClient(transport)
+        var connections = transport.connections.makeAsyncIterator()
+        await client.start()
+        let connection = try #require(await connections.next())
+        #expect(transport.tokensSeen.count == 4)
+        connection.serverSend(welcome(false))
+        try await eventually("connected") { await client.session != nil }
+        await client.stop()
+    }
+}
