@@ -135,15 +135,6 @@ public struct EndReason: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public let rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
 
-    public init(from decoder: any Decoder) throws {
-        rawValue = try decoder.singleValueContainer().decode(String.self)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
-
     public var description: String { rawValue }
 
     public static let hangup = EndReason(rawValue: "hangup")
@@ -169,15 +160,6 @@ public enum CallPhase: String, Hashable, Sendable, Codable {
 public struct ErrorCode: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
     public let rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
-
-    public init(from decoder: any Decoder) throws {
-        rawValue = try decoder.singleValueContainer().decode(String.self)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 
     public var description: String { rawValue }
 

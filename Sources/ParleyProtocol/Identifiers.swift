@@ -1,24 +1,19 @@
-/// A user id: 1–64 characters of `[A-Za-z0-9._@-]` (the JWT `sub` claim).
-public struct UserID: RawRepresentable, Hashable, Sendable, Codable, Comparable, CustomStringConvertible, ExpressibleByStringLiteral {
-    public let rawValue: String
+/// A string identifier of the protocol with a rule for what it may contain: it decodes only when
+/// valid (with an error that states the rule), encodes as its string, and can be written as a literal.
+public protocol ValidatedIdentifier: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible,
+    ExpressibleByStringLiteral where RawValue == String {
+    init?(rawValue: String)
+    /// What a valid value looks like, for error messages.
+    static var rule: String { get }
+}
 
-    public init?(rawValue: String) {
-        guard Self.isValid(rawValue) else { return nil }
-        self.rawValue = rawValue
-    }
-
-    public init(stringLiteral value: String) {
-        guard let id = UserID(rawValue: value) else { preconditionFailure("invalid user id literal \(value)") }
-        self = id
-    }
-
+extension ValidatedIdentifier {
     public init(from decoder: any Decoder) throws {
         let raw = try decoder.singleValueContainer().decode(String.self)
-        guard let id = UserID(rawValue: raw) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
-                debugDescription: "a user id is 1-64 characters of A-Z a-z 0-9 . _ @ -"))
+        guard let value = Self(rawValue: raw) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: Self.rule))
         }
-        self = id
+        self = value
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -26,89 +21,59 @@ public struct UserID: RawRepresentable, Hashable, Sendable, Codable, Comparable,
         try container.encode(rawValue)
     }
 
-    public var description: String { rawValue }
-    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
-
-    public static func isValid(_ value: String) -> Bool {
-        Identifier.isValid(value, maxLength: 64, extra: [])
+    public init(stringLiteral value: String) {
+        guard let id = Self(rawValue: value) else { preconditionFailure("'\(value)' is not valid: \(Self.rule)") }
+        self = id
     }
+
+    public var description: String { rawValue }
+}
+
+/// A user id: 1–64 characters of `[A-Za-z0-9._@-]` (the JWT `sub` claim).
+public struct UserID: ValidatedIdentifier, Comparable {
+    public let rawValue: String
+    public static let rule = "a user id is 1-64 characters of A-Z a-z 0-9 . _ @ -"
+
+    public init?(rawValue: String) {
+        guard Identifier.isValid(rawValue, maxLength: 64, extra: []) else { return nil }
+        self.rawValue = rawValue
+    }
+
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
 /// A device id, stable per install: 1–128 characters of `[A-Za-z0-9._:@-]`.
-public struct DeviceID: RawRepresentable, Hashable, Sendable, Codable, Comparable, CustomStringConvertible, ExpressibleByStringLiteral {
+public struct DeviceID: ValidatedIdentifier, Comparable {
     public let rawValue: String
+    public static let rule = "a device id is 1-128 characters of A-Z a-z 0-9 . _ : @ -"
 
     public init?(rawValue: String) {
         guard Identifier.isValid(rawValue, maxLength: 128, extra: [UInt8(ascii: ":")]) else { return nil }
         self.rawValue = rawValue
     }
 
-    public init(stringLiteral value: String) {
-        guard let id = DeviceID(rawValue: value) else { preconditionFailure("invalid device id literal \(value)") }
-        self = id
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let raw = try decoder.singleValueContainer().decode(String.self)
-        guard let id = DeviceID(rawValue: raw) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
-                debugDescription: "a device id is 1-128 characters of A-Z a-z 0-9 . _ : @ -"))
-        }
-        self = id
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
-
-    public var description: String { rawValue }
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
 /// A room name: 1–64 characters of `[A-Za-z0-9._:@-]`.
-public struct RoomID: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible, ExpressibleByStringLiteral {
+public struct RoomID: ValidatedIdentifier {
     public let rawValue: String
+    public static let rule = "a room name is 1-64 characters of A-Z a-z 0-9 . _ : @ -"
 
     public init?(rawValue: String) {
         guard Identifier.isValid(rawValue, maxLength: 64, extra: [UInt8(ascii: ":")]) else { return nil }
         self.rawValue = rawValue
     }
-
-    public init(stringLiteral value: String) {
-        guard let id = RoomID(rawValue: value) else { preconditionFailure("invalid room id literal \(value)") }
-        self = id
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let raw = try decoder.singleValueContainer().decode(String.self)
-        guard let id = RoomID(rawValue: raw) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
-                debugDescription: "a room name is 1-64 characters of A-Z a-z 0-9 . _ : @ -"))
-        }
-        self = id
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
-
-    public var description: String { rawValue }
 }
 
 /// A call id: a UUID chosen by the caller. Compared case-insensitively; written in lowercase.
-public struct CallID: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible, ExpressibleByStringLiteral {
+public struct CallID: ValidatedIdentifier {
     public let rawValue: String
+    public static let rule = "a call id is a UUID like 6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"
 
     public init?(rawValue: String) {
         guard Self.isUUID(rawValue) else { return nil }
         self.rawValue = rawValue.lowercased()
-    }
-
-    public init(stringLiteral value: String) {
-        guard let id = CallID(rawValue: value) else { preconditionFailure("invalid call id literal \(value)") }
-        self = id
     }
 
     /// A new random call id.
@@ -125,22 +90,6 @@ public struct CallID: RawRepresentable, Hashable, Sendable, Codable, CustomStrin
             + hex[8..<10].joined() + "-" + hex[10..<16].joined()
         return CallID(rawValue: text)!
     }
-
-    public init(from decoder: any Decoder) throws {
-        let raw = try decoder.singleValueContainer().decode(String.self)
-        guard let id = CallID(rawValue: raw) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
-                debugDescription: "a call id is a UUID like 6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"))
-        }
-        self = id
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
-
-    public var description: String { rawValue }
 
     static func isUUID(_ value: String) -> Bool {
         let utf8 = Array(value.utf8)

@@ -239,7 +239,7 @@ struct CallAudioTests {
 
         await bob.manager.audioRouteChanged(.newDeviceAvailable(.bluetooth("Car kit")))
         #expect(bob.audio.records.last == .routed(.bluetooth("Car kit")))
-        #expect(bob.events.contains(.route(.bluetooth("Car kit"))))
+        try await eventually("the UI hears of the route") { bob.events.contains(.route(.bluetooth("Car kit"))) }
         await bob.manager.audioRouteChanged(.oldDeviceUnavailable(.bluetooth("Car kit")))
         #expect(bob.audio.records.last == .routed(.receiver))
         await alice.stop(); await bob.stop()
