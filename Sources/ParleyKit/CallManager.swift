@@ -282,9 +282,8 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             await perform(CallID(uuid: uuid), orFail: id) { $0.setHeld(held, action: id) }
         case .setMuted(let id, let uuid, let muted):
             await perform(CallID(uuid: uuid), orFail: id) { $0.setMuted(muted, action: id) }
-        case .playDTMF(let id, _, _):
-            // Audio calls carry no DTMF in Parley yet: tell the system so rather than pretend.
-            await provider.fail(id)
+        case .playDTMF(let id, let uuid, let digits):
+            await perform(CallID(uuid: uuid), orFail: id) { $0.playDTMF(digits, action: id) }
         case .audioSessionActivated:
             // Audio starts here and only here, every time the system activates the session.
             await audio.setAudioEnabled(true)
@@ -369,6 +368,14 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 await live.peer?.setMicrophoneMuted(muted)
             case .setPeerHeld(let held):
                 await live.peer?.setOnHold(held)
+            case .sendDTMF(let tones, let action):
+                do {
+                    guard let peer = live.peer else { throw CancellationError() }
+                    try await peer.sendDTMF(tones)
+                    await provider.fulfill(action)
+                } catch {
+                    await provider.fail(action)
+                }
             }
         }
     }

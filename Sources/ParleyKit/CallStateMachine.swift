@@ -48,6 +48,7 @@ public struct CallStateMachine: Sendable {
         case closePeerConnection
         case setPeerMuted(Bool)
         case setPeerHeld(Bool)
+        case sendDTMF(String, then: ProviderActionID)
     }
 
     public let id: CallID
@@ -205,6 +206,13 @@ public struct CallStateMachine: Sendable {
         guard !phase.isEnded else { return [.fail(action)] }
         self.muted = muted
         return [.setPeerMuted(muted), .sendUpdate(muted: muted, held: nil), .fulfill(action)]
+    }
+
+    /// DTMF needs media: a call that is connecting or connected.
+    public func playDTMF(_ digits: String, action: ProviderActionID) -> [Action] {
+        let valid = !digits.isEmpty && digits.allSatisfy { "0123456789*#ABCDabcd,".contains($0) }
+        guard valid, phase == .connecting || phase == .connected else { return [.fail(action)] }
+        return [.sendDTMF(digits.uppercased(), then: action)]
     }
 
     /// Media could not be recovered (ICE restarts ran out).

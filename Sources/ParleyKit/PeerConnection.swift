@@ -58,6 +58,8 @@ public protocol PeerConnection: Sendable {
     /// Stops or resumes sending and playing media (hold).
     func setOnHold(_ held: Bool) async
     func setAudioEncoding(_ setting: BitrateController.Setting) async
+    /// Sends DTMF tones (RFC 4733 telephone-events) on the audio stream: 0-9, *, #, A-D, and ',' for a pause.
+    func sendDTMF(_ tones: String) async throws
     func statistics() async throws -> MediaStatsSample
     func close() async
 }

@@ -117,6 +117,16 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     public func setOnHold(_ held: Bool) async { lock.withLock { self.held = held } }
     public func setAudioEncoding(_ setting: BitrateController.Setting) async { lock.withLock { encoding = setting } }
 
+    /// Tones sent with `sendDTMF`, in order.
+    public private(set) var tonesSent = ""
+
+    public func sendDTMF(_ tones: String) async throws {
+        try lock.withLock {
+            guard !closed, iceState == .connected else { throw Failure(description: "DTMF without connected media") }
+            tonesSent += tones
+        }
+    }
+
     public func statistics() async throws -> MediaStatsSample {
         lock.withLock {
             let elapsed = ContinuousClock.now - startedAt

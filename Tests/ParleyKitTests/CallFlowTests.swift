@@ -53,6 +53,13 @@ struct CallFlowTests {
         #expect(bobPeer.muted)
         try await eventually("alice hears of it") { alice.events.contains(.remoteUpdated(call, muted: true, held: nil)) }
 
+        // DTMF goes out on the media; nonsense tones are refused.
+        let dtmf = alice.provider.perform { .playDTMF($0, call: call, digits: "12#") }
+        try await eventually("DTMF fulfilled") { alice.provider.outcome(of: dtmf) == true }
+        #expect(alicePeer.tonesSent == "12#")
+        let badDTMF = alice.provider.perform { .playDTMF($0, call: call, digits: "hello") }
+        try await eventually("bad DTMF failed") { alice.provider.outcome(of: badDTMF) == false }
+
         // Quality is measured while connected.
         try await eventually("a quality report") { alice.events.contains { if case .quality(call, _) = $0 { true } else { false } } }
 
