@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import ParleyProtocol
 import ParleyServerTesting
+@testable import ParleyServer
 import Testing
 
 /// `parley serve` as users run it: a separate process, stopped with SIGTERM.
@@ -76,5 +77,45 @@ struct ServeProcessTests {
         #expect(calls.map(\.call) == [call])
         #expect(calls.first?.reason == .serverShutdown)
         try await restarted.stop()
+    }
+}
+
+@Suite("parley token")
+struct TokenCommandTests {
+    func run(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
+        let executable = try #require(ServeProcessTests.executable)
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let output = Pipe(), error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        try process.run()
+        process.waitUntilExit()
+        return (process.terminationStatus,
+                String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self),
+                String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+    }
+
+    @Test func mintsATokenTheServerAccepts() async throws {
+        let secret = String(repeating: "s", count: 40)
+        let minted = try run(["token", "alice", "--name", "Alice", "--secret", secret, "--ttl", "600"])
+        #expect(minted.status == 0)
+        let identity = try await TokenAuthority(key: .hs256(secret: secret)).verify(minted.output.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(identity.user == "alice")
+        #expect(identity.name == "Alice")
+        #expect(identity.expiresAt - Int64(Date().timeIntervalSince1970) <= 600)
+    }
+
+    @Test func refusesBadInputWithAMessage() throws {
+        let badUser = try run(["token", "not a user"])
+        #expect(badUser.status != 0)
+        #expect(badUser.error.contains("not a valid user id"))
+        let shortSecret = try run(["token", "alice", "--secret", "short"])
+        #expect(shortSecret.status != 0)
+        #expect(shortSecret.error.contains("at least 32 bytes"))
+        let badPort = try run(["serve", "--port", "70000"])
+        #expect(badPort.status != 0)
+        #expect(badPort.error.contains("--port"))
     }
 }
