@@ -1,3 +1,5 @@
+import Foundation
+
 /// Any JSON value, for the open-ended parts of the protocol (`metadata`, ack results).
 public enum JSONValue: Sendable, Hashable, Codable {
     case null
@@ -50,5 +52,16 @@ public enum JSONValue: Sendable, Hashable, Codable {
     public var stringValue: String? {
         if case .string(let value) = self { return value }
         return nil
+    }
+}
+
+extension JSONValue {
+    /// The fields of `value`, which must encode as a JSON object (an ack's result struct, say).
+    public static func fields(of value: some Encodable) throws -> [String: JSONValue] {
+        let data = try JSONEncoder().encode(value)
+        guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: data) else {
+            throw EncodingError.invalidValue(value, .init(codingPath: [], debugDescription: "the value must encode as a JSON object"))
+        }
+        return object
     }
 }

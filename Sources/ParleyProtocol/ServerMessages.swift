@@ -35,11 +35,7 @@ public struct Ack: Hashable, Sendable {
 
     /// An ack whose result fields are those of `value`, an `Encodable` struct.
     public init(re: String, encoding value: some Encodable) throws {
-        let data = try JSONEncoder().encode(value)
-        guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: data) else {
-            throw EncodingError.invalidValue(value, .init(codingPath: [], debugDescription: "an ack result must be an object"))
-        }
-        self.init(re: re, result: object)
+        self.init(re: re, result: try JSONValue.fields(of: value))
     }
 
     /// The result fields decoded as `type`.

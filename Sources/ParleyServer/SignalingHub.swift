@@ -311,7 +311,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let pushed = sendPushes(for: call)
         logger.debug("call invited", metadata: ["call.id": "\(invite.call)", "peer.device": "\(caller)", "call.devices": "\(online.count)"])
         let result = CallInviteResult(call: invite.call, devices: online.count, pushed: pushed, expiresAt: expiresAt)
-        return (try? Ack(re: "", encoding: result).result) ?? [:]
+        return (try? JSONValue.fields(of: result)) ?? [:]
     }
 
     /// VoIP pushes go to the callee's devices with a token and no live connection.
@@ -406,7 +406,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         } else {
             throw ErrorMessage(code: .callNotFound, message: "no such call")
         }
-        return (try? Ack(re: "", encoding: result).result) ?? [:]
+        return (try? JSONValue.fields(of: result)) ?? [:]
     }
 
     private func persist(_ call: CallStateMachine) {
@@ -440,7 +440,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
         rooms[join.room] = members
         let result = RoomJoinResult(room: join.room, participants: members.filter { $0.device != key.device }, media: .mesh)
-        return (try? Ack(re: "", encoding: result).result) ?? [:]
+        return (try? JSONValue.fields(of: result)) ?? [:]
     }
 
     private func leaveRoom(_ room: RoomID, key: DeviceKey) {
