@@ -138,6 +138,7 @@ let package = Package(
             dependencies: [
                 "ParleyServer",
                 "ParleyServerTesting",
+                "ParleyTesting",
                 "ParleyProtocol",
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "NIOCore", package: "swift-nio"),

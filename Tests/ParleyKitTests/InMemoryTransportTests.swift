@@ -81,3 +81,46 @@ struct InMemoryTransportTests {
         await client.stop()
     }
 }
+
+@Suite("Signaling client timeouts on a manual clock")
+struct SignalingClientClockTests {
+    @Test func requestsTimeOutAndReconnectsBackOffOnTheInjectedClock() async throws {
+        let clock = ManualClock()
+        let transport = InMemorySignalingTransport()
+        var configuration = SignalingClient<ManualClock>.Configuration(url: URL(string: "ws://in-memory/v1/signal")!, device: "d1")
+        configuration.requestTimeout = .seconds(10)
+        configuration.backoff = .init(initial: .seconds(4), maximum: .seconds(60))
+        let client = SignalingClient(configuration: configuration, transport: transport, clock: clock,
+                                     logger: Logger(label: "test"), random: { 1 }) { "token" }
+        var connections = transport.connections.makeAsyncIterator()
+        await client.start()
+        let first = try #require(await connections.next())
+        first.serverSend(ServerFrame(seq: nil, message: .welcome(Welcome(re: "hello", session: "s1", user: "alice", device: "d1",
+                                                                         resumed: false, heartbeat: 3600, iceServers: []))))
+        try await eventually("connected") { await client.session != nil }
+
+        let pending = Task { try await client.request { .callState(CallRequest(id: $0, call: "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21")) } }
+        try await Task.sleep(for: .milliseconds(20))
+        clock.advance(by: .seconds(9))
+        try await Task.sleep(for: .milliseconds(20))
+        clock.advance(by: .seconds(1))
+        do {
+            _ = try await pending.value
+            Issue.record("the request should have timed out")
+        } catch let error as SignalingError {
+            #expect(error.code == .timeout)
+        }
+
+        // Lost connection: the first retry comes at once, the next after the (jitter-free) backoff.
+        first.serverClose(code: 1006)
+        let second = try #require(await connections.next())
+        second.serverClose(code: 1006)
+        let third = Task { await connections.next() }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(transport.tokensSeen.count == 2, "waiting for the backoff")
+        clock.advance(by: .seconds(4))
+        #expect(try #require(await third.value) !== second)
+        #expect(transport.tokensSeen.count == 3)
+        await client.stop()
+    }
+}

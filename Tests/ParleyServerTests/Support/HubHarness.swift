@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ParleyProtocol
 @testable import ParleyServer
+import ParleyTesting
 
 /// Records what the hub writes to one connection, synchronously.
 final class RecordingSink: ConnectionSink, @unchecked Sendable {
