@@ -54,6 +54,9 @@ struct Bench: AsyncParsableCommand {
             base = "http://127.0.0.1:\(started.port)"
         }
         defer { child?.stop() }
+        // Interrupted (Ctrl-C, a timeout's SIGTERM): stop the server we started before going.
+        let signals = child.map { ChildServer.stopOnSignals($0) } ?? []
+        defer { signals.forEach { $0.cancel() } }
         let host = URL(string: base)!.host!
         let port = URL(string: base)!.port!
         log("server \(base)\(child.map { " (pid \($0.pid))" } ?? "")")
@@ -281,6 +284,19 @@ struct ChildServer {
         }
         process.terminate()
         throw ValidationError("the server did not start: \(text)")
+    }
+
+    static func stopOnSignals(_ child: ChildServer) -> [any DispatchSourceSignal] {
+        [SIGINT, SIGTERM].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler {
+                child.stop()
+                exit(128 + number)
+            }
+            source.resume()
+            return source
+        }
     }
 
     func stop() {
