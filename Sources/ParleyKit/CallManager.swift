@@ -22,6 +22,8 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         public var maxIceRestarts = 3
         public var relayOnly = false
         public var bitrate = BitrateController.Configuration()
+        /// How long an ended call stays known (for `phase(of:)` and late events) before it is forgotten.
+        public var endedCallRetention: Duration = .seconds(300)
         public init() {}
     }
 
@@ -309,6 +311,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         await execute(actions, for: call)
         if let phase = calls[call]?.machine.phase, phase != before {
             eventSink.yield(.phase(call.uuid, phase))
+            if phase.isEnded { forgetLater(call) }
         }
     }
 
@@ -378,6 +381,19 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 }
             }
         }
+    }
+
+    private func forgetLater(_ call: CallID) {
+        let retention = configuration.endedCallRetention
+        Task { [clock] in
+            try? await clock.sleep(for: retention)
+            self.forget(call)
+        }
+    }
+
+    private func forget(_ call: CallID) {
+        guard let live = calls[call], live.machine.phase.isEnded else { return }
+        calls[call] = nil
     }
 
     /// Sends a request without holding up the manager; its answer comes back as an event.

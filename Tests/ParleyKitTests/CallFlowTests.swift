@@ -253,3 +253,19 @@ struct CallAudioTests {
         try await server.stop()
     }
 }
+
+@Suite("Call manager housekeeping")
+struct CallManagerHousekeepingTests {
+    @Test func endedCallsAreForgottenAfterTheRetention() async throws {
+        let server = try await LiveServer.start()
+        let alice = SDKDevice(server, user: "alice", device: "a1") { $0.endedCallRetention = .milliseconds(300) }
+        try await alice.start()
+        let (call, _) = alice.call("bob")
+        try await eventually("ringing") { await alice.phase(call) == .ringing }
+        _ = alice.provider.perform { .end($0, call: call) }
+        try await eventually("ended") { await alice.phase(call)?.isEnded == true }
+        try await eventually("forgotten") { await alice.phase(call) == nil }
+        await alice.stop()
+        try await server.stop()
+    }
+}
