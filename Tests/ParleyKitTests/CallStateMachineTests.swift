@@ -1,6 +1,7 @@
 import Foundation
 @testable import ParleyKit
 import ParleyProtocol
+import ParleyServerTesting
 import Testing
 
 @Suite("Client call state machine")

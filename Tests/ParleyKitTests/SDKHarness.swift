@@ -57,13 +57,3 @@ final class SDKDevice: @unchecked Sendable {
         provider.records.compactMap { if case .incoming(let report) = $0 { report.call } else { nil } }.last
     }
 }
-
-func eventually(timeout: Duration = .seconds(10), _ message: @autoclosure () -> String = "condition",
-                _ condition: () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(5))
-    }
-    throw TestFailure("\(message()) did not become true in time")
-}

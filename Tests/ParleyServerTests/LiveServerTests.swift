@@ -224,10 +224,6 @@ struct LiveServerTests {
     }
 }
 
-extension Result where Failure == ErrorMessage {
-    var errorCodeValue: ErrorCode? { errorCode }
-}
-
 @Suite("Live server: heartbeat")
 struct HeartbeatTests {
     @Test func webSocketPingsKeepAConnectionAliveAndSilenceClosesIt() async throws {

@@ -67,12 +67,3 @@ struct PushTests {
         try await server.stop()
     }
 }
-
-func eventually(timeout: Duration = .seconds(5), _ condition: () throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try condition() { return }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    throw TestFailure("the condition did not become true in time")
-}
