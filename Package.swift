@@ -7,6 +7,8 @@ import PackageDescription
 //   ParleyServerTesting  the real server on an ephemeral port, for tests
 //   ParleyKit       the client SDK core: signaling client, calls, negotiation, quality; no platform framework
 //   ParleyNIOTransport  the SDK's WebSocket signaling transport on SwiftNIO (Linux, macOS)
+//   ParleyGStreamer the Linux media engine: the SDK's PeerConnection on GStreamer webrtcbin (C shim in CParleyGst)
+//   ParleySoftphone a headless softphone on the SDK and the GStreamer engine (`parley call/listen/demo`)
 //   ParleyTesting   in-memory transport and fakes of the SDK's ports, for apps' own tests
 //   ParleyCLI       the `parley` command line, a thin layer over the libraries
 let swiftSettings: [SwiftSetting] = [
@@ -22,6 +24,8 @@ let package = Package(
         .library(name: "ParleyServerTesting", targets: ["ParleyServerTesting"]),
         .library(name: "ParleyKit", targets: ["ParleyKit"]),
         .library(name: "ParleyNIOTransport", targets: ["ParleyNIOTransport"]),
+        .library(name: "ParleyGStreamer", targets: ["ParleyGStreamer"]),
+        .library(name: "ParleySoftphone", targets: ["ParleySoftphone"]),
         .library(name: "ParleyTesting", targets: ["ParleyTesting"]),
         .executable(name: "parley", targets: ["ParleyCLI"]),
     ],
@@ -99,6 +103,36 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .systemLibrary(
+            name: "CGStreamer",
+            pkgConfig: "gstreamer-webrtc-1.0 gstreamer-sdp-1.0 gstreamer-1.0 nice",
+            providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev", "libnice-dev"])]
+        ),
+        .target(
+            name: "CParleyGst",
+            dependencies: ["CGStreamer"]
+        ),
+        .target(
+            name: "ParleyGStreamer",
+            dependencies: [
+                "CParleyGst",
+                "ParleyKit",
+                "ParleyProtocol",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ParleySoftphone",
+            dependencies: [
+                "ParleyGStreamer",
+                "ParleyKit",
+                "ParleyNIOTransport",
+                "ParleyProtocol",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ParleyTesting",
             dependencies: ["ParleyKit", "ParleyProtocol"],
@@ -130,6 +164,18 @@ let package = Package(
                 "ParleyTesting",
                 "ParleyServerTesting",
                 "ParleyProtocol",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ParleyMediaTests",
+            dependencies: [
+                "ParleyGStreamer",
+                "ParleySoftphone",
+                "ParleyKit",
+                "ParleyServerTesting",
+                "ParleyProtocol",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

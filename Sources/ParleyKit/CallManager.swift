@@ -8,6 +8,9 @@ public enum CallEvent: Hashable, Sendable {
     case remoteUpdated(UUID, muted: Bool?, held: Bool?)
     case quality(UUID, QualityReport)
     case bitrate(UUID, BitrateController.Setting)
+    /// The server took an outgoing call: how many of the callee's devices ring now, and how many
+    /// were woken by push. Both zero: the callee is offline and the call will end unanswered.
+    case invited(UUID, devices: Int, pushed: Int)
     /// Where audio plays now.
     case route(AudioOutput)
     /// An interruption ended without resuming; media waits for `resumeAfterInterruption()`.
@@ -321,8 +324,12 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             let machine = live.machine
             switch action {
             case .sendInvite:
-                sendLater(call) { [signaling] in
-                    try await signaling.request { .callInvite(CallInvite(id: $0, call: call, to: machine.remote, media: machine.media)) }
+                sendLater(call) { [signaling, eventSink] in
+                    let ack = try await signaling.request { .callInvite(CallInvite(id: $0, call: call, to: machine.remote, media: machine.media)) }
+                    if let result = try? ack.decodeResult(CallInviteResult.self) {
+                        eventSink.yield(.invited(call.uuid, devices: result.devices, pushed: result.pushed))
+                    }
+                    return ack
                 } onSuccess: { $0.inviteAcknowledged() } onFailure: { call, _ in call.inviteFailed() }
             case .sendRinging:
                 sendLater(call) { [signaling] in try await signaling.request { .callRinging(CallRequest(id: $0, call: call)) } }

@@ -1,0 +1,158 @@
+// The C edge between Parley's Swift media engine and GStreamer's webrtcbin.
+//
+// Swift cannot call variadic C functions (g_signal_emit_by_name, g_object_set) or macros, and
+// GObject casts are noisy from Swift. This layer wraps exactly what the engine uses and hands
+// GStreamer objects to Swift as opaque pointers. Every callback into Swift goes through one
+// function pointer per object kind, on whatever GStreamer thread raised it.
+#ifndef PARLEY_GST_H
+#define PARLEY_GST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// gst_init; returns 0 on success.
+int parley_gst_init(void);
+/// The names of the elements in `names` (space separated) that are not installed, or NULL when
+/// all are. Free with parley_free.
+char *parley_gst_missing_elements(const char *names);
+/// Generates the process's default DTLS certificate now, so the first call does not wait for it.
+void parley_gst_warm_dtls(void);
+void parley_free(void *pointer);
+
+// MARK: Pipelines
+
+/// A pipeline from a gst-launch description. On failure returns NULL and sets *error.
+void *parley_pipeline_new(const char *description, char **error);
+/// A bin from a description, with ghost pads for its unlinked pads.
+void *parley_bin_new(const char *description, char **error);
+/// 0 on success.
+int parley_element_set_state_playing(void *element);
+/// webrtcbin accepts data channels from READY on.
+int parley_element_set_state_ready(void *element);
+/// Sets the state to NULL and waits for it.
+void parley_element_stop(void *element);
+void parley_object_unref(void *object);
+/// The child named `name` (a new reference) or NULL.
+void *parley_bin_get(void *bin, const char *name);
+/// Adds `child` to `bin`, syncs its state with the parent, and links `pad` to its sink pad.
+int parley_bin_add_and_link(void *bin, void *child, void *pad);
+
+/// Links two elements, requesting pads where needed (a mixer's sink_%u). 0 on success.
+int parley_link(void *source, void *destination);
+
+void parley_set_bool(void *object, const char *property, int value);
+void parley_set_int(void *object, const char *property, int value);
+void parley_set_uint(void *object, const char *property, unsigned int value);
+void parley_set_double(void *object, const char *property, double value);
+void parley_set_string(void *object, const char *property, const char *value);
+/// Sets an enum or flags property from its nick ("max-bundle", "relay").
+void parley_set_from_string(void *object, const char *property, const char *value);
+int parley_get_enum(void *object, const char *property);
+
+// MARK: webrtcbin
+
+enum parley_event_kind {
+    PARLEY_EVENT_NEGOTIATION_NEEDED = 1,
+    /// number = m-line index, text = candidate
+    PARLEY_EVENT_ICE_CANDIDATE = 2,
+    /// number = GstWebRTCICEConnectionState
+    PARLEY_EVENT_ICE_CONNECTION_STATE = 3,
+    /// number = GstWebRTCICEGatheringState
+    PARLEY_EVENT_ICE_GATHERING_STATE = 4,
+    /// object = the new src pad (borrowed), text = its media ("audio", "video")
+    PARLEY_EVENT_PAD_ADDED = 5,
+    /// object = a GstWebRTCDataChannel (borrowed) the remote side opened
+    PARLEY_EVENT_DATA_CHANNEL = 6,
+    /// text = the message; from the pipeline's bus
+    PARLEY_EVENT_ERROR = 7,
+    PARLEY_EVENT_WARNING = 8,
+};
+
+typedef void (*parley_event_callback)(void *context, int kind, unsigned int number, const char *text, void *object);
+
+/// Connects webrtcbin's signals and the pipeline's bus to `callback`. Detach before the context goes.
+void parley_webrtc_attach(void *pipeline, void *webrtc, parley_event_callback callback, void *context);
+void parley_webrtc_detach(void *pipeline, void *webrtc, void *context);
+
+/// A promise reply arrived. `reply` is the reply structure (may be NULL); the promise is freed after the callback.
+typedef void (*parley_promise_callback)(void *context, void *reply);
+
+void parley_webrtc_create_offer(void *webrtc, parley_promise_callback callback, void *context);
+void parley_webrtc_create_answer(void *webrtc, parley_promise_callback callback, void *context);
+/// The SDP text of an offer or answer reply, or NULL with *error set. Free with parley_free.
+char *parley_reply_sdp(void *reply, char **error);
+/// The error message a reply carries, or NULL (also for no reply, which is how set-description succeeds).
+char *parley_reply_error(void *reply);
+/// type: "offer", "answer", "pranswer", "rollback". Returns 0, or -1 with *error set when the SDP does not parse.
+int parley_webrtc_set_description(void *webrtc, int local, const char *type, const char *sdp,
+                                  parley_promise_callback callback, void *context, char **error);
+void parley_webrtc_add_ice_candidate(void *webrtc, unsigned int mline, const char *candidate);
+/// 1 when the TURN URI was accepted.
+int parley_webrtc_add_turn_server(void *webrtc, const char *uri);
+void parley_webrtc_get_stats(void *webrtc, parley_promise_callback callback, void *context);
+
+/// The figures Parley reads from a get-stats reply, normalised across 1.22's quirks.
+typedef struct {
+    double round_trip_time_ms;   // < 0 when unknown
+    double jitter_ms;            // < 0 when unknown
+    uint64_t packets_received;
+    int64_t packets_lost;
+    uint64_t bytes_sent;
+    uint64_t bytes_received;
+    uint64_t packets_sent;
+} parley_stats;
+
+void parley_stats_read(void *reply, parley_stats *out);
+
+// MARK: ICE agent (libnice)
+
+/// Restricts gathering to the given local addresses (loopback included when named) and turns UPnP off.
+int parley_ice_add_local_address(void *webrtc, const char *address);
+void parley_ice_disable_upnp(void *webrtc);
+/// Restarts ICE on every stream: new checks; the selected pair keeps carrying media meanwhile.
+void parley_ice_restart(void *webrtc);
+
+// MARK: Data channels
+
+enum parley_channel_event_kind {
+    PARLEY_CHANNEL_OPEN = 1,
+    PARLEY_CHANNEL_TEXT = 2,
+    PARLEY_CHANNEL_BINARY = 3,
+    PARLEY_CHANNEL_CLOSED = 4,
+    PARLEY_CHANNEL_ERROR = 5,
+};
+
+typedef void (*parley_channel_callback)(void *context, int kind, const void *bytes, size_t length);
+
+/// max_retransmits < 0 means reliable. Returns a new reference or NULL.
+void *parley_webrtc_create_data_channel(void *webrtc, const char *label, int ordered, int max_retransmits);
+void parley_channel_attach(void *channel, parley_channel_callback callback, void *context);
+void parley_channel_detach(void *channel, void *context);
+/// The label (free with parley_free) and whether it is ordered.
+char *parley_channel_label(void *channel);
+int parley_channel_ordered(void *channel);
+int parley_channel_ready_state(void *channel);
+void parley_channel_send_text(void *channel, const char *text);
+void parley_channel_send_binary(void *channel, const void *bytes, size_t length);
+void parley_channel_close(void *channel);
+void *parley_object_ref(void *object);
+
+// MARK: Raw audio taps
+
+/// Called for every buffer that passes `pad`, with its mapped bytes.
+typedef void (*parley_buffer_callback)(void *context, const void *bytes, size_t length);
+/// Returns the probe id.
+unsigned long parley_pad_tap(void *element, const char *pad_name, parley_buffer_callback callback, void *context);
+void parley_pad_untap(void *element, const char *pad_name, unsigned long probe);
+/// The pad's current caps as text (free with parley_free), or NULL.
+char *parley_pad_caps(void *pad);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

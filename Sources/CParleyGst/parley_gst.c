@@ -1,0 +1,548 @@
+#include "parley_gst.h"
+
+#define GST_USE_UNSTABLE_API 1
+#include <gst/gst.h>
+#include <gst/sdp/sdp.h>
+#include <gst/webrtc/webrtc.h>
+#include <nice/agent.h>
+#include <string.h>
+
+int parley_gst_init(void) {
+    GError *error = NULL;
+    if (!gst_init_check(NULL, NULL, &error)) {
+        g_clear_error(&error);
+        return -1;
+    }
+    return 0;
+}
+
+char *parley_gst_missing_elements(const char *names) {
+    gchar **list = g_strsplit(names, " ", -1);
+    GString *missing = g_string_new(NULL);
+    for (gchar **name = list; *name; name++) {
+        if (**name == '\0') continue;
+        GstElementFactory *factory = gst_element_factory_find(*name);
+        if (factory) {
+            gst_object_unref(factory);
+        } else {
+            if (missing->len) g_string_append_c(missing, ' ');
+            g_string_append(missing, *name);
+        }
+    }
+    g_strfreev(list);
+    if (missing->len == 0) {
+        g_string_free(missing, TRUE);
+        return NULL;
+    }
+    return g_string_free(missing, FALSE);
+}
+
+void parley_gst_warm_dtls(void) {
+    // dtlsdec takes the process-wide default certificate, generating it on first use.
+    GstElement *dec = gst_element_factory_make("dtlsdec", NULL);
+    if (dec) gst_object_unref(dec);
+}
+
+void parley_free(void *pointer) { g_free(pointer); }
+
+// MARK: Pipelines
+
+static char *take_message(GError *error) {
+    char *text = g_strdup(error ? error->message : "unknown error");
+    g_clear_error(&error);
+    return text;
+}
+
+void *parley_pipeline_new(const char *description, char **error) {
+    GError *gerror = NULL;
+    GstElement *pipeline = gst_parse_launch_full(description, NULL, GST_PARSE_FLAG_FATAL_ERRORS, &gerror);
+    if (!pipeline) {
+        *error = take_message(gerror);
+        return NULL;
+    }
+    if (gerror) g_clear_error(&gerror);
+    return pipeline;
+}
+
+void *parley_bin_new(const char *description, char **error) {
+    GError *gerror = NULL;
+    GstElement *bin = gst_parse_bin_from_description_full(description, TRUE, NULL, GST_PARSE_FLAG_FATAL_ERRORS, &gerror);
+    if (!bin) {
+        *error = take_message(gerror);
+        return NULL;
+    }
+    if (gerror) g_clear_error(&gerror);
+    return bin;
+}
+
+int parley_element_set_state_playing(void *element) {
+    return gst_element_set_state(GST_ELEMENT(element), GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE ? -1 : 0;
+}
+
+int parley_element_set_state_ready(void *element) {
+    return gst_element_set_state(GST_ELEMENT(element), GST_STATE_READY) == GST_STATE_CHANGE_FAILURE ? -1 : 0;
+}
+
+void parley_element_stop(void *element) {
+    gst_element_set_state(GST_ELEMENT(element), GST_STATE_NULL);
+    gst_element_get_state(GST_ELEMENT(element), NULL, NULL, GST_CLOCK_TIME_NONE);
+}
+
+void parley_object_unref(void *object) { gst_object_unref(object); }
+void *parley_object_ref(void *object) { return g_object_ref(object); }
+
+void *parley_bin_get(void *bin, const char *name) { return gst_bin_get_by_name(GST_BIN(bin), name); }
+
+int parley_bin_add_and_link(void *bin, void *child, void *pad) {
+    if (!gst_bin_add(GST_BIN(bin), GST_ELEMENT(child))) return -1;
+    GstPad *sink = gst_element_get_static_pad(GST_ELEMENT(child), "sink");
+    if (!sink) return -2;
+    GstPadLinkReturn linked = gst_pad_link(GST_PAD(pad), sink);
+    gst_object_unref(sink);
+    if (linked != GST_PAD_LINK_OK) return -3;
+    return gst_element_sync_state_with_parent(GST_ELEMENT(child)) ? 0 : -4;
+}
+
+void parley_set_bool(void *object, const char *property, int value) { g_object_set(object, property, (gboolean)(value != 0), NULL); }
+void parley_set_int(void *object, const char *property, int value) { g_object_set(object, property, (gint)value, NULL); }
+void parley_set_uint(void *object, const char *property, unsigned int value) { g_object_set(object, property, (guint)value, NULL); }
+void parley_set_double(void *object, const char *property, double value) { g_object_set(object, property, value, NULL); }
+void parley_set_string(void *object, const char *property, const char *value) { g_object_set(object, property, value, NULL); }
+void parley_set_from_string(void *object, const char *property, const char *value) { gst_util_set_object_arg(G_OBJECT(object), property, value); }
+
+int parley_get_enum(void *object, const char *property) {
+    gint value = 0;
+    g_object_get(object, property, &value, NULL);
+    return value;
+}
+
+// MARK: webrtcbin
+
+typedef struct {
+    parley_event_callback callback;
+    void *context;
+} Listener;
+
+static void on_negotiation_needed(GstElement *webrtc, gpointer data) {
+    Listener *l = data;
+    l->callback(l->context, PARLEY_EVENT_NEGOTIATION_NEEDED, 0, NULL, NULL);
+}
+
+static void on_ice_candidate(GstElement *webrtc, guint mline, gchar *candidate, gpointer data) {
+    Listener *l = data;
+    l->callback(l->context, PARLEY_EVENT_ICE_CANDIDATE, mline, candidate, NULL);
+}
+
+static void on_notify_ice_connection(GObject *webrtc, GParamSpec *spec, gpointer data) {
+    Listener *l = data;
+    GstWebRTCICEConnectionState state;
+    g_object_get(webrtc, "ice-connection-state", &state, NULL);
+    l->callback(l->context, PARLEY_EVENT_ICE_CONNECTION_STATE, state, NULL, NULL);
+}
+
+static void on_notify_ice_gathering(GObject *webrtc, GParamSpec *spec, gpointer data) {
+    Listener *l = data;
+    GstWebRTCICEGatheringState state;
+    g_object_get(webrtc, "ice-gathering-state", &state, NULL);
+    l->callback(l->context, PARLEY_EVENT_ICE_GATHERING_STATE, state, NULL, NULL);
+}
+
+static void on_pad_added(GstElement *webrtc, GstPad *pad, gpointer data) {
+    Listener *l = data;
+    if (GST_PAD_DIRECTION(pad) != GST_PAD_SRC) return;
+    GstCaps *caps = gst_pad_get_current_caps(pad);
+    if (!caps) caps = gst_pad_query_caps(pad, NULL);
+    const gchar *media = NULL;
+    if (caps && gst_caps_get_size(caps) > 0) media = gst_structure_get_string(gst_caps_get_structure(caps, 0), "media");
+    l->callback(l->context, PARLEY_EVENT_PAD_ADDED, 0, media ? media : "", pad);
+    if (caps) gst_caps_unref(caps);
+}
+
+static void on_data_channel(GstElement *webrtc, GObject *channel, gpointer data) {
+    Listener *l = data;
+    l->callback(l->context, PARLEY_EVENT_DATA_CHANNEL, 0, NULL, channel);
+}
+
+static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *message, gpointer data) {
+    Listener *l = data;
+    GError *error = NULL;
+    gchar *debug = NULL;
+    switch (GST_MESSAGE_TYPE(message)) {
+    case GST_MESSAGE_ERROR:
+        gst_message_parse_error(message, &error, &debug);
+        l->callback(l->context, PARLEY_EVENT_ERROR, 0, error ? error->message : "error", GST_MESSAGE_SRC(message));
+        break;
+    case GST_MESSAGE_WARNING:
+        gst_message_parse_warning(message, &error, &debug);
+        l->callback(l->context, PARLEY_EVENT_WARNING, 0, error ? error->message : "warning", GST_MESSAGE_SRC(message));
+        break;
+    default:
+        break;
+    }
+    g_clear_error(&error);
+    g_free(debug);
+    return GST_BUS_DROP;
+}
+
+void parley_webrtc_attach(void *pipeline, void *webrtc, parley_event_callback callback, void *context) {
+    Listener *l = g_new0(Listener, 1);
+    l->callback = callback;
+    l->context = context;
+    // The listener is freed with the last handler (the bus handler's notify).
+    g_signal_connect(webrtc, "on-negotiation-needed", G_CALLBACK(on_negotiation_needed), l);
+    g_signal_connect(webrtc, "on-ice-candidate", G_CALLBACK(on_ice_candidate), l);
+    g_signal_connect(webrtc, "notify::ice-connection-state", G_CALLBACK(on_notify_ice_connection), l);
+    g_signal_connect(webrtc, "notify::ice-gathering-state", G_CALLBACK(on_notify_ice_gathering), l);
+    g_signal_connect(webrtc, "pad-added", G_CALLBACK(on_pad_added), l);
+    g_signal_connect(webrtc, "on-data-channel", G_CALLBACK(on_data_channel), l);
+    GstBus *bus = gst_element_get_bus(GST_ELEMENT(pipeline));
+    gst_bus_set_sync_handler(bus, on_bus_message, l, g_free);
+    gst_object_unref(bus);
+}
+
+void parley_webrtc_detach(void *pipeline, void *webrtc, void *context) {
+    GCallback handlers[] = { G_CALLBACK(on_negotiation_needed), G_CALLBACK(on_ice_candidate), G_CALLBACK(on_notify_ice_connection),
+                             G_CALLBACK(on_notify_ice_gathering), G_CALLBACK(on_pad_added), G_CALLBACK(on_data_channel) };
+    for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
+        g_signal_handlers_disconnect_matched(webrtc, G_SIGNAL_MATCH_FUNC, 0, 0, NULL, handlers[i], NULL);
+    // The bus handler's notify frees the listener.
+    GstBus *bus = gst_element_get_bus(GST_ELEMENT(pipeline));
+    gst_bus_set_sync_handler(bus, NULL, NULL, NULL);
+    gst_object_unref(bus);
+}
+
+typedef struct {
+    parley_promise_callback callback;
+    void *context;
+} PromiseListener;
+
+static void on_promise(GstPromise *promise, gpointer data) {
+    PromiseListener *l = data;
+    const GstStructure *reply = NULL;
+    if (gst_promise_wait(promise) == GST_PROMISE_RESULT_REPLIED) reply = gst_promise_get_reply(promise);
+    l->callback(l->context, (void *)reply);
+}
+
+static GstPromise *make_promise(parley_promise_callback callback, void *context) {
+    PromiseListener *l = g_new0(PromiseListener, 1);
+    l->callback = callback;
+    l->context = context;
+    return gst_promise_new_with_change_func(on_promise, l, g_free);
+}
+
+void parley_webrtc_create_offer(void *webrtc, parley_promise_callback callback, void *context) {
+    GstPromise *promise = make_promise(callback, context);
+    g_signal_emit_by_name(webrtc, "create-offer", NULL, promise);
+    gst_promise_unref(promise);
+}
+
+void parley_webrtc_create_answer(void *webrtc, parley_promise_callback callback, void *context) {
+    GstPromise *promise = make_promise(callback, context);
+    g_signal_emit_by_name(webrtc, "create-answer", NULL, promise);
+    gst_promise_unref(promise);
+}
+
+char *parley_reply_error(void *reply) {
+    if (!reply) return NULL;
+    GError *error = NULL;
+    if (gst_structure_has_field((GstStructure *)reply, "error")) {
+        gst_structure_get((GstStructure *)reply, "error", G_TYPE_ERROR, &error, NULL);
+        return take_message(error);
+    }
+    return NULL;
+}
+
+char *parley_reply_sdp(void *reply, char **error) {
+    if (!reply) {
+        *error = g_strdup("no reply");
+        return NULL;
+    }
+    char *failure = parley_reply_error(reply);
+    if (failure) {
+        *error = failure;
+        return NULL;
+    }
+    GstStructure *s = reply;
+    const gchar *field = gst_structure_has_field(s, "offer") ? "offer" : "answer";
+    GstWebRTCSessionDescription *description = NULL;
+    gst_structure_get(s, field, GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &description, NULL);
+    if (!description) {
+        *error = g_strdup("the reply holds no session description");
+        return NULL;
+    }
+    char *text = gst_sdp_message_as_text(description->sdp);
+    gst_webrtc_session_description_free(description);
+    return text;
+}
+
+int parley_webrtc_set_description(void *webrtc, int local, const char *type, const char *sdp,
+                                  parley_promise_callback callback, void *context, char **error) {
+    GstWebRTCSDPType sdp_type;
+    if (strcmp(type, "offer") == 0) sdp_type = GST_WEBRTC_SDP_TYPE_OFFER;
+    else if (strcmp(type, "answer") == 0) sdp_type = GST_WEBRTC_SDP_TYPE_ANSWER;
+    else if (strcmp(type, "pranswer") == 0) sdp_type = GST_WEBRTC_SDP_TYPE_PRANSWER;
+    else if (strcmp(type, "rollback") == 0) sdp_type = GST_WEBRTC_SDP_TYPE_ROLLBACK;
+    else {
+        *error = g_strdup_printf("unknown description type '%s'", type);
+        return -1;
+    }
+    GstSDPMessage *message = NULL;
+    gst_sdp_message_new(&message);
+    if (gst_sdp_message_parse_buffer((const guint8 *)sdp, strlen(sdp), message) != GST_SDP_OK) {
+        gst_sdp_message_free(message);
+        *error = g_strdup("the SDP does not parse");
+        return -1;
+    }
+    GstWebRTCSessionDescription *description = gst_webrtc_session_description_new(sdp_type, message);
+    GstPromise *promise = make_promise(callback, context);
+    g_signal_emit_by_name(webrtc, local ? "set-local-description" : "set-remote-description", description, promise);
+    gst_promise_unref(promise);
+    gst_webrtc_session_description_free(description);
+    return 0;
+}
+
+void parley_webrtc_add_ice_candidate(void *webrtc, unsigned int mline, const char *candidate) {
+    g_signal_emit_by_name(webrtc, "add-ice-candidate", mline, candidate);
+}
+
+int parley_webrtc_add_turn_server(void *webrtc, const char *uri) {
+    gboolean added = FALSE;
+    g_signal_emit_by_name(webrtc, "add-turn-server", uri, &added);
+    return added ? 1 : 0;
+}
+
+void parley_webrtc_get_stats(void *webrtc, parley_promise_callback callback, void *context) {
+    GstPromise *promise = make_promise(callback, context);
+    g_signal_emit_by_name(webrtc, "get-stats", NULL, promise);
+    gst_promise_unref(promise);
+}
+
+static gboolean number(const GstStructure *s, const char *field, double *out) {
+    const GValue *value = gst_structure_get_value(s, field);
+    if (!value) return FALSE;
+    GValue converted = G_VALUE_INIT;
+    g_value_init(&converted, G_TYPE_DOUBLE);
+    gboolean ok = g_value_transform(value, &converted);
+    if (ok) *out = g_value_get_double(&converted);
+    g_value_unset(&converted);
+    return ok;
+}
+
+static gboolean is_audio(const GstStructure *s) {
+    // 1.22 names the kind on RTP stream stats; its codec entries for received streams are empty.
+    const gchar *kind = gst_structure_get_string(s, "kind");
+    return kind == NULL || g_strcmp0(kind, "audio") == 0;
+}
+
+static gboolean collect_stats(GQuark field, const GValue *value, gpointer data) {
+    parley_stats *out = data;
+    if (!GST_VALUE_HOLDS_STRUCTURE(value)) return TRUE;
+    const GstStructure *s = gst_value_get_structure(value);
+    GstWebRTCStatsType type = 0;
+    if (!gst_structure_get(s, "type", GST_TYPE_WEBRTC_STATS_TYPE, &type, NULL)) return TRUE;
+    double x;
+    switch (type) {
+    case GST_WEBRTC_STATS_INBOUND_RTP:
+        if (!is_audio(s)) break;
+        if (number(s, "packets-received", &x)) out->packets_received += (uint64_t)x;
+        if (number(s, "packets-lost", &x)) out->packets_lost += (int64_t)x;
+        if (number(s, "bytes-received", &x)) out->bytes_received += (uint64_t)x;
+        // 1.22 reports jitter in seconds.
+        if (number(s, "jitter", &x) && x * 1000.0 > out->jitter_ms) out->jitter_ms = x * 1000.0;
+        break;
+    case GST_WEBRTC_STATS_OUTBOUND_RTP:
+        if (!is_audio(s)) break;
+        if (number(s, "bytes-sent", &x)) out->bytes_sent += (uint64_t)x;
+        if (number(s, "packets-sent", &x)) out->packets_sent += (uint64_t)x;
+        break;
+    case GST_WEBRTC_STATS_REMOTE_INBOUND_RTP:
+        // 1.22's candidate-pair carries no RTT; the remote report's round trip does.
+        if (!is_audio(s)) break;
+        if (number(s, "round-trip-time", &x) && x > 0) out->round_trip_time_ms = x * 1000.0;
+        break;
+    default:
+        break;
+    }
+    return TRUE;
+}
+
+void parley_stats_read(void *reply, parley_stats *out) {
+    memset(out, 0, sizeof(*out));
+    out->round_trip_time_ms = -1;
+    out->jitter_ms = -1;
+    if (!reply) return;
+    gst_structure_foreach((GstStructure *)reply, collect_stats, out);
+}
+
+// MARK: ICE agent
+
+static NiceAgent *nice_agent_of(void *webrtc) {
+    GObject *ice = NULL;
+    g_object_get(webrtc, "ice-agent", &ice, NULL);
+    if (!ice) return NULL;
+    NiceAgent *agent = NULL;
+    if (g_object_class_find_property(G_OBJECT_GET_CLASS(ice), "agent")) g_object_get(ice, "agent", &agent, NULL);
+    g_object_unref(ice);
+    return agent;
+}
+
+int parley_ice_add_local_address(void *webrtc, const char *address) {
+    NiceAgent *agent = nice_agent_of(webrtc);
+    if (!agent) return -1;
+    NiceAddress nice_address;
+    nice_address_init(&nice_address);
+    int result = -2;
+    if (nice_address_set_from_string(&nice_address, address)) result = nice_agent_add_local_address(agent, &nice_address) ? 0 : -3;
+    g_object_unref(agent);
+    return result;
+}
+
+void parley_ice_disable_upnp(void *webrtc) {
+    NiceAgent *agent = nice_agent_of(webrtc);
+    if (!agent) return;
+    g_object_set(agent, "upnp", FALSE, NULL);
+    g_object_unref(agent);
+}
+
+void parley_ice_restart(void *webrtc) {
+    NiceAgent *agent = nice_agent_of(webrtc);
+    if (!agent) return;
+    nice_agent_restart(agent);
+    g_object_unref(agent);
+}
+
+// MARK: Data channels
+
+typedef struct {
+    parley_channel_callback callback;
+    void *context;
+} ChannelListener;
+
+static void on_channel_open(GObject *channel, gpointer data) {
+    ChannelListener *l = data;
+    l->callback(l->context, PARLEY_CHANNEL_OPEN, NULL, 0);
+}
+
+static void on_channel_close(GObject *channel, gpointer data) {
+    ChannelListener *l = data;
+    l->callback(l->context, PARLEY_CHANNEL_CLOSED, NULL, 0);
+}
+
+static void on_channel_error(GObject *channel, GError *error, gpointer data) {
+    ChannelListener *l = data;
+    const char *message = error ? error->message : "data channel error";
+    l->callback(l->context, PARLEY_CHANNEL_ERROR, message, strlen(message));
+}
+
+static void on_channel_text(GObject *channel, gchar *text, gpointer data) {
+    ChannelListener *l = data;
+    l->callback(l->context, PARLEY_CHANNEL_TEXT, text, text ? strlen(text) : 0);
+}
+
+static void on_channel_binary(GObject *channel, GBytes *bytes, gpointer data) {
+    ChannelListener *l = data;
+    gsize length = 0;
+    gconstpointer raw = bytes ? g_bytes_get_data(bytes, &length) : NULL;
+    l->callback(l->context, PARLEY_CHANNEL_BINARY, raw, length);
+}
+
+void *parley_webrtc_create_data_channel(void *webrtc, const char *label, int ordered, int max_retransmits) {
+    GstStructure *options = gst_structure_new_empty("options");
+    gst_structure_set(options, "ordered", G_TYPE_BOOLEAN, (gboolean)(ordered != 0), NULL);
+    if (max_retransmits >= 0) gst_structure_set(options, "max-retransmits", G_TYPE_INT, max_retransmits, NULL);
+    GObject *channel = NULL;
+    g_signal_emit_by_name(webrtc, "create-data-channel", label, options, &channel);
+    gst_structure_free(options);
+    return channel;
+}
+
+void parley_channel_attach(void *channel, parley_channel_callback callback, void *context) {
+    ChannelListener *l = g_new0(ChannelListener, 1);
+    l->callback = callback;
+    l->context = context;
+    g_signal_connect(channel, "on-open", G_CALLBACK(on_channel_open), l);
+    g_signal_connect(channel, "on-close", G_CALLBACK(on_channel_close), l);
+    g_signal_connect(channel, "on-error", G_CALLBACK(on_channel_error), l);
+    g_signal_connect(channel, "on-message-string", G_CALLBACK(on_channel_text), l);
+    // The listener goes with the last handler.
+    g_signal_connect_data(channel, "on-message-data", G_CALLBACK(on_channel_binary), l, (GClosureNotify)(void (*)(void))g_free, 0);
+}
+
+void parley_channel_detach(void *channel, void *context) {
+    GCallback handlers[] = { G_CALLBACK(on_channel_open), G_CALLBACK(on_channel_close), G_CALLBACK(on_channel_error),
+                             G_CALLBACK(on_channel_text), G_CALLBACK(on_channel_binary) };
+    for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
+        g_signal_handlers_disconnect_matched(channel, G_SIGNAL_MATCH_FUNC, 0, 0, NULL, handlers[i], NULL);
+}
+
+char *parley_channel_label(void *channel) {
+    gchar *label = NULL;
+    g_object_get(channel, "label", &label, NULL);
+    return label;
+}
+
+int parley_channel_ordered(void *channel) {
+    gboolean ordered = TRUE;
+    g_object_get(channel, "ordered", &ordered, NULL);
+    return ordered ? 1 : 0;
+}
+
+int parley_channel_ready_state(void *channel) { return parley_get_enum(channel, "ready-state"); }
+
+void parley_channel_send_text(void *channel, const char *text) { g_signal_emit_by_name(channel, "send-string", text); }
+
+void parley_channel_send_binary(void *channel, const void *bytes, size_t length) {
+    GBytes *data = g_bytes_new(bytes, length);
+    g_signal_emit_by_name(channel, "send-data", data);
+    g_bytes_unref(data);
+}
+
+void parley_channel_close(void *channel) { g_signal_emit_by_name(channel, "close"); }
+
+// MARK: Raw audio taps
+
+typedef struct {
+    parley_buffer_callback callback;
+    void *context;
+} TapListener;
+
+static GstPadProbeReturn on_buffer(GstPad *pad, GstPadProbeInfo *info, gpointer data) {
+    TapListener *l = data;
+    GstBuffer *buffer = GST_PAD_PROBE_INFO_BUFFER(info);
+    GstMapInfo map;
+    if (buffer && gst_buffer_map(buffer, &map, GST_MAP_READ)) {
+        l->callback(l->context, map.data, map.size);
+        gst_buffer_unmap(buffer, &map);
+    }
+    return GST_PAD_PROBE_OK;
+}
+
+unsigned long parley_pad_tap(void *element, const char *pad_name, parley_buffer_callback callback, void *context) {
+    GstPad *pad = gst_element_get_static_pad(GST_ELEMENT(element), pad_name);
+    if (!pad) return 0;
+    TapListener *l = g_new0(TapListener, 1);
+    l->callback = callback;
+    l->context = context;
+    gulong id = gst_pad_add_probe(pad, GST_PAD_PROBE_TYPE_BUFFER, on_buffer, l, g_free);
+    gst_object_unref(pad);
+    return id;
+}
+
+void parley_pad_untap(void *element, const char *pad_name, unsigned long probe) {
+    GstPad *pad = gst_element_get_static_pad(GST_ELEMENT(element), pad_name);
+    if (!pad) return;
+    gst_pad_remove_probe(pad, probe);
+    gst_object_unref(pad);
+}
+
+char *parley_pad_caps(void *pad) {
+    GstCaps *caps = gst_pad_get_current_caps(GST_PAD(pad));
+    if (!caps) return NULL;
+    char *text = gst_caps_to_string(caps);
+    gst_caps_unref(caps);
+    return text;
+}
+
+int parley_link(void *source, void *destination) {
+    return gst_element_link(GST_ELEMENT(source), GST_ELEMENT(destination)) ? 0 : -1;
+}

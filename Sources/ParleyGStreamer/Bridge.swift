@@ -1,0 +1,220 @@
+import CParleyGst
+import Foundation
+import Logging
+import ParleyKit
+import ParleyProtocol
+
+/// The one place webrtcbin's callbacks land. They arrive on webrtcbin's and GStreamer's streaming
+/// threads; the bridge turns them into stream events and keeps the little state they need under a lock.
+final class Bridge: @unchecked Sendable {
+    let events: AsyncStream<PeerConnectionEvent>
+    let channels: AsyncStream<DataChannel>
+    private let eventSink: AsyncStream<PeerConnectionEvent>.Continuation
+    private let channelSink: AsyncStream<DataChannel>.Continuation
+    private let pipeline: UnsafeMutableRawPointer
+    private let output: AudioOutputSink
+    private let logger: Logger
+    private let lock = NSLock()
+    private let writer: WAV.Writer?
+    private var finished = false
+
+    // Negotiation-needed events, as libwebrtc numbers them: an event is stale once a round that
+    // started after it has completed.
+    private var lastNegotiationEvent: UInt64 = 0
+    private var coveredByOffer: UInt64 = 0
+    private var completedThrough: UInt64 = 0
+    private var localMids: [String?] = []
+    private var remoteMids: [String?] = []
+    private var localCandidates: [IceCandidate] = []
+    private var gatheringComplete = false
+    private var audioStarted = false
+    var firstAudioAt: ContinuousClock.Instant? { lock.withLock { _firstAudioAt } }
+    private var _firstAudioAt: ContinuousClock.Instant?
+    var iceConnectedAt: ContinuousClock.Instant? { lock.withLock { _iceConnectedAt } }
+    private var _iceConnectedAt: ContinuousClock.Instant?
+    private var level: Double?
+    private var remoteChannels: [DataChannel] = []
+    private var taps: [(element: UnsafeMutableRawPointer, probe: UInt)] = []
+
+    init(pipeline: UnsafeMutableRawPointer, output: AudioOutputSink, recording: URL?, logger: Logger) {
+        self.pipeline = pipeline
+        self.output = output
+        self.logger = logger
+        (events, eventSink) = AsyncStream.makeStream()
+        (channels, channelSink) = AsyncStream.makeStream()
+        writer = recording.flatMap { url in
+            do { return try WAV.Writer(url: url, sampleRate: 48_000, channels: 1) } catch {
+                logger.error("cannot record", metadata: ["file": "\(url.path)", "error": "\(error)"])
+                return nil
+            }
+        }
+    }
+
+    var receivedLevel: Double? { lock.withLock { level } }
+
+    // MARK: Negotiation bookkeeping
+
+    func negotiationStillNeeded(_ id: UInt64) -> Bool {
+        lock.withLock { id == lastNegotiationEvent && id > completedThrough }
+    }
+
+    func offerCovers() { lock.withLock { coveredByOffer = lastNegotiationEvent } }
+
+    /// A description was applied (on webrtcbin's thread). Back in stable, every event the round
+    /// covered is done; webrtcbin fires a fresh one if more is needed.
+    func descriptionApplied() {
+        lock.withLock { completedThrough = max(completedThrough, lastNegotiationEvent) }
+    }
+
+    func rememberLocal(_ sdp: String) { lock.withLock { localMids = SDPText.mids(sdp) } }
+    func rememberRemote(_ sdp: String) { lock.withLock { remoteMids = SDPText.mids(sdp) } }
+
+    func remoteMLine(of candidate: IceCandidate) -> Int? {
+        lock.withLock {
+            if let index = candidate.sdpMLineIndex { return index }
+            if let mid = candidate.sdpMid { return remoteMids.firstIndex(of: mid) }
+            return remoteMids.isEmpty ? nil : 0
+        }
+    }
+
+    /// After an ICE restart libnice keeps its candidates instead of gathering again, so the far
+    /// side hears them again under the new credentials.
+    func reannounceCandidates() {
+        let (candidates, complete) = lock.withLock { (localCandidates, gatheringComplete) }
+        for candidate in candidates { eventSink.yield(.localCandidate(candidate)) }
+        if complete { eventSink.yield(.localCandidate(nil)) }
+    }
+
+    // MARK: Callbacks
+
+    func handle(kind: Int32, number: UInt32, text: UnsafePointer<CChar>?, object: UnsafeMutableRawPointer?) {
+        switch kind {
+        case Int32(PARLEY_EVENT_NEGOTIATION_NEEDED.rawValue):
+            let id: UInt64 = lock.withLock {
+                lastNegotiationEvent += 1
+                return lastNegotiationEvent
+            }
+            eventSink.yield(.negotiationNeeded(id: id))
+        case Int32(PARLEY_EVENT_ICE_CANDIDATE.rawValue):
+            guard let text else { return }
+            let candidate: IceCandidate = lock.withLock {
+                let mid = Int(number) < localMids.count ? localMids[Int(number)] : nil
+                let candidate = IceCandidate(candidate: String(cString: text), sdpMid: mid ?? "\(number)", sdpMLineIndex: Int(number))
+                localCandidates.append(candidate)
+                return candidate
+            }
+            eventSink.yield(.localCandidate(candidate))
+        case Int32(PARLEY_EVENT_ICE_GATHERING_STATE.rawValue):
+            if number == 2 {  // GST_WEBRTC_ICE_GATHERING_STATE_COMPLETE
+                lock.withLock { gatheringComplete = true }
+                eventSink.yield(.localCandidate(nil))
+            }
+        case Int32(PARLEY_EVENT_ICE_CONNECTION_STATE.rawValue):
+            let states: [IceConnectionState] = [.new, .checking, .connected, .completed, .failed, .disconnected, .closed]
+            guard Int(number) < states.count else { return }
+            let state = states[Int(number)]
+            if state == .connected || state == .completed {
+                lock.withLock { if _iceConnectedAt == nil { _iceConnectedAt = .now } }
+            }
+            eventSink.yield(.iceConnectionState(state))
+        case Int32(PARLEY_EVENT_PAD_ADDED.rawValue):
+            guard let object, let text else { return }
+            receive(pad: object, media: String(cString: text))
+        case Int32(PARLEY_EVENT_DATA_CHANNEL.rawValue):
+            guard let object else { return }
+            let channel = DataChannel(taking: parley_object_ref(object))
+            lock.withLock { remoteChannels.append(channel) }
+            channelSink.yield(channel)
+        case Int32(PARLEY_EVENT_ERROR.rawValue):
+            logger.error("media pipeline error", metadata: ["gst.message": "\(text.map { String(cString: $0) } ?? "")"])
+        case Int32(PARLEY_EVENT_WARNING.rawValue):
+            logger.debug("media pipeline warning", metadata: ["gst.message": "\(text.map { String(cString: $0) } ?? "")"])
+        default:
+            break
+        }
+    }
+
+    func announce(_ channel: DataChannel) { channelSink.yield(channel) }
+
+    /// A stream from the far side: decode it and play, record or drop it.
+    private func receive(pad: UnsafeMutableRawPointer, media: String) {
+        guard let description = PipelineDescription.receiver(media: media, output: output) else {
+            logger.warning("ignoring a stream of unknown media", metadata: ["media": "\(media)"])
+            return
+        }
+        var error: UnsafeMutablePointer<CChar>?
+        guard let bin = parley_bin_new(description, &error) else {
+            logger.error("cannot build the receiver", metadata: ["error": "\(GStreamerPeerConnection.take(error) ?? "")"])
+            return
+        }
+        if media == "audio", let received = parley_bin_get(bin, "received") {
+            let probe = parley_pad_tap(received, "src", audioTapCallback, Unmanaged.passUnretained(self).toOpaque())
+            lock.withLock { taps.append((received, probe)) }
+        }
+        if parley_bin_add_and_link(pipeline, bin, pad) != 0 {
+            logger.error("cannot link the receiver", metadata: ["media": "\(media)"])
+            return
+        }
+        if media == "audio", output == .device, let playback = parley_bin_get(pipeline, "playback") {
+            if parley_link(bin, playback) != 0 { logger.error("cannot reach the speaker") }
+            parley_object_unref(playback)
+        }
+    }
+
+    /// Decoded received audio: 16-bit mono at 48 kHz.
+    func audio(_ bytes: UnsafeRawPointer, count: Int) {
+        let samples = count / 2
+        guard samples > 0 else { return }
+        var sum = 0.0
+        let pcm = bytes.bindMemory(to: Int16.self, capacity: samples)
+        for i in 0..<samples {
+            let value = Double(Int16(littleEndian: pcm[i])) / 32768
+            sum += value * value
+        }
+        let rms = (sum / Double(samples)).squareRoot()
+        let first: Bool = lock.withLock {
+            guard !finished else { return false }
+            level = rms
+            guard !audioStarted else { return false }
+            audioStarted = true
+            _firstAudioAt = .now
+            return true
+        }
+        writer?.append(Data(bytes: bytes, count: count))
+        if first { eventSink.yield(.remoteAudioStarted) }
+    }
+
+    func setSpeakerMuted(_ muted: Bool) {
+        guard let speaker = parley_bin_get(pipeline, "speaker") else { return }
+        parley_set_bool(speaker, "mute", muted ? 1 : 0)
+        parley_object_unref(speaker)
+    }
+
+    /// The pipeline has stopped: no callback comes any more.
+    func finish() {
+        let (channels, taps): ([DataChannel], [(element: UnsafeMutableRawPointer, probe: UInt)]) = lock.withLock {
+            finished = true
+            defer { remoteChannels = []; self.taps = [] }
+            return (remoteChannels, self.taps)
+        }
+        for tap in taps {
+            parley_pad_untap(tap.element, "src", tap.probe)
+            parley_object_unref(tap.element)
+        }
+        for channel in channels { channel.detach() }
+        writer?.close()
+        eventSink.yield(.iceConnectionState(.closed))
+        eventSink.finish()
+        channelSink.finish()
+    }
+}
+
+let bridgeEventCallback: parley_event_callback = { context, kind, number, text, object in
+    guard let context else { return }
+    Unmanaged<Bridge>.fromOpaque(context).takeUnretainedValue().handle(kind: kind, number: number, text: text, object: object)
+}
+
+let audioTapCallback: parley_buffer_callback = { context, bytes, count in
+    guard let context, let bytes else { return }
+    Unmanaged<Bridge>.fromOpaque(context).takeUnretainedValue().audio(bytes, count: count)
+}

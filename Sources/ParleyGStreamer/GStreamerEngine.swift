@@ -1,0 +1,116 @@
+import CParleyGst
+import Foundation
+import Logging
+import ParleyKit
+
+/// Why the media engine could not do what was asked.
+public struct MediaEngineError: Error, Hashable, CustomStringConvertible {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        let name: String
+        public var description: String { name }
+        /// GStreamer or one of the plugins Parley needs is not installed.
+        public static let missingPlugins = Code(name: "missing-plugins")
+        /// A pipeline could not be built or started.
+        public static let pipeline = Code(name: "pipeline")
+        /// webrtcbin refused an offer, answer or candidate.
+        public static let negotiation = Code(name: "negotiation")
+        /// The peer connection is closed.
+        public static let closed = Code(name: "closed")
+        /// The engine does not do this yet.
+        public static let unsupported = Code(name: "unsupported")
+    }
+
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code): \(message)" }
+}
+
+/// The Linux media engine: peer connections on GStreamer's webrtcbin.
+///
+/// Creating the engine initialises GStreamer, checks that every plugin a call needs is installed,
+/// and generates the process's DTLS certificate in the background so the first call does not
+/// wait for it.
+public final class GStreamerEngine: PeerConnectionFactory {
+    /// The Debian packages that provide what the engine needs.
+    public static let debianPackages = ["gstreamer1.0-plugins-base", "gstreamer1.0-plugins-good", "gstreamer1.0-plugins-bad", "gstreamer1.0-nice"]
+    static let requiredElements = "webrtcbin nicesrc nicesink dtlssrtpenc dtlssrtpdec sctpenc sctpdec rtpbin opusenc opusdec "
+        + "rtpopuspay rtpopusdepay audiotestsrc audioconvert audioresample audiomixer volume identity fakesink filesrc "
+        + "multifilesrc wavparse queue"
+    static let videoElements = "videotestsrc videoconvert vp8enc vp8dec rtpvp8pay rtpvp8depay"
+    static let voiceElements = "webrtcdsp webrtcechoprobe autoaudiosrc autoaudiosink"
+
+    public let configuration: MediaEngineConfiguration
+    /// Every peer connection this engine makes, as it is made (for data channels and taps).
+    public let peerConnections: AsyncStream<GStreamerPeerConnection>
+    private let created: AsyncStream<GStreamerPeerConnection>.Continuation
+    private let logger: Logger
+    private let counter = Counter()
+
+    public init(configuration: MediaEngineConfiguration = MediaEngineConfiguration(), logger: Logger) throws {
+        try Self.initialize()
+        var needed = Self.requiredElements
+        if configuration.processesVoice || configuration.input == .device || configuration.output == .device {
+            needed += " " + Self.voiceElements
+        }
+        try Self.check(needed)
+        self.configuration = configuration
+        self.logger = logger
+        (peerConnections, created) = AsyncStream.makeStream()
+        Self.warmUp()
+    }
+
+    deinit { created.finish() }
+
+    public func makePeerConnection(_ connection: PeerConnectionConfiguration) async throws -> any PeerConnection {
+        if connection.media.video { try Self.check(Self.videoElements) }
+        var configuration = self.configuration
+        if case .file(let url) = configuration.output {
+            // One recording per call: the second and later calls of this engine get a numbered file.
+            let index = counter.next()
+            if index > 1 {
+                let base = url.deletingPathExtension().path
+                configuration.output = .file(URL(fileURLWithPath: "\(base)-\(index).\(url.pathExtension.isEmpty ? "wav" : url.pathExtension)"))
+            }
+        }
+        let peer = try GStreamerPeerConnection(configuration: configuration, connection: connection, logger: logger)
+        created.yield(peer)
+        return peer
+    }
+
+    // MARK: Process-wide set-up
+
+    private static let initialization: Bool = parley_gst_init() == 0
+    private static let dtlsWarmUp: Void = {
+        Thread.detachNewThread { parley_gst_warm_dtls() }
+    }()
+
+    /// Initialises GStreamer once per process.
+    public static func initialize() throws {
+        guard initialization else {
+            throw MediaEngineError(.missingPlugins, "GStreamer could not be initialised; install: apt-get install \(debianPackages.joined(separator: " "))")
+        }
+    }
+
+    /// Throws when an element in `names` (space separated) is not installed.
+    public static func check(_ names: String) throws {
+        try initialize()
+        guard let missing = parley_gst_missing_elements(names) else { return }
+        defer { parley_free(missing) }
+        throw MediaEngineError(.missingPlugins, "GStreamer elements missing: \(String(cString: missing)); install: apt-get install \(debianPackages.joined(separator: " "))")
+    }
+
+    /// Generates the DTLS certificate on a background thread (100–750 ms of RSA key generation).
+    public static func warmUp() { _ = dtlsWarmUp }
+}
+
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = 0
+    func next() -> Int { lock.withLock { value += 1; return value } }
+}

@@ -1,0 +1,363 @@
+import CParleyGst
+import Foundation
+import Logging
+import ParleyKit
+import ParleyProtocol
+
+/// A WebRTC peer connection on GStreamer's webrtcbin: Opus audio (in-band FEC, optional DTX,
+/// bitrate changed live), optional VP8 video, data channels, STUN/TURN, DTLS-SRTP.
+///
+/// webrtcbin calls back on its own threads; each callback is bridged once, at the edge, into
+/// `events` or `dataChannels`. `close()` stops the pipeline and frees everything.
+public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable {
+    public var events: AsyncStream<PeerConnectionEvent> { bridge.events }
+    /// Data channels as they come into being: those this side opened and those the far side opened.
+    public var dataChannels: AsyncStream<DataChannel> { bridge.channels }
+    /// Where received audio is recorded, if anywhere.
+    public let recording: URL?
+    /// When ICE first connected, and when the first remote audio was decoded.
+    public var iceConnectedAt: ContinuousClock.Instant? { bridge.iceConnectedAt }
+    public var remoteAudioStartedAt: ContinuousClock.Instant? { bridge.firstAudioAt }
+    /// How many ICE restarts this connection went through, started by either side.
+    public var iceRestartCount: Int { lock.withLock { restarts } }
+    /// The received audio's RMS level (0…1) in the last buffer.
+    public var receivedAudioLevel: Double? { bridge.receivedLevel }
+
+    private let pipeline: UnsafeMutableRawPointer
+    private let webrtc: UnsafeMutableRawPointer
+    private let bridge: Bridge
+    private let retainedBridge: UnsafeMutableRawPointer
+    private let logger: Logger
+    private let created = ContinuousClock.now
+    private let lock = NSLock()
+    private var closed = false
+    private var localUfrag: String?
+    private var remoteUfrag: String?
+    /// The far side restarted ICE: our answer gets fresh credentials too.
+    private var answerRestarts = false
+    private var localChannels: [DataChannel] = []
+    private var restarts = 0
+
+    init(configuration: MediaEngineConfiguration, connection: PeerConnectionConfiguration, logger: Logger) throws {
+        self.logger = logger
+        let description = PipelineDescription.sender(configuration, video: connection.media.video)
+        var error: UnsafeMutablePointer<CChar>?
+        guard let pipeline = parley_pipeline_new(description, &error) else {
+            throw MediaEngineError(.pipeline, Self.take(error) ?? "the pipeline could not be built")
+        }
+        guard let webrtc = parley_bin_get(pipeline, "webrtc") else {
+            parley_object_unref(pipeline)
+            throw MediaEngineError(.pipeline, "no webrtcbin in the pipeline")
+        }
+        self.pipeline = pipeline
+        self.webrtc = webrtc
+        if case .file(let url) = configuration.output { recording = url } else { recording = nil }
+        bridge = Bridge(pipeline: pipeline, output: configuration.output, recording: recording, logger: logger)
+        retainedBridge = Unmanaged.passRetained(bridge).toOpaque()
+        parley_webrtc_attach(pipeline, webrtc, bridgeEventCallback, retainedBridge)
+
+        parley_ice_disable_upnp(webrtc)
+        for address in configuration.localAddresses where parley_ice_add_local_address(webrtc, address) != 0 {
+            teardown()
+            throw MediaEngineError(.pipeline, "'\(address)' is not a local address ICE can use")
+        }
+        configureIce(connection)
+
+        // Data channels in READY, before PLAYING, so the first offer carries the SCTP association.
+        if parley_element_set_state_ready(pipeline) != 0 {
+            teardown()
+            throw MediaEngineError(.pipeline, "the pipeline would not get ready")
+        }
+        for spec in configuration.dataChannels {
+            guard let raw = parley_webrtc_create_data_channel(webrtc, spec.label, spec.ordered ? 1 : 0, Int32(spec.maxRetransmits ?? -1)) else {
+                teardown()
+                throw MediaEngineError(.pipeline, "data channel '\(spec.label)' could not be created")
+            }
+            let channel = DataChannel(taking: raw)
+            localChannels.append(channel)
+            bridge.announce(channel)
+        }
+        if parley_element_set_state_playing(pipeline) != 0 {
+            teardown()
+            throw MediaEngineError(.pipeline, "the pipeline would not start (is an audio device or file missing?)")
+        }
+    }
+
+    deinit { teardown() }
+
+    private func configureIce(_ connection: PeerConnectionConfiguration) {
+        var stunSet = false
+        for server in connection.iceServers {
+            for url in server.urls {
+                if let stun = IceURL.stun(url), !stunSet {
+                    parley_set_string(webrtc, "stun-server", stun)
+                    stunSet = true
+                } else if let turn = IceURL.turn(url, username: server.username, credential: server.credential) {
+                    if parley_webrtc_add_turn_server(webrtc, turn) == 0 {
+                        logger.warning("TURN server refused by webrtcbin", metadata: ["ice.url": "\(url)"])
+                    }
+                }
+            }
+        }
+        if connection.relayOnly { parley_set_from_string(webrtc, "ice-transport-policy", "relay") }
+    }
+
+    // MARK: PeerConnection
+
+    public func signalingState() async -> PeerSignalingState {
+        guard !isClosed else { return .closed }
+        switch parley_get_enum(webrtc, "signaling-state") {
+        case 0: return .stable
+        case 2, 4: return .haveLocalOffer
+        case 3, 5: return .haveRemoteOffer
+        default: return .closed
+        }
+    }
+
+    public func shouldNegotiate(_ id: UInt64) async -> Bool {
+        guard bridge.negotiationStillNeeded(id) else { return false }
+        return await signalingState() == .stable
+    }
+
+    public func createOffer(iceRestart: Bool) async throws -> SessionDescription {
+        try checkOpen()
+        bridge.offerCovers()
+        var sdp = try await awaitSDP { parley_webrtc_create_offer(self.webrtc, $0, $1) }
+        if iceRestart {
+            let fresh = SDPText.newIceCredentials()
+            sdp = SDPText.replacingIceCredentials(in: sdp, ufrag: fresh.ufrag, password: fresh.password)
+        }
+        return SessionDescription(type: "offer", sdp: sdp)
+    }
+
+    public func createAnswer() async throws -> SessionDescription {
+        try checkOpen()
+        var sdp = try await awaitSDP { parley_webrtc_create_answer(self.webrtc, $0, $1) }
+        if lock.withLock({ answerRestarts }) {
+            let fresh = SDPText.newIceCredentials()
+            sdp = SDPText.replacingIceCredentials(in: sdp, ufrag: fresh.ufrag, password: fresh.password)
+        }
+        return SessionDescription(type: "answer", sdp: sdp)
+    }
+
+    public func setLocalDescription(_ description: SessionDescription) async throws {
+        try checkOpen()
+        let ufrag = SDPText.iceUfrag(description.sdp)
+        let restarting: Bool = lock.withLock {
+            defer { localUfrag = ufrag ?? localUfrag }
+            if description.type == "answer" {
+                defer { answerRestarts = false }
+                return answerRestarts
+            }
+            return localUfrag != nil && ufrag != nil && ufrag != localUfrag
+        }
+        // Our offer restarts ICE: libnice starts new checks (keeping the selected pair meanwhile).
+        if restarting, description.type == "offer" { restartIce() }
+        bridge.rememberLocal(description.sdp)
+        try await apply(description, local: true)
+        if restarting { bridge.reannounceCandidates() }
+    }
+
+    public func setRemoteDescription(_ description: SessionDescription) async throws {
+        try checkOpen()
+        let ufrag = SDPText.iceUfrag(description.sdp)
+        let farSideRestarts: Bool = lock.withLock {
+            defer { remoteUfrag = ufrag ?? remoteUfrag }
+            let restart = description.type == "offer" && remoteUfrag != nil && ufrag != nil && ufrag != remoteUfrag
+            if restart { answerRestarts = true }
+            return restart
+        }
+        if farSideRestarts { restartIce() }
+        bridge.rememberRemote(description.sdp)
+        try await apply(description, local: false)
+    }
+
+    public func rollback() async throws {
+        // webrtcbin 1.22 marks rollback untested and it fails on a live offer; the SDK's callee is
+        // the polite side and Parley's callers never offer while a remote offer is pending.
+        throw MediaEngineError(.unsupported, "webrtcbin 1.22 cannot roll back a local offer")
+    }
+
+    public func addRemoteCandidate(_ candidate: IceCandidate?) async throws {
+        try checkOpen()
+        // End of candidates needs nothing from libnice: it keeps checking what it has.
+        guard let candidate, !candidate.candidate.isEmpty else { return }
+        guard let mline = bridge.remoteMLine(of: candidate) else {
+            throw MediaEngineError(.negotiation, "candidate for an unknown media section")
+        }
+        let text = candidate.candidate.hasPrefix("a=") ? String(candidate.candidate.dropFirst(2)) : candidate.candidate
+        parley_webrtc_add_ice_candidate(webrtc, UInt32(mline), text)
+    }
+
+    public func setMicrophoneMuted(_ muted: Bool) async {
+        set(bool: muted, property: "mute", on: "microphone")
+    }
+
+    public func setOnHold(_ held: Bool) async {
+        set(bool: held, property: "mute", on: "microphone")
+        bridge.setSpeakerMuted(held)
+    }
+
+    public func setAudioEncoding(_ setting: BitrateController.Setting) async {
+        guard let encoder = parley_bin_get(pipeline, "opusenc") else { return }
+        defer { parley_object_unref(encoder) }
+        parley_set_int(encoder, "bitrate", Int32(setting.bitrateKbps * 1000))
+        parley_set_bool(encoder, "inband-fec", setting.fec ? 1 : 0)
+        parley_set_int(encoder, "packet-loss-percentage", Int32(max(0, min(100, setting.expectedLossPct))))
+    }
+
+    public func sendDTMF(_ tones: String) async throws {
+        throw MediaEngineError(.unsupported, "the GStreamer engine does not send DTMF yet")
+    }
+
+    public func statistics() async throws -> MediaStatsSample {
+        try checkOpen()
+        let stats: parley_stats = await withCheckedContinuation { continuation in
+            let receiver = PromiseReceiver { reply in
+                var stats = parley_stats()
+                parley_stats_read(reply, &stats)
+                continuation.resume(returning: stats)
+            }
+            parley_webrtc_get_stats(webrtc, promiseCallback, Unmanaged.passRetained(receiver).toOpaque())
+        }
+        return MediaStatsSample(at: ContinuousClock.now - created,
+                                roundTripTimeMs: stats.round_trip_time_ms >= 0 ? stats.round_trip_time_ms : nil,
+                                jitterMs: stats.jitter_ms >= 0 ? stats.jitter_ms : nil,
+                                packetsReceived: Int(stats.packets_received),
+                                packetsLost: Int(max(0, stats.packets_lost)),
+                                bytesSent: Int(stats.bytes_sent),
+                                bytesReceived: Int(stats.bytes_received),
+                                audioLevel: bridge.receivedLevel)
+    }
+
+    public func close() async { teardown() }
+
+    /// Opens a data channel now. Channels opened after the first offer need a renegotiation,
+    /// which webrtcbin starts by itself.
+    public func openDataChannel(_ spec: DataChannelSpec) throws -> DataChannel {
+        try checkOpen()
+        guard let raw = parley_webrtc_create_data_channel(webrtc, spec.label, spec.ordered ? 1 : 0, Int32(spec.maxRetransmits ?? -1)) else {
+            throw MediaEngineError(.pipeline, "data channel '\(spec.label)' could not be created")
+        }
+        let channel = DataChannel(taking: raw)
+        lock.withLock { localChannels.append(channel) }
+        bridge.announce(channel)
+        return channel
+    }
+
+    // MARK: Internals
+
+    private var isClosed: Bool { lock.withLock { closed } }
+
+    private func checkOpen() throws {
+        if isClosed { throw MediaEngineError(.closed, "the peer connection is closed") }
+    }
+
+    private func teardown() {
+        let first: Bool = lock.withLock {
+            defer { closed = true }
+            return !closed
+        }
+        guard first else { return }
+        for channel in lock.withLock({ localChannels }) { channel.detach() }
+        parley_element_stop(pipeline)
+        parley_webrtc_detach(pipeline, webrtc, retainedBridge)
+        bridge.finish()
+        parley_object_unref(webrtc)
+        parley_object_unref(pipeline)
+        Unmanaged<Bridge>.fromOpaque(retainedBridge).release()
+    }
+
+    private func restartIce() {
+        lock.withLock { restarts += 1 }
+        parley_ice_restart(webrtc)
+    }
+
+    private func set(bool value: Bool, property: String, on name: String) {
+        guard !isClosed, let element = parley_bin_get(pipeline, name) else { return }
+        parley_set_bool(element, property, value ? 1 : 0)
+        parley_object_unref(element)
+    }
+
+    private func apply(_ description: SessionDescription, local: Bool) async throws {
+        var error: UnsafeMutablePointer<CChar>?
+        let failure: String? = await withCheckedContinuation { continuation in
+            let bridge = self.bridge
+            let receiver = PromiseReceiver { reply in
+                let message = parley_reply_error(reply)
+                // Read on webrtcbin's thread, before a negotiation-needed check it queues next.
+                if message == nil { bridge.descriptionApplied() }
+                continuation.resume(returning: Self.take(message))
+            }
+            let context = Unmanaged.passRetained(receiver).toOpaque()
+            if parley_webrtc_set_description(webrtc, local ? 1 : 0, description.type, description.sdp, promiseCallback, context, &error) != 0 {
+                Unmanaged<PromiseReceiver>.fromOpaque(context).release()
+                continuation.resume(returning: Self.take(error) ?? "invalid description")
+            }
+        }
+        if let failure {
+            throw MediaEngineError(.negotiation, "\(local ? "local" : "remote") \(description.type) refused: \(failure)")
+        }
+    }
+
+    private func awaitSDP(_ start: @escaping (parley_promise_callback, UnsafeMutableRawPointer) -> Void) async throws -> String {
+        let result: Result<String, MediaEngineError> = await withCheckedContinuation { continuation in
+            let receiver = PromiseReceiver { reply in
+                var error: UnsafeMutablePointer<CChar>?
+                if let sdp = parley_reply_sdp(reply, &error) {
+                    defer { parley_free(sdp) }
+                    continuation.resume(returning: .success(String(cString: sdp)))
+                } else {
+                    continuation.resume(returning: .failure(MediaEngineError(.negotiation, Self.take(error) ?? "no description")))
+                }
+            }
+            start(promiseCallback, Unmanaged.passRetained(receiver).toOpaque())
+        }
+        return try result.get()
+    }
+
+    static func take(_ text: UnsafeMutablePointer<CChar>?) -> String? {
+        guard let text else { return nil }
+        defer { parley_free(text) }
+        return String(cString: text)
+    }
+}
+
+// MARK: Promises
+
+/// Receives one promise reply on webrtcbin's thread; the reply is valid only during `handle`.
+final class PromiseReceiver {
+    let handle: (UnsafeMutableRawPointer?) -> Void
+    init(_ handle: @escaping (UnsafeMutableRawPointer?) -> Void) { self.handle = handle }
+}
+
+let promiseCallback: parley_promise_callback = { context, reply in
+    guard let context else { return }
+    Unmanaged<PromiseReceiver>.fromOpaque(context).takeRetainedValue().handle(reply)
+}
+
+// MARK: ICE server URLs
+
+/// W3C ICE server URLs (`stun:host:port`, `turn:host:port?transport=udp`) as webrtcbin wants them.
+enum IceURL {
+    static func stun(_ url: String) -> String? {
+        guard url.hasPrefix("stun:") else { return nil }
+        let rest = url.dropFirst(5).split(separator: "?").first.map(String.init) ?? ""
+        return rest.isEmpty ? nil : "stun://" + rest.replacingOccurrences(of: "//", with: "")
+    }
+
+    static func turn(_ url: String, username: String?, credential: String?) -> String? {
+        let scheme: String
+        if url.hasPrefix("turns:") { scheme = "turns" } else if url.hasPrefix("turn:") { scheme = "turn" } else { return nil }
+        guard let username, let credential else { return nil }
+        let rest = url.dropFirst(scheme.count + 1).replacingOccurrences(of: "//", with: "")
+        // coturn REST usernames hold a ':' ("expiry:user"); webrtcbin unescapes the user info.
+        return "\(scheme)://\(escape(username)):\(escape(credential))@\(rest)"
+    }
+
+    private static func escape(_ text: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+}

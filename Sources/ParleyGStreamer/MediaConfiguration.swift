@@ -1,0 +1,88 @@
+import Foundation
+
+/// What a call sends as audio.
+public enum AudioInput: Hashable, Sendable {
+    /// A sine tone.
+    case tone(hertz: Double)
+    /// A WAV file, played once (then silence) or looped.
+    case file(URL, loop: Bool)
+    case silence
+    /// The default microphone (PulseAudio or ALSA), when the machine has one.
+    case device
+
+    /// Parses the CLI's `--play` values: `tone:440`, `silence`, `device`, `file.wav`, `loop:file.wav`.
+    public init?(argument: String) {
+        if argument == "silence" { self = .silence; return }
+        if argument == "device" || argument == "mic" { self = .device; return }
+        if argument.hasPrefix("tone:") {
+            guard let hertz = Double(argument.dropFirst(5)), hertz > 0, hertz < 20_000 else { return nil }
+            self = .tone(hertz: hertz)
+            return
+        }
+        if argument == "tone" { self = .tone(hertz: 440); return }
+        if argument.hasPrefix("loop:") {
+            self = .file(URL(fileURLWithPath: String(argument.dropFirst(5))), loop: true)
+            return
+        }
+        guard argument.lowercased().hasSuffix(".wav") else { return nil }
+        self = .file(URL(fileURLWithPath: argument), loop: false)
+    }
+
+    /// Echo cancellation, noise suppression and gain control are on by default only for a real microphone.
+    public var processesVoiceByDefault: Bool { self == .device }
+}
+
+/// Where a call's received audio goes.
+public enum AudioOutputSink: Hashable, Sendable {
+    /// A 16-bit 48 kHz mono WAV file.
+    case file(URL)
+    case null
+    /// The default speaker.
+    case device
+}
+
+public struct VideoInput: Hashable, Sendable {
+    public var width = 320
+    public var height = 240
+    public var framesPerSecond = 15
+    public var bitrateKbps = 300
+    public init() {}
+}
+
+/// A data channel a peer connection opens as soon as it is created (before the first offer, so
+/// the offer carries the SCTP association).
+public struct DataChannelSpec: Hashable, Sendable {
+    public var label: String
+    public var ordered: Bool
+    /// nil: reliable; otherwise partial reliability with at most this many retransmissions.
+    public var maxRetransmits: Int?
+
+    public init(label: String, ordered: Bool = true, maxRetransmits: Int? = nil) {
+        self.label = label
+        self.ordered = ordered
+        self.maxRetransmits = maxRetransmits
+    }
+}
+
+/// How the GStreamer engine builds peer connections.
+public struct MediaEngineConfiguration: Hashable, Sendable {
+    public var input: AudioInput = .tone(hertz: 440)
+    public var output: AudioOutputSink = .null
+    /// nil: on for the microphone, off for tones and files.
+    public var voiceProcessing: Bool?
+    /// Sent when the call asks for video: a moving test pattern.
+    public var video = VideoInput()
+    /// Only these local addresses take part in ICE (loopback included when named); empty: every
+    /// non-loopback interface, as libnice does by default.
+    public var localAddresses: [String] = []
+    /// The receive jitter buffer.
+    public var jitterBufferMs = 100
+    public var opusBitrate = 32_000
+    /// Discontinuous transmission: no packets during silence.
+    public var dtx = false
+    public var dataChannels: [DataChannelSpec] = []
+
+    public init() {}
+
+    var processesVoice: Bool { voiceProcessing ?? input.processesVoiceByDefault }
+}

@@ -1,0 +1,289 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Logging
+import ParleyGStreamer
+import ParleyKit
+import ParleyNIOTransport
+import ParleyProtocol
+
+/// Why the softphone could not start or place a call, in words for the person at the keyboard.
+public struct SoftphoneError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+public struct SoftphoneOptions: Sendable {
+    /// The server's HTTP base URL (`http://127.0.0.1:8080`); signaling uses `/v1/signal` on it.
+    public var server: URL
+    public var user: UserID
+    public var name: String?
+    /// An access token; nil asks the server for a development token (development mode only).
+    public var token: String?
+    public var device: DeviceID
+    public var media: MediaEngineConfiguration
+    public var statsInterval: Duration = .seconds(1)
+    public var connectTimeout: Duration = .seconds(5)
+
+    public init(server: URL, user: UserID, name: String? = nil, token: String? = nil, device: DeviceID? = nil,
+                media: MediaEngineConfiguration = MediaEngineConfiguration()) {
+        self.server = server
+        self.user = user
+        self.name = name
+        self.token = token
+        self.device = device ?? DeviceID(rawValue: "cli-\(UUID().uuidString.prefix(8).lowercased())")!
+        self.media = media
+    }
+}
+
+/// One call's milestones and outcome, for the live status line and the summary.
+public struct CallTimeline: Sendable {
+    public var call: UUID
+    public var remote: UserID
+    public var outgoing: Bool
+    public var started: ContinuousClock.Instant
+    public var ringing: ContinuousClock.Instant?
+    public var connected: ContinuousClock.Instant?
+    public var iceConnected: ContinuousClock.Instant?
+    public var firstAudio: ContinuousClock.Instant?
+    public var ended: ContinuousClock.Instant?
+    public var endReason: EndReason?
+    public var quality: QualityReport?
+    public var bitrate: BitrateController.Setting?
+    public var recording: URL?
+    /// From the invite's acknowledgement: the callee's ringing devices and pushes sent.
+    public var devices: Int?
+    public var pushed: Int?
+    public var muted = false
+    public var held = false
+
+    func since(_ instant: ContinuousClock.Instant?) -> Duration? { instant.map { $0 - started } }
+    public var timeToRinging: Duration? { since(ringing) }
+    public var timeToConnected: Duration? { since(connected) }
+    public var timeToIceConnected: Duration? { since(iceConnected) }
+    public var timeToFirstAudio: Duration? { since(firstAudio) }
+    public var isEnded: Bool { ended != nil }
+}
+
+public enum SoftphoneEvent: Hashable, Sendable {
+    case incoming(UUID, from: UserID, name: String?)
+    case phase(UUID, CallStateMachine.Phase)
+    case remoteUpdated(UUID, muted: Bool?, held: Bool?)
+    /// No device of the callee is online and none could be woken by push.
+    case calleeOffline(UUID)
+}
+
+/// A headless softphone: the SDK's call manager with the GStreamer engine, a WebSocket signaling
+/// client, and a provider that takes commands instead of CallKit's UI.
+public actor Softphone {
+    public nonisolated let events: AsyncStream<SoftphoneEvent>
+    public nonisolated let engine: GStreamerEngine
+    public nonisolated let options: SoftphoneOptions
+    private let eventSink: AsyncStream<SoftphoneEvent>.Continuation
+    private let provider = HeadlessCallProvider()
+    private let audio = EngineAudioSession()
+    private let logger: Logger
+    private var signaling: SignalingClient<ContinuousClock>?
+    private var manager: CallManager<ContinuousClock>?
+    private var tasks: [Task<Void, Never>] = []
+    private var timelines: [UUID: CallTimeline] = [:]
+    private var peers: [UUID: GStreamerPeerConnection] = [:]
+
+    public init(options: SoftphoneOptions, logger: Logger) throws {
+        self.options = options
+        self.logger = logger
+        engine = try GStreamerEngine(configuration: options.media, logger: logger)
+        (events, eventSink) = AsyncStream.makeStream()
+    }
+
+    /// Connects to the server; throws with a clear message when it is down or refuses the token.
+    public func start() async throws {
+        let server = options.server
+        try await Self.checkReachable(server)
+        let fixedToken = options.token
+        let user = options.user, name = options.name
+        // Fail early on a token the server refuses rather than retrying in the background.
+        let firstToken: String
+        if let fixedToken { firstToken = fixedToken } else { firstToken = try await Self.developmentToken(server: server, user: user, name: name) }
+        var configuration = SignalingClient<ContinuousClock>.Configuration(url: Self.signalURL(server), device: options.device,
+                                                                          client: ClientInfo(name: "parley-cli", version: "0.1.0"))
+        configuration.connectTimeout = options.connectTimeout
+        configuration.backoff = .init(initial: .milliseconds(200), maximum: .seconds(5))
+        let tokens = TokenSource(first: firstToken)
+        let signaling = SignalingClient(configuration: configuration, transport: WebSocketSignalingTransport(), clock: ContinuousClock(),
+                                        logger: logger) {
+            if let token = tokens.takeFirst() { return token }
+            if let fixedToken { return fixedToken }
+            return try await Self.developmentToken(server: server, user: user, name: name)
+        }
+        var managerConfiguration = CallManager<ContinuousClock>.Configuration()
+        managerConfiguration.statsInterval = options.statsInterval
+        let manager = CallManager(signaling: signaling, provider: provider, audio: audio, peers: engine, clock: ContinuousClock(),
+                                  logger: logger, configuration: managerConfiguration)
+        self.signaling = signaling
+        self.manager = manager
+        tasks.append(Task { await manager.run() })
+        tasks.append(Task { for await event in manager.events { self.handle(event) } })
+        tasks.append(Task { for await notice in self.provider.notices { self.handle(notice) } })
+        tasks.append(Task { for await peer in self.engine.peerConnections { self.adopt(peer) } })
+        let deadline = ContinuousClock.now + options.connectTimeout
+        while await signaling.session == nil {
+            guard ContinuousClock.now < deadline else {
+                await stop()
+                throw SoftphoneError("the server at \(server.absoluteString) did not accept the signaling connection (is the token valid?)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    public func stop() async {
+        for (call, timeline) in timelines where !timeline.isEnded { provider.end(call) }
+        if timelines.values.contains(where: { !$0.isEnded }) { try? await Task.sleep(for: .milliseconds(300)) }
+        await signaling?.stop()
+        for task in tasks { task.cancel() }
+        tasks = []
+        for peer in peers.values { await peer.close() }
+        eventSink.finish()
+    }
+
+    /// The signaling client, for tests that cut the connection.
+    public var signalingClient: SignalingClient<ContinuousClock>? { signaling }
+
+    // MARK: Commands
+
+    public func call(_ user: UserID, video: Bool = false) -> UUID {
+        let call = UUID()
+        timelines[call] = CallTimeline(call: call, remote: user, outgoing: true, started: .now)
+        provider.startCall(call, to: user, video: video)
+        return call
+    }
+
+    public func answer(_ call: UUID) { provider.answer(call) }
+    public func hangUp(_ call: UUID) { provider.end(call) }
+
+    public func setMuted(_ call: UUID, _ muted: Bool) {
+        timelines[call]?.muted = muted
+        provider.setMuted(call, muted)
+    }
+
+    public func setHeld(_ call: UUID, _ held: Bool) {
+        timelines[call]?.held = held
+        provider.setHeld(call, held)
+    }
+
+    /// Restarts ICE on every call, as after a network change, and reconnects signaling.
+    public func networkChanged() async { await manager?.networkChanged() }
+
+    public func timeline(of call: UUID) -> CallTimeline? {
+        guard var timeline = timelines[call] else { return nil }
+        if let peer = peers[call] {
+            timeline.firstAudio = peer.remoteAudioStartedAt
+            timeline.iceConnected = peer.iceConnectedAt
+            timeline.recording = peer.recording
+        }
+        return timeline
+    }
+
+    public func peerConnection(of call: UUID) -> GStreamerPeerConnection? { peers[call] }
+
+    // MARK: Events
+
+    private func handle(_ event: CallEvent) {
+        switch event {
+        case .phase(let call, let phase):
+            let now = ContinuousClock.now
+            switch phase {
+            case .ringing: if timelines[call]?.ringing == nil { timelines[call]?.ringing = now }
+            case .connected: if timelines[call]?.connected == nil { timelines[call]?.connected = now }
+            case .ended(let reason):
+                timelines[call]?.ended = now
+                timelines[call]?.endReason = reason
+            default: break
+            }
+            eventSink.yield(.phase(call, phase))
+        case .quality(let call, let report):
+            timelines[call]?.quality = report
+        case .bitrate(let call, let setting):
+            timelines[call]?.bitrate = setting
+        case .remoteUpdated(let call, let muted, let held):
+            eventSink.yield(.remoteUpdated(call, muted: muted, held: held))
+        case .invited(let call, let devices, let pushed):
+            timelines[call]?.devices = devices
+            timelines[call]?.pushed = pushed
+            if timelines[call]?.ringing == nil, devices > 0 { timelines[call]?.ringing = .now }
+            if devices == 0, pushed == 0 {
+                eventSink.yield(.calleeOffline(call))
+            }
+        case .route, .pausedByInterruption:
+            break
+        }
+    }
+
+    private func handle(_ notice: HeadlessCallProvider.Notice) {
+        switch notice {
+        case .incoming(let report):
+            timelines[report.call] = CallTimeline(call: report.call, remote: report.caller, outgoing: false, started: .now, ringing: .now)
+            eventSink.yield(.incoming(report.call, from: report.caller, name: report.callerName))
+        case .ended:
+            break
+        }
+    }
+
+    /// A peer connection belongs to the call that is connecting without one.
+    private func adopt(_ peer: GStreamerPeerConnection) {
+        let waiting = timelines.values.filter { !$0.isEnded && peers[$0.call] == nil }.sorted { $0.started < $1.started }
+        if let call = waiting.first?.call { peers[call] = peer }
+    }
+
+    // MARK: Server
+
+    static func signalURL(_ server: URL) -> URL {
+        var components = URLComponents(url: server, resolvingAgainstBaseURL: false)!
+        components.scheme = server.scheme == "https" ? "wss" : "ws"
+        components.path = "/v1/signal"
+        return components.url!
+    }
+
+    static func checkReachable(_ server: URL) async throws {
+        var request = URLRequest(url: server.appendingPathComponent("healthz"))
+        request.timeoutInterval = 3
+        do {
+            let (_, response) = try await URLSession.shared.data(for: request)
+            guard let http = response as? HTTPURLResponse, http.statusCode < 500 else {
+                throw SoftphoneError("the server at \(server.absoluteString) is not ready")
+            }
+        } catch let error as SoftphoneError {
+            throw error
+        } catch {
+            throw SoftphoneError("cannot reach the Parley server at \(server.absoluteString) (is `parley serve` running?)")
+        }
+    }
+
+    /// A development token from the server (only a server in development mode gives them).
+    public static func developmentToken(server: URL, user: UserID, name: String?) async throws -> String {
+        var request = URLRequest(url: server.appendingPathComponent("v1/dev/tokens"))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = try JSONEncoder().encode(DevTokenRequest(user: user, name: name))
+        request.timeoutInterval = 5
+        let data: Data, response: URLResponse
+        do {
+            (data, response) = try await URLSession.shared.data(for: request)
+        } catch {
+            throw SoftphoneError("cannot reach the Parley server at \(server.absoluteString) (is `parley serve` running?)")
+        }
+        guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
+            throw SoftphoneError("the server gives development tokens only in development mode: pass --token (mint one with `parley token`)")
+        }
+        return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
+    }
+}
+
+/// Hands out the token fetched at start once, then defers to fresh ones.
+private final class TokenSource: @unchecked Sendable {
+    private let lock = NSLock()
+    private var first: String?
+    init(first: String) { self.first = first }
+    func takeFirst() -> String? { lock.withLock { defer { first = nil }; return first } }
+}

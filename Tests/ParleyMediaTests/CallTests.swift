@@ -1,0 +1,139 @@
+import Foundation
+import Logging
+import ParleyGStreamer
+import ParleyKit
+import ParleyProtocol
+import ParleyServerTesting
+import ParleySoftphone
+import Testing
+
+/// Two Linux softphones call each other through the real signaling server, with real media over loopback.
+@Suite("Calls between two Linux clients", .serialized)
+struct CallTests {
+    @Test func callConnectsAndEachSideHearsTheOthersTone() async throws {
+        try await withCall { call in
+            try await call.talk(for: .seconds(2.5))
+            let alice = try #require(await call.alice.timeline(of: call.id))
+            #expect(alice.timeToIceConnected != nil)
+            #expect(alice.timeToFirstAudio != nil)
+            try await call.hangUp(by: call.alice)
+            #expect(try call.alicesRecording().dominantFrequency(from: 0.5) == 660)
+            #expect(try call.bobsRecording().dominantFrequency(from: 0.5) == 440)
+        }
+    }
+
+    @Test func dataChannelCarriesMessagesBothWays() async throws {
+        try await withCall(dataChannels: [DataChannelSpec(label: "chat"), DataChannelSpec(label: "telemetry", ordered: false, maxRetransmits: 0)]) { call in
+            let alicePeer = try #require(await call.alice.peerConnection(of: call.id))
+            let bobPeer = try #require(await call.bob.peerConnection(of: call.id))
+            let aliceChannels = ChannelCollector(alicePeer.dataChannels)
+            let bobChannels = ChannelCollector(bobPeer.dataChannels)
+            let aliceChat = try await aliceChannels.channel("chat")
+            let bobChat = try await bobChannels.channel("chat")
+            let bobTelemetry = try await bobChannels.channel("telemetry")
+            let aliceTelemetry = try await aliceChannels.channel("telemetry")
+            #expect(bobTelemetry.ordered == false)
+            try await eventually { aliceChat.isOpen && bobChat.isOpen && aliceTelemetry.isOpen }
+            let bobHears = MessageCollector(bobChat.events)
+            let aliceHears = MessageCollector(aliceChat.events)
+            let telemetry = MessageCollector(bobTelemetry.events)
+            aliceChat.send("hello from alice")
+            bobChat.send("hello from bob")
+            aliceTelemetry.send(Data([1, 2, 3, 250]))
+            try await eventually { bobHears.messages.contains(.text("hello from alice")) }
+            try await eventually { aliceHears.messages.contains(.text("hello from bob")) }
+            try await eventually { telemetry.messages.contains(.binary(Data([1, 2, 3, 250]))) }
+            try await call.hangUp(by: call.bob)
+        }
+    }
+
+    @Test func muteSilencesTheFarSideForThatSpan() async throws {
+        try await withCall { call in
+            try await call.talk(for: .seconds(1.5))
+            let mutedAt = try call.bobsRecordedSeconds()
+            await call.alice.setMuted(call.id, true)
+            try await Task.sleep(for: .seconds(2))
+            let unmutedAt = try call.bobsRecordedSeconds()
+            await call.alice.setMuted(call.id, false)
+            try await Task.sleep(for: .seconds(1.5))
+            try await call.hangUp(by: call.alice)
+            let bob = try call.bobsRecording()
+            // Leave half a second each side for the mute to take effect through the jitter buffer.
+            let silent = bob.audio.mono(from: mutedAt + 0.5, length: unmutedAt - mutedAt - 1)
+            #expect(AudioAnalysis.level(silent) < -50)
+            #expect(bob.dominantFrequency(from: 0.3, length: mutedAt - 0.5) == 440)
+            #expect(bob.dominantFrequency(from: unmutedAt + 0.6, length: 0.8) == 440)
+            // The far side heard about it, too.
+            #expect(call.bobEvents.contains(.remoteUpdated(call.id, muted: true, held: nil)))
+        }
+    }
+
+    @Test func hangupEndsBothSidesWithTheRightReasons() async throws {
+        try await withCall { call in
+            try await call.talk(for: .seconds(1))
+            try await call.hangUp(by: call.bob)
+            let alice = try #require(await call.alice.timeline(of: call.id))
+            let bob = try #require(await call.bob.timeline(of: call.id))
+            #expect(alice.endReason == .hangup)
+            #expect(bob.endReason == .hangup)
+            #expect(call.aliceEvents.contains(.phase(call.id, .ended(.hangup))))
+        }
+    }
+
+    @Test func iceRestartMidCallKeepsAudioFlowing() async throws {
+        try await withCall { call in
+            try await call.talk(for: .seconds(1.5))
+            let before = try call.bobsRecordedSeconds()
+            let alicePeer = try #require(await call.alice.peerConnection(of: call.id))
+            let bobPeer = try #require(await call.bob.peerConnection(of: call.id))
+            await call.alice.networkChanged()
+            try await eventually { alicePeer.iceRestartCount == 1 && bobPeer.iceRestartCount == 1 }
+            try await Task.sleep(for: .seconds(3))
+            #expect(alicePeer.iceRestartCount == 1)
+            try await call.hangUp(by: call.alice)
+            let bob = try call.bobsRecording()
+            // Audio kept coming across the restart: the tone is there and nothing went quiet.
+            #expect(bob.audio.duration > before + 2.5)
+            #expect(bob.dominantFrequency(from: before, length: 2.5) == 440)
+            #expect(AudioAnalysis.level(bob.audio.mono(from: before, length: 2.5)) > -30)
+        }
+    }
+
+    @Test func mediaSurvivesTheSignalingConnectionBeingCut() async throws {
+        try await withCall { call in
+            try await call.talk(for: .seconds(1))
+            let signaling = try #require(await call.alice.signalingClient)
+            let before = try #require(await signaling.session)
+            let cutAt = try call.bobsRecordedSeconds()
+            // The WebSocket closes under the SDK; it reconnects and resumes on its own.
+            await signaling.networkChanged()
+            try await eventually { await signaling.session?.resumed == true }
+            let after = try #require(await signaling.session)
+            #expect(after.session == before.session)
+            try await Task.sleep(for: .seconds(1.5))
+            #expect(await call.alice.timeline(of: call.id)?.isEnded == false)
+            // Signaling works again: the hangup reaches the far side.
+            try await call.hangUp(by: call.alice)
+            let bob = try call.bobsRecording()
+            #expect(bob.dominantFrequency(from: cutAt, length: 1.5) == 440)
+            #expect(AudioAnalysis.level(bob.audio.mono(from: cutAt, length: 1.5)) > -30)
+        }
+    }
+
+    @Test func callingAnOfflineUserSaysSo() async throws {
+        let server = try await LiveServer.start()
+        let alice = try makePhone(server, "alice", tone: 440, record: nil)
+        try await alice.start()
+        let events = EventCollector(alice.events)
+        let call = await alice.call("nobody")
+        try await eventually { events.events.contains(.calleeOffline(call)) }
+        await alice.stop()
+        try await server.stop()
+    }
+
+    @Test func aServerThatIsDownGetsAClearError() async throws {
+        let phone = try makePhone(URL(string: "http://127.0.0.1:9")!, "alice", tone: 440, record: nil)
+        await #expect(throws: SoftphoneError.self) { try await phone.start() }
+        do { try await phone.start() } catch { #expect("\(error)".contains("cannot reach the Parley server")) }
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+import Logging
+import ParleyGStreamer
+import ParleyKit
+import ParleyProtocol
+import ParleyServerTesting
+import ParleySoftphone
+import Testing
+
+let testLogger: Logger = {
+    var logger = Logger(label: "test.media")
+    logger.logLevel = ProcessInfo.processInfo.environment["PARLEY_TEST_LOG"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+    return logger
+}()
+
+func makePhone(_ server: LiveServer, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = []) throws -> Softphone {
+    try makePhone(URL(string: server.baseURL)!, user, tone: tone, record: record, dataChannels: dataChannels)
+}
+
+func makePhone(_ server: URL, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = []) throws -> Softphone {
+    var media = MediaEngineConfiguration()
+    media.input = .tone(hertz: tone)
+    media.output = record.map { .file($0) } ?? .null
+    // Loopback only: libnice skips loopback unless told to use it.
+    media.localAddresses = ["127.0.0.1"]
+    media.dataChannels = dataChannels
+    var options = SoftphoneOptions(server: server, user: user, media: media)
+    options.statsInterval = .milliseconds(500)
+    return try Softphone(options: options, logger: testLogger)
+}
+
+/// A connected call between alice (440 Hz) and bob (660 Hz), each recording what they hear.
+struct LiveCall {
+    let id: UUID
+    let alice: Softphone
+    let bob: Softphone
+    let directory: URL
+    let aliceLog: EventCollector
+    let bobLog: EventCollector
+
+    var aliceEvents: [SoftphoneEvent] { aliceLog.events }
+    var bobEvents: [SoftphoneEvent] { bobLog.events }
+
+    func talk(for duration: Duration) async throws { try await Task.sleep(for: duration) }
+
+    /// Hangs up from one side and waits for both sides to end.
+    func hangUp(by phone: Softphone) async throws {
+        await phone.hangUp(id)
+        try await eventually("both sides ended") {
+            let aliceEnded = await alice.timeline(of: id)?.isEnded == true
+            let bobEnded = await bob.timeline(of: id)?.isEnded == true
+            return aliceEnded && bobEnded
+        }
+    }
+
+    func alicesRecording() throws -> Recording { try Recording(directory.appendingPathComponent("alice.wav")) }
+    func bobsRecording() throws -> Recording { try Recording(directory.appendingPathComponent("bob.wav")) }
+    func bobsRecordedSeconds() throws -> Double { try bobsRecording().audio.duration }
+}
+
+struct Recording {
+    let audio: WAV.Audio
+    init(_ url: URL) throws { audio = try WAV.read(url) }
+
+    func dominantFrequency(from start: Double, length: Double? = nil) -> Double? {
+        AudioAnalysis.dominantFrequency(audio.mono(from: start, length: length), sampleRate: audio.sampleRate)
+    }
+}
+
+func withCall(dataChannels: [DataChannelSpec] = [], _ body: (LiveCall) async throws -> Void) async throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-call-\(UUID().uuidString.prefix(8))")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    let server = try await LiveServer.start()
+    let alice = try makePhone(server, "alice", tone: 440, record: directory.appendingPathComponent("alice.wav"), dataChannels: dataChannels)
+    let bob = try makePhone(server, "bob", tone: 660, record: directory.appendingPathComponent("bob.wav"))
+    try await alice.start()
+    try await bob.start()
+    let aliceLog = EventCollector(alice.events)
+    let bobLog = EventCollector(bob.events)
+    let id = await alice.call("bob")
+    try await eventually { bobLog.events.contains { if case .incoming(id, from: "alice", _) = $0 { true } else { false } } }
+    await bob.answer(id)
+    try await eventually(timeout: .seconds(15), "call connected") {
+        let aliceHears = await alice.timeline(of: id)?.firstAudio != nil
+        let bobHears = await bob.timeline(of: id)?.firstAudio != nil
+        return aliceHears && bobHears
+    }
+    let call = LiveCall(id: id, alice: alice, bob: bob, directory: directory, aliceLog: aliceLog, bobLog: bobLog)
+    do {
+        try await body(call)
+    } catch {
+        await alice.stop(); await bob.stop(); try? await server.stop()
+        throw error
+    }
+    await alice.stop()
+    await bob.stop()
+    try await server.stop()
+}
+
+final class EventCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var log: [SoftphoneEvent] = []
+    private var task: Task<Void, Never>?
+    init(_ stream: AsyncStream<SoftphoneEvent>) {
+        task = Task { [weak self] in for await event in stream { self?.lock.withLock { self?.log.append(event) } } }
+    }
+    var events: [SoftphoneEvent] { lock.withLock { log } }
+}
+
+final class ChannelCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var channels: [DataChannel] = []
+    init(_ stream: AsyncStream<DataChannel>) {
+        Task { [weak self] in for await channel in stream { self?.lock.withLock { self?.channels.append(channel) } } }
+    }
+    func channel(_ label: String) async throws -> DataChannel {
+        try await eventually("data channel \(label)") { self.lock.withLock { self.channels.contains { $0.label == label } } }
+        return lock.withLock { channels.first { $0.label == label }! }
+    }
+}
+
+final class MessageCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var log: [DataChannel.Event] = []
+    init(_ stream: AsyncStream<DataChannel.Event>) {
+        Task { [weak self] in for await event in stream { self?.lock.withLock { self?.log.append(event) } } }
+    }
+    var messages: [DataChannel.Event] { lock.withLock { log } }
+}
