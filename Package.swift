@@ -143,6 +143,10 @@ let package = Package(
             dependencies: [
                 "ParleyProtocol",
                 "ParleyServer",
+                "ParleyKit",
+                "ParleyGStreamer",
+                "ParleySoftphone",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -39,7 +39,7 @@ public struct MediaEngineError: Error, Hashable, CustomStringConvertible {
 public final class GStreamerEngine: PeerConnectionFactory {
     /// The Debian packages that provide what the engine needs.
     public static let debianPackages = ["gstreamer1.0-plugins-base", "gstreamer1.0-plugins-good", "gstreamer1.0-plugins-bad", "gstreamer1.0-nice"]
-    static let requiredElements = "webrtcbin nicesrc nicesink dtlssrtpenc dtlssrtpdec sctpenc sctpdec rtpbin opusenc opusdec "
+    public static let requiredElements = "webrtcbin nicesrc nicesink dtlssrtpenc dtlssrtpdec sctpenc sctpdec rtpbin opusenc opusdec "
         + "rtpopuspay rtpopusdepay audiotestsrc audioconvert audioresample audiomixer volume identity fakesink filesrc "
         + "multifilesrc wavparse queue"
     static let videoElements = "videotestsrc videoconvert vp8enc vp8dec rtpvp8pay rtpvp8depay"

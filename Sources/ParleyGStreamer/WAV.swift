@@ -151,19 +151,24 @@ public enum AudioAnalysis {
         return value > 0 ? max(-120, 20 * log10(value)) : -120
     }
 
-    /// The strongest frequency between `low` and `high` Hz, scanned with the Goertzel filter in
-    /// 5 Hz steps, or nil for silence.
+    /// The strongest frequency between `low` and `high` Hz (to the nearest hertz), or nil for
+    /// silence: a Goertzel scan in 10 Hz steps over half a second, refined around the best step.
     public static func dominantFrequency(_ samples: [Float], sampleRate: Int, low: Double = 100, high: Double = 2000) -> Double? {
         guard samples.count >= sampleRate / 20, rms(samples) > 0.001 else { return nil }
-        let window = Array(samples.prefix(sampleRate))  // a second is plenty for 5 Hz steps
-        var best = (frequency: 0.0, power: 0.0)
-        var frequency = low
-        while frequency <= high {
-            let power = goertzel(window, frequency: frequency, sampleRate: sampleRate)
-            if power > best.power { best = (frequency, power) }
-            frequency += 5
+        // Every third sample of 48 kHz audio still carries tones up to 8 kHz, at a third of the work.
+        let step = sampleRate >= 48_000 ? 3 : 1
+        let rate = sampleRate / step
+        let window = stride(from: 0, to: min(samples.count, sampleRate / 2), by: step).map { samples[$0] }
+        func strongest(_ candidates: some Sequence<Double>) -> Double {
+            var best = (frequency: low, power: -1.0)
+            for frequency in candidates {
+                let power = goertzel(window, frequency: frequency, sampleRate: rate)
+                if power > best.power { best = (frequency, power) }
+            }
+            return best.frequency
         }
-        return best.frequency
+        let coarse = strongest(stride(from: low, through: high, by: 10))
+        return strongest(stride(from: max(low, coarse - 10), through: min(high, coarse + 10), by: 1))
     }
 
     static func goertzel(_ samples: [Float], frequency: Double, sampleRate: Int) -> Double {

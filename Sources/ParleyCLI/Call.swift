@@ -1,0 +1,50 @@
+import ArgumentParser
+import Foundation
+import ParleyProtocol
+import ParleySoftphone
+
+struct Call: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Call a user: a softphone with a live status line, mute (m), hold (h) and hang up (q).",
+        discussion: "Example, against `parley serve` on this machine: parley call bob --as alice --play tone:440 --record heard.wav --duration 10"
+    )
+
+    @Argument(help: "The user to call.")
+    var callee: String
+
+    @OptionGroup var phone: SoftphoneArguments
+
+    func validate() throws {
+        guard UserID(rawValue: callee) != nil else { throw ValidationError("'\(callee)' is not a user id") }
+        guard callee != phone.user else { throw ValidationError("you cannot call yourself (you are '\(phone.user)'; pick another with --as)") }
+    }
+
+    func run() async throws {
+        let softphone = try Softphone(options: phone.options(), logger: phone.logger)
+        do {
+            try await softphone.start()
+        } catch {
+            throw CleanExit.message("parley: \(error)")
+        }
+        let callee = UserID(rawValue: self.callee)!
+        Console.say("calling \(callee) as \(phone.user) via \(phone.server)…")
+        let call = await softphone.call(callee, video: phone.video)
+        let offline = Task {
+            for await event in softphone.events {
+                if case .calleeOffline(call) = event {
+                    Console.say("\(callee) is not online and has no device to wake; hanging up")
+                    await softphone.hangUp(call)
+                }
+                if case .remoteUpdated(call, let muted, let held) = event {
+                    if let muted { Console.say("\(callee) \(muted ? "muted" : "unmuted") their microphone") }
+                    if let held { Console.say("\(callee) \(held ? "put the call on hold" : "resumed the call")") }
+                }
+            }
+        }
+        let timeline = await runCall(softphone, call, duration: phone.duration)
+        offline.cancel()
+        if let timeline { for line in Console.summary(timeline) { Console.say(line) } }
+        await softphone.stop()
+        if let reason = timeline?.endReason, reason != .hangup { throw ExitCode(2) }
+    }
+}

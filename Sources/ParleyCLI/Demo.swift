@@ -1,0 +1,132 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ParleyGStreamer
+import ParleyKit
+import ParleyProtocol
+import ParleyServer
+import ParleySoftphone
+
+struct Demo: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "A real call on this machine: an embedded server and two softphones, alice calls bob.",
+        discussion: "Nothing to configure: the server runs in development mode on loopback with a temporary database; the call's audio (a tone each way) is recorded and checked."
+    )
+
+    @Option(help: "Seconds of conversation.")
+    var seconds: Double = 4
+
+    @Option(help: "Where to keep the recordings (default: a new temporary directory).")
+    var output: String?
+
+    func validate() throws {
+        guard seconds > 0, seconds <= 600 else { throw ValidationError("--seconds must be between 0 and 600") }
+    }
+
+    func run() async throws {
+        let start = ContinuousClock.now
+        func step(_ text: String) {
+            Console.say(String(format: "%7.0f ms  ", (ContinuousClock.now - start).seconds * 1000) + text)
+        }
+        let directory = URL(fileURLWithPath: output ?? FileManager.default.temporaryDirectory.appendingPathComponent("parley-demo-\(UUID().uuidString.prefix(8))").path)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+
+        do {
+            try GStreamerEngine.check(GStreamerEngine.requiredElements)
+        } catch {
+            throw CleanExit.message("parley demo: \(error)\n(the README's setup step, scripts/setup.sh, installs them)")
+        }
+
+        var logger = Logger(label: "parley.demo")
+        logger.logLevel = .error
+        var configuration = ServerConfiguration()
+        configuration.host = "127.0.0.1"
+        configuration.port = 0
+        configuration.developmentMode = true
+        configuration.databasePath = directory.appendingPathComponent("demo.sqlite").path
+        configuration.tokenKey = .hs256(secret: Serve.developmentSecret)
+        let (ports, portSink) = AsyncStream<Int>.makeStream()
+        let server = try await SignalingServer(configuration: configuration, logger: logger) { port in
+            portSink.yield(port)
+            portSink.finish()
+        }
+        let group = server.makeServiceGroup(signals: [])
+        let serverTask = Task { try await group.run() }
+        var portIterator = ports.makeAsyncIterator()
+        guard let port = await portIterator.next() else { throw CleanExit.message("parley demo: the embedded server did not start") }
+        let base = URL(string: "http://127.0.0.1:\(port)")!
+        step("server listening on \(base.absoluteString) (development mode, database \(configuration.databasePath!))")
+
+        func phone(_ user: UserID, hertz: Double) throws -> Softphone {
+            var media = MediaEngineConfiguration()
+            media.input = .tone(hertz: hertz)
+            media.output = .file(directory.appendingPathComponent("heard-by-\(user).wav"))
+            media.localAddresses = ["127.0.0.1"]
+            var options = SoftphoneOptions(server: base, user: user, name: user.rawValue.capitalized, media: media)
+            options.statsInterval = .milliseconds(500)
+            return try Softphone(options: options, logger: logger)
+        }
+        let alice = try phone("alice", hertz: 440)
+        let bob = try phone("bob", hertz: 660)
+        try await alice.start()
+        try await bob.start()
+        step("alice and bob connected to the server (alice sends 440 Hz, bob 660 Hz)")
+
+        let call = await alice.call("bob")
+        step("alice calls bob")
+        for await event in bob.events {
+            if case .incoming(call, _, _) = event { break }
+        }
+        step("bob's phone rings; bob answers")
+        await bob.answer(call)
+        var marks: Set<String> = []
+        let deadline = ContinuousClock.now + .seconds(15)
+        while ContinuousClock.now < deadline {
+            let a = await alice.timeline(of: call), b = await bob.timeline(of: call)
+            if a?.iceConnected != nil, marks.insert("ice").inserted { step("media path up (ICE connected, DTLS-SRTP next)") }
+            if a?.connected != nil, marks.insert("connected").inserted { step("call connected") }
+            if a?.firstAudio != nil, marks.insert("a-audio").inserted { step("alice hears bob") }
+            if b?.firstAudio != nil, marks.insert("b-audio").inserted { step("bob hears alice") }
+            if marks.count == 4 || a?.isEnded == true { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        guard marks.count == 4 else {
+            await alice.stop(); await bob.stop()
+            await group.triggerGracefulShutdown()
+            _ = try? await serverTask.value
+            throw CleanExit.message("parley demo: the call did not connect (run with PARLEY_LOG_LEVEL=debug for details)")
+        }
+        step(String(format: "talking for %.0f s…", seconds))
+        try await Task.sleep(for: .seconds(seconds))
+        await alice.hangUp(call)
+        while true {
+            let bobEnded = await bob.timeline(of: call)?.isEnded == true
+            let aliceEnded = await alice.timeline(of: call)?.isEnded == true
+            if bobEnded && aliceEnded { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        step("alice hangs up; the call is over on both sides")
+        let aliceTimeline = await alice.timeline(of: call)
+        let bobTimeline = await bob.timeline(of: call)
+        await alice.stop()
+        await bob.stop()
+        await group.triggerGracefulShutdown()
+        _ = try? await serverTask.value
+
+        Console.say("")
+        if let aliceTimeline { for line in Console.summary(aliceTimeline, label: "alice: ") { Console.say(line) } }
+        if let bobTimeline { for line in Console.summary(bobTimeline, label: "bob:   ") { Console.say(line) } }
+        Console.say("")
+        let heardByAlice = Self.tone(directory.appendingPathComponent("heard-by-alice.wav"))
+        let heardByBob = Self.tone(directory.appendingPathComponent("heard-by-bob.wav"))
+        let ok = heardByAlice == 660 && heardByBob == 440
+        Console.say("alice heard \(heardByAlice.map { "\(Int($0)) Hz" } ?? "nothing") (bob sent 660 Hz); bob heard \(heardByBob.map { "\(Int($0)) Hz" } ?? "nothing") (alice sent 440 Hz): \(ok ? "audio went both ways" : "AUDIO CHECK FAILED")")
+        Console.say("recordings and the call record are in \(directory.path)")
+        if !ok { throw ExitCode(1) }
+    }
+
+    static func tone(_ url: URL) -> Double? {
+        guard let audio = try? WAV.read(url), audio.duration > 1 else { return nil }
+        return AudioAnalysis.dominantFrequency(audio.mono(from: 0.5), sampleRate: audio.sampleRate)
+    }
+}

@@ -1,0 +1,243 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ParleyGStreamer
+import ParleyKit
+import ParleyProtocol
+import ParleySoftphone
+
+/// Options shared by `parley call` and `parley listen`.
+struct SoftphoneArguments: ParsableArguments {
+    @Option(help: "The Parley server's HTTP URL. [PARLEY_SERVER]")
+    var server: String = Serve.env("PARLEY_SERVER") ?? "http://127.0.0.1:8080"
+
+    @Option(help: "Access token; without one, a development token is asked for (development mode servers only). [PARLEY_TOKEN]")
+    var token: String? = Serve.env("PARLEY_TOKEN")
+
+    @Option(name: .customLong("as"), help: "Your user id, for a development token.")
+    var user: String = Serve.env("USER").flatMap { UserID(rawValue: $0) != nil ? $0 : nil } ?? "cli"
+
+    @Option(help: "What to send: tone:<hertz>, silence, device (the microphone), <file.wav>, loop:<file.wav>. Default: the microphone when there is one, else tone:440.")
+    var play: String?
+
+    @Option(help: "Record what you hear to this WAV file (16-bit, 48 kHz, mono).")
+    var record: String?
+
+    @Option(help: "Hang up this many seconds after the call connects.")
+    var duration: Double?
+
+    @Flag(help: "Send and receive video (a VP8 test pattern).")
+    var video = false
+
+    @Option(name: .customLong("ice-address"), help: "Use only this local address for media (repeatable). Default: 127.0.0.1 for a loopback server, else every interface.")
+    var iceAddresses: [String] = []
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error.")
+    var logLevel: String = Serve.env("PARLEY_LOG_LEVEL") ?? "error"
+
+    func validate() throws {
+        guard let url = URL(string: server), url.scheme == "http" || url.scheme == "https", url.host != nil else {
+            throw ValidationError("--server must be an http:// or https:// URL, like http://127.0.0.1:8080")
+        }
+        guard UserID(rawValue: user) != nil else { throw ValidationError("--as must be a user id (letters, digits, . _ - @ :)") }
+        if let play, AudioInput(argument: play) == nil {
+            throw ValidationError("--play takes tone:<hertz>, silence, device, a .wav file or loop:<file.wav>")
+        }
+        if let play, case .file(let url, _)? = AudioInput(argument: play), !FileManager.default.isReadableFile(atPath: url.path) {
+            throw ValidationError("--play: cannot read \(url.path)")
+        }
+        if let duration, duration <= 0 { throw ValidationError("--duration must be positive") }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
+    }
+
+    var serverURL: URL { URL(string: server)! }
+
+    var logger: Logger {
+        var logger = Logger(label: "parley.softphone")
+        logger.logLevel = Logger.Level(rawValue: logLevel) ?? .error
+        return logger
+    }
+
+    func options() -> SoftphoneOptions {
+        var media = MediaEngineConfiguration()
+        let soundCard = FileManager.default.fileExists(atPath: "/dev/snd") || Serve.env("PULSE_SERVER") != nil
+        media.input = play.flatMap(AudioInput.init(argument:)) ?? (soundCard ? .device : .tone(hertz: 440))
+        media.output = record.map { .file(URL(fileURLWithPath: $0)) } ?? (soundCard ? .device : .null)
+        let host = serverURL.host ?? ""
+        let loopbackServer = host == "127.0.0.1" || host == "localhost" || host == "::1"
+        media.localAddresses = iceAddresses.isEmpty && loopbackServer ? ["127.0.0.1"] : iceAddresses
+        let token = self.token
+        return SoftphoneOptions(server: serverURL, user: UserID(rawValue: user)!, name: nil, token: token, media: media)
+    }
+}
+
+/// Prints what a call does: a live status line while it runs and a summary at the end.
+enum Console {
+    static let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
+
+    static func say(_ line: String) {
+        FileHandle.standardOutput.write(Data(((interactive ? "\r\u{1B}[K" : "") + line + "\n").utf8))
+    }
+
+    static func status(_ line: String) {
+        if interactive {
+            FileHandle.standardOutput.write(Data(("\r\u{1B}[K" + line).utf8))
+        } else {
+            say(line)
+        }
+    }
+
+    static func ms(_ duration: Duration?) -> String {
+        guard let duration else { return "—" }
+        return String(format: "%.0f ms", duration.seconds * 1000)
+    }
+
+    static func statusLine(_ timeline: CallTimeline) -> String {
+        var parts: [String] = []
+        if let connected = timeline.connected {
+            let elapsed = Int((ContinuousClock.now - connected).seconds)
+            parts.append(String(format: "● connected %02d:%02d", elapsed / 60, elapsed % 60))
+        } else {
+            parts.append("○ \(timeline.ringing == nil ? "calling" : "ringing")")
+        }
+        if let q = timeline.quality {
+            parts.append(String(format: "MOS %.2f", q.mos))
+            parts.append(String(format: "RTT %.0f ms", q.rttMs))
+            parts.append(String(format: "loss %.1f%%", q.lossPct))
+            parts.append(String(format: "jitter %.0f ms", q.jitterMs))
+            parts.append(String(format: "%.0f kbps", timeline.bitrate?.bitrateKbps ?? q.bitrateKbps))
+        }
+        if timeline.muted { parts.append("[muted]") }
+        if timeline.held { parts.append("[on hold]") }
+        return parts.joined(separator: "  ")
+    }
+
+    static func endWords(_ reason: EndReason?, outgoing: Bool) -> String {
+        switch reason {
+        case .hangup?: "hung up"
+        case .declined?: outgoing ? "declined by the callee" : "declined"
+        case .busy?: "the callee is busy"
+        case .noAnswer?: "no answer"
+        case .cancelled?: "cancelled"
+        case .connectionLost?: "connection lost"
+        case .answeredElsewhere?: "answered on another device"
+        case .declinedElsewhere?: "declined on another device"
+        case .serverShutdown?: "the server shut down"
+        case let reason?: reason.rawValue
+        case nil: "ended"
+        }
+    }
+
+    static func summary(_ timeline: CallTimeline, label: String = "") -> [String] {
+        var lines = ["\(label)call with \(timeline.remote) ended: \(endWords(timeline.endReason, outgoing: timeline.outgoing))"]
+        if timeline.outgoing { lines.append("  time to ringing      \(ms(timeline.timeToRinging))") }
+        lines.append("  time to connected    \(ms(timeline.timeToConnected))  (ICE \(ms(timeline.timeToIceConnected)))")
+        lines.append("  time to first audio  \(ms(timeline.timeToFirstAudio))")
+        if let connected = timeline.connected, let ended = timeline.ended {
+            lines.append(String(format: "  talk time            %.1f s", (ended - connected).seconds))
+        }
+        if let q = timeline.quality {
+            lines.append(String(format: "  quality              MOS %.2f (%d/5)  RTT %.0f ms  loss %.1f%%  jitter %.0f ms  %.0f kbps",
+                                q.mos, q.score, q.rttMs, q.lossPct, q.jitterMs, q.bitrateKbps))
+        }
+        if let recording = timeline.recording {
+            var line = "  recording            \(recording.path)"
+            if let audio = try? WAV.read(recording) {
+                line += String(format: " (%.1f s", audio.duration)
+                if let hz = AudioAnalysis.dominantFrequency(audio.mono(from: min(0.5, audio.duration / 2)), sampleRate: audio.sampleRate) {
+                    line += String(format: ", strongest tone %.0f Hz", hz)
+                }
+                line += ")"
+            }
+            lines.append(line)
+        }
+        return lines
+    }
+}
+
+/// Single keys from the terminal while a call runs: m mute, h hold, q hang up.
+final class Keyboard: @unchecked Sendable {
+    private var original = termios()
+    private var raw = false
+
+    init() {
+        guard Console.interactive else { return }
+        tcgetattr(STDIN_FILENO, &original)
+        var settings = original
+        settings.c_lflag &= ~tcflag_t(ICANON | ECHO)
+        tcsetattr(STDIN_FILENO, TCSANOW, &settings)
+        raw = true
+    }
+
+    func restore() {
+        guard raw else { return }
+        var settings = original
+        tcsetattr(STDIN_FILENO, TCSANOW, &settings)
+        raw = false
+    }
+
+    deinit { restore() }
+
+    /// Keys as they are pressed, read on a background thread.
+    var keys: AsyncStream<Character> {
+        AsyncStream { continuation in
+            guard raw else { continuation.finish(); return }
+            Thread.detachNewThread {
+                var byte: UInt8 = 0
+                while read(STDIN_FILENO, &byte, 1) == 1 { continuation.yield(Character(UnicodeScalar(byte))) }
+                continuation.finish()
+            }
+        }
+    }
+}
+
+/// Runs one call on the console until it ends: status line, keys, duration, Ctrl-C.
+func runCall(_ phone: Softphone, _ call: UUID, duration: Double?) async -> CallTimeline? {
+    let keyboard = Keyboard()
+    defer { keyboard.restore() }
+    if Console.interactive { Console.say("keys: m mute · h hold · q hang up") }
+    let keys = Task {
+        for await key in keyboard.keys {
+            guard let timeline = await phone.timeline(of: call), !timeline.isEnded else { return }
+            switch key {
+            case "m": await phone.setMuted(call, !timeline.muted)
+            case "h": await phone.setHeld(call, !timeline.held)
+            case "q", "\n": await phone.hangUp(call)
+            default: break
+            }
+        }
+    }
+    let interrupt = Interrupt { Task { await phone.hangUp(call) } }
+    defer {
+        keys.cancel()
+        interrupt.cancel()
+    }
+    var lastPrinted = ContinuousClock.now - .seconds(10)
+    while let timeline = await phone.timeline(of: call), !timeline.isEnded {
+        if let duration, let connected = timeline.connected, ContinuousClock.now - connected > .seconds(duration) {
+            await phone.hangUp(call)
+        }
+        let period: Duration = Console.interactive ? .milliseconds(250) : .seconds(2)
+        if ContinuousClock.now - lastPrinted >= period {
+            Console.status(Console.statusLine(timeline))
+            lastPrinted = .now
+        }
+        try? await Task.sleep(for: .milliseconds(50))
+    }
+    return await phone.timeline(of: call)
+}
+
+/// SIGINT (Ctrl-C) runs `handler` instead of ending the process at once.
+final class Interrupt: @unchecked Sendable {
+    private let source: any DispatchSourceSignal
+    init(_ handler: @escaping @Sendable () -> Void) {
+        signal(SIGINT, SIG_IGN)
+        source = DispatchSource.makeSignalSource(signal: SIGINT)
+        source.setEventHandler(handler: handler)
+        source.resume()
+    }
+    func cancel() {
+        source.cancel()
+        signal(SIGINT, SIG_DFL)
+    }
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Parley builds and runs with, when they are missing:
+# SQLite for the server, GStreamer with webrtcbin and libnice for the media engine.
+# Pass extra package names to install them too (the benchmark adds chromium).
+set -euo pipefail
+
+packages=(
+  libsqlite3-dev
+  pkg-config
+  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev libnice-dev
+  gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice
+  gstreamer1.0-tools
+  "$@"
+)
+
+need=()
+for package in "${packages[@]}"; do
+  dpkg -s "$package" >/dev/null 2>&1 || need+=("$package")
+done
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "== installing Debian packages: ${need[*]}"
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
