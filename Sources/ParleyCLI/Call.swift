@@ -24,7 +24,7 @@ struct Call: AsyncParsableCommand {
         do {
             try await softphone.start()
         } catch {
-            throw CleanExit.message("parley: \(error)")
+            throw fail("\(error)")
         }
         let callee = UserID(rawValue: self.callee)!
         Console.say("calling \(callee) as \(phone.user) via \(phone.server)…")
@@ -45,6 +45,7 @@ struct Call: AsyncParsableCommand {
         offline.cancel()
         if let timeline { for line in Console.summary(timeline) { Console.say(line) } }
         await softphone.stop()
-        if let reason = timeline?.endReason, reason != .hangup { throw ExitCode(2) }
+        // A call that never connected (declined, busy, offline, no answer) is a failure for scripts.
+        if timeline?.connected == nil { throw ExitCode(2) }
     }
 }

@@ -34,7 +34,7 @@ struct Demo: AsyncParsableCommand {
         do {
             try GStreamerEngine.check(GStreamerEngine.requiredElements)
         } catch {
-            throw CleanExit.message("parley demo: \(error)\n(the README's setup step, scripts/setup.sh, installs them)")
+            throw fail("\(error)\n(scripts/setup.sh installs them)")
         }
 
         var logger = Logger(label: "parley.demo")
@@ -53,7 +53,7 @@ struct Demo: AsyncParsableCommand {
         let group = server.makeServiceGroup(signals: [])
         let serverTask = Task { try await group.run() }
         var portIterator = ports.makeAsyncIterator()
-        guard let port = await portIterator.next() else { throw CleanExit.message("parley demo: the embedded server did not start") }
+        guard let port = await portIterator.next() else { throw fail("the embedded server did not start") }
         let base = URL(string: "http://127.0.0.1:\(port)")!
         step("server listening on \(base.absoluteString) (development mode, database \(configuration.databasePath!))")
 
@@ -94,7 +94,7 @@ struct Demo: AsyncParsableCommand {
             await alice.stop(); await bob.stop()
             await group.triggerGracefulShutdown()
             _ = try? await serverTask.value
-            throw CleanExit.message("parley demo: the call did not connect (run with PARLEY_LOG_LEVEL=debug for details)")
+            throw fail("the call did not connect")
         }
         step(String(format: "talking for %.0f s…", seconds))
         try await Task.sleep(for: .seconds(seconds))

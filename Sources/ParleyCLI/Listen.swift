@@ -26,7 +26,7 @@ struct Listen: AsyncParsableCommand {
         do {
             try await softphone.start()
         } catch {
-            throw CleanExit.message("parley: \(error)")
+            throw fail("\(error)")
         }
         let mode = answer ?? (Console.interactive ? .ask : .auto)
         Console.say("listening as \(phone.user) (device \(softphone.options.device)) on \(phone.server); answer: \(mode.rawValue)")

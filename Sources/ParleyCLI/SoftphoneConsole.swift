@@ -71,6 +71,12 @@ struct SoftphoneArguments: ParsableArguments {
     }
 }
 
+/// Says what went wrong on standard error and exits with status 1.
+func fail(_ message: String) -> ExitCode {
+    FileHandle.standardError.write(Data("parley: \(message)\n".utf8))
+    return ExitCode.failure
+}
+
 /// Prints what a call does: a live status line while it runs and a summary at the end.
 enum Console {
     static let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
@@ -129,7 +135,10 @@ enum Console {
     }
 
     static func summary(_ timeline: CallTimeline, label: String = "") -> [String] {
-        var lines = ["\(label)call with \(timeline.remote) ended: \(endWords(timeline.endReason, outgoing: timeline.outgoing))"]
+        let offline = timeline.devices == 0 && timeline.pushed == 0
+        let outcome = offline ? "\(timeline.remote) is offline" : endWords(timeline.endReason, outgoing: timeline.outgoing)
+        var lines = ["\(label)call with \(timeline.remote) ended: \(outcome)"]
+        guard timeline.connected != nil else { return lines }
         if timeline.outgoing { lines.append("  time to ringing      \(ms(timeline.timeToRinging))") }
         lines.append("  time to connected    \(ms(timeline.timeToConnected))  (ICE \(ms(timeline.timeToIceConnected)))")
         lines.append("  time to first audio  \(ms(timeline.timeToFirstAudio))")

@@ -1,0 +1,95 @@
+import Foundation
+import ParleyGStreamer
+import ParleyServerTesting
+import Testing
+
+/// The `parley` softphone commands as people run them: separate processes, real media.
+@Suite("parley demo, call and listen", .serialized)
+struct SoftphoneCommandTests {
+    static var executable: URL? {
+        let directory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+        let candidate = directory.appendingPathComponent("parley")
+        return FileManager.default.isExecutableFile(atPath: candidate.path) ? candidate : nil
+    }
+
+    struct Run {
+        var status: Int32
+        var output: String
+        var errors: String
+    }
+
+    static func start(_ arguments: [String]) throws -> (Process, Pipe, Pipe) {
+        let process = Process()
+        process.executableURL = try #require(executable, "swift build --build-tests builds the parley executable")
+        process.arguments = arguments
+        let output = Pipe(), errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        return (process, output, errors)
+    }
+
+    static func finish(_ started: (Process, Pipe, Pipe)) -> Run {
+        let (process, output, errors) = started
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        let err = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self), errors: String(decoding: err, as: UTF8.self))
+    }
+
+    static func run(_ arguments: [String]) throws -> Run { finish(try start(arguments)) }
+
+    @Test func demoMakesARealCallAndChecksTheAudio() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-demo-test-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let result = try Self.run(["demo", "--seconds", "2", "--output", directory.path])
+        #expect(result.status == 0, "\(result.output)\(result.errors)")
+        #expect(result.output.contains("audio went both ways"))
+        #expect(result.output.contains("time to first audio"))
+        #expect(result.output.contains("MOS"))
+        let heard = try WAV.read(directory.appendingPathComponent("heard-by-bob.wav"))
+        #expect(AudioAnalysis.dominantFrequency(heard.mono(from: 0.5), sampleRate: heard.sampleRate) == 440)
+    }
+
+    @Test func callAndListenTalkThroughTheServer() async throws {
+        let server = try await LiveServer.start()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-cli-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let listener = try Self.start(["listen", "--server", server.baseURL, "--as", "bob", "--play", "tone:660",
+                                       "--record", directory.appendingPathComponent("bob.wav").path, "--once", "--answer", "auto"])
+        defer { if listener.0.isRunning { listener.0.terminate() } }
+        try await eventually { (try? await server.http("GET", "/healthz")) != nil }
+        try await Task.sleep(for: .seconds(1))  // bob registers
+        let caller = try Self.run(["call", "bob", "--server", server.baseURL, "--as", "alice", "--play", "tone:440",
+                                   "--record", directory.appendingPathComponent("alice.wav").path, "--duration", "2"])
+        let callee = Self.finish(listener)
+        #expect(caller.status == 0, "\(caller.output)\(caller.errors)")
+        #expect(callee.status == 0, "\(callee.output)\(callee.errors)")
+        #expect(caller.output.contains("call with bob ended: hung up"))
+        #expect(callee.output.contains("incoming call from alice"))
+        #expect(caller.output.contains("strongest tone 660 Hz"))
+        #expect(callee.output.contains("strongest tone 440 Hz"))
+        try await server.stop()
+    }
+
+    @Test func callingWithTheServerDownFailsWithAClearMessage() throws {
+        let result = try Self.run(["call", "bob", "--server", "http://127.0.0.1:9", "--as", "alice", "--play", "silence"])
+        #expect(result.status == 1)
+        #expect(result.errors.contains("cannot reach the Parley server at http://127.0.0.1:9"))
+    }
+
+    @Test func callingAnOfflineUserExitsWithStatusTwo() async throws {
+        let server = try await LiveServer.start()
+        let result = try Self.run(["call", "carol", "--server", server.baseURL, "--as", "alice", "--play", "silence"])
+        #expect(result.status == 2)
+        #expect(result.output.contains("carol is not online"))
+        try await server.stop()
+    }
+
+    @Test func badArgumentsAreRefusedBeforeAnythingStarts() throws {
+        let result = try Self.run(["call", "bob", "--play", "tone:abc"])
+        #expect(result.status != 0)
+        #expect(result.errors.contains("--play takes"))
+    }
+}
