@@ -43,6 +43,8 @@ void parley_gst_warm_dtls(void) {
     if (dec) gst_object_unref(dec);
 }
 
+void parley_gst_deinit(void) { gst_deinit(); }
+
 void parley_free(void *pointer) { g_free(pointer); }
 
 // MARK: Pipelines
@@ -181,6 +183,8 @@ static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *message, gpointer
     }
     g_clear_error(&error);
     g_free(debug);
+    // A sync handler that drops a message owns it.
+    gst_message_unref(message);
     return GST_BUS_DROP;
 }
 

@@ -222,7 +222,7 @@ import FoundationNetworking
 #endif
 
 private func log(_ text: String) {
-    FileHandle.standardError.write(Data("bench: \(text)\n".utf8))
+    try? FileHandle.standardError.write(contentsOf: Data("bench: \(text)\n".utf8))
 }
 
 private func seconds(_ duration: Duration) -> Double {

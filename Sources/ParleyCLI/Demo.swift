@@ -57,8 +57,9 @@ struct Demo: AsyncParsableCommand {
         let base = URL(string: "http://127.0.0.1:\(port)")!
         step("server listening on \(base.absoluteString) (development mode, database \(configuration.databasePath!))")
 
-        func phone(_ user: UserID, hertz: Double) throws -> Softphone {
+        func phone(_ user: UserID, hertz: Double, channels: [DataChannelSpec] = []) throws -> Softphone {
             var media = MediaEngineConfiguration()
+            media.dataChannels = channels
             media.input = .tone(hertz: hertz)
             media.output = .file(directory.appendingPathComponent("heard-by-\(user).wav"))
             media.localAddresses = ["127.0.0.1"]
@@ -66,7 +67,7 @@ struct Demo: AsyncParsableCommand {
             options.statsInterval = .milliseconds(500)
             return try Softphone(options: options, logger: logger)
         }
-        let alice = try phone("alice", hertz: 440)
+        let alice = try phone("alice", hertz: 440, channels: [DataChannelSpec(label: "chat")])
         let bob = try phone("bob", hertz: 660)
         try await alice.start()
         try await bob.start()
@@ -96,6 +97,7 @@ struct Demo: AsyncParsableCommand {
             _ = try? await serverTask.value
             throw fail("the call did not connect")
         }
+        await Self.chat(alice: alice, bob: bob, call: call, step: step)
         step(String(format: "talking for %.0f s…", seconds))
         try await Task.sleep(for: .seconds(seconds))
         await alice.hangUp(call)
@@ -122,7 +124,30 @@ struct Demo: AsyncParsableCommand {
         let ok = heardByAlice == 660 && heardByBob == 440
         Console.say("alice heard \(heardByAlice.map { "\(Int($0)) Hz" } ?? "nothing") (bob sent 660 Hz); bob heard \(heardByBob.map { "\(Int($0)) Hz" } ?? "nothing") (alice sent 440 Hz): \(ok ? "audio went both ways" : "AUDIO CHECK FAILED")")
         Console.say("recordings and the call record are in \(directory.path)")
+        GStreamerEngine.shutDownForLeakCheck()
         if !ok { throw ExitCode(1) }
+    }
+
+    /// A message each way on the call's data channel.
+    static func chat(alice: Softphone, bob: Softphone, call: UUID, step: (String) -> Void) async {
+        guard let alicePeer = await alice.peerConnection(of: call), let bobPeer = await bob.peerConnection(of: call) else { return }
+        func firstChannel(_ peer: GStreamerPeerConnection) async -> DataChannel? {
+            for await channel in peer.dataChannels where channel.label == "chat" { return channel }
+            return nil
+        }
+        guard let aliceChat = await firstChannel(alicePeer), let bobChat = await firstChannel(bobPeer) else { return }
+        func next(_ channel: DataChannel) async -> String? {
+            for await event in channel.events { if case .text(let text) = event { return text } }
+            return nil
+        }
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !(aliceChat.isOpen && bobChat.isOpen), ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+        async let bobReads = next(bobChat)
+        aliceChat.send("hello bob")
+        if let text = await bobReads { step("data channel: bob got \"\(text)\"") }
+        async let aliceReads = next(aliceChat)
+        bobChat.send("hi alice")
+        if let text = await aliceReads { step("data channel: alice got \"\(text)\"") }
     }
 
     static func tone(_ url: URL) -> Double? {

@@ -78,7 +78,7 @@ struct Serve: AsyncParsableCommand {
                 lines.append("parley: development mode: get a token with")
                 lines.append("  curl -s -X POST \(base)/v1/dev/tokens -H 'content-type: application/json' -d '{\"user\":\"alice\",\"name\":\"Alice\"}'")
             }
-            FileHandle.standardOutput.write(Data((lines.joined(separator: "\n") + "\n").utf8))
+            try? FileHandle.standardOutput.write(contentsOf: Data((lines.joined(separator: "\n") + "\n").utf8))
         }
         try await server.run()
     }

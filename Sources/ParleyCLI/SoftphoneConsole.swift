@@ -73,7 +73,7 @@ struct SoftphoneArguments: ParsableArguments {
 
 /// Says what went wrong on standard error and exits with status 1.
 func fail(_ message: String) -> ExitCode {
-    FileHandle.standardError.write(Data("parley: \(message)\n".utf8))
+    try? FileHandle.standardError.write(contentsOf: Data("parley: \(message)\n".utf8))
     return ExitCode.failure
 }
 
@@ -82,12 +82,12 @@ enum Console {
     static let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
 
     static func say(_ line: String) {
-        FileHandle.standardOutput.write(Data(((interactive ? "\r\u{1B}[K" : "") + line + "\n").utf8))
+        try? FileHandle.standardOutput.write(contentsOf: Data(((interactive ? "\r\u{1B}[K" : "") + line + "\n").utf8))
     }
 
     static func status(_ line: String) {
         if interactive {
-            FileHandle.standardOutput.write(Data(("\r\u{1B}[K" + line).utf8))
+            try? FileHandle.standardOutput.write(contentsOf: Data(("\r\u{1B}[K" + line).utf8))
         } else {
             say(line)
         }

@@ -16,9 +16,9 @@ public final class DataChannel: @unchecked Sendable {
     /// What happens on the channel, from the moment it is announced.
     public let events: AsyncStream<Event>
     private let sink: AsyncStream<Event>.Continuation
-    private let channel: UnsafeMutableRawPointer
     private let lock = NSLock()
-    private var attached = true
+    /// The GstWebRTCDataChannel, until the peer connection closes.
+    private var channel: UnsafeMutableRawPointer?
     private var context: UnsafeMutableRawPointer?
 
     /// Takes ownership of a GstWebRTCDataChannel reference.
@@ -34,32 +34,34 @@ public final class DataChannel: @unchecked Sendable {
         if parley_channel_ready_state(channel) == 2 { sink.yield(.open) }  // GST_WEBRTC_DATA_CHANNEL_STATE_OPEN
     }
 
-    deinit {
-        detach()
-        parley_object_unref(channel)
-    }
+    deinit { detach() }
 
-    public var isOpen: Bool { lock.withLock { attached } && parley_channel_ready_state(channel) == 2 }
+    public var isOpen: Bool { lock.withLock { channel.map { parley_channel_ready_state($0) == 2 } ?? false } }
 
-    public func send(_ text: String) { if lock.withLock({ attached }) { parley_channel_send_text(channel, text) } }
+    /// Sends text; a channel whose call is over drops it.
+    public func send(_ text: String) { lock.withLock { channel.map { parley_channel_send_text($0, text) } } }
 
     public func send(_ data: Data) {
-        guard lock.withLock({ attached }) else { return }
-        data.withUnsafeBytes { parley_channel_send_binary(channel, $0.baseAddress, $0.count) }
+        lock.withLock {
+            guard let channel else { return }
+            data.withUnsafeBytes { parley_channel_send_binary(channel, $0.baseAddress, $0.count) }
+        }
     }
 
-    public func close() { if lock.withLock({ attached }) { parley_channel_close(channel) } }
+    public func close() { lock.withLock { channel.map { parley_channel_close($0) } } }
 
+    /// The peer connection closed: let go of the GStreamer channel.
     func detach() {
-        let context: UnsafeMutableRawPointer? = lock.withLock {
-            guard attached else { return nil }
-            attached = false
-            defer { self.context = nil }
-            return self.context
+        let (channel, context): (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) = lock.withLock {
+            defer { self.channel = nil; self.context = nil }
+            return (self.channel, self.context)
         }
-        guard let context else { return }
-        parley_channel_detach(channel, context)
-        Unmanaged<Listener>.fromOpaque(context).release()
+        guard let channel else { return }
+        if let context {
+            parley_channel_detach(channel, context)
+            Unmanaged<Listener>.fromOpaque(context).release()
+        }
+        parley_object_unref(channel)
         sink.finish()
     }
 

@@ -105,6 +105,13 @@ public final class GStreamerEngine: PeerConnectionFactory {
         throw MediaEngineError(.missingPlugins, "GStreamer elements missing: \(String(cString: missing)); install: apt-get install \(debianPackages.joined(separator: " "))")
     }
 
+    /// When GStreamer's leaks tracer is on (`GST_TRACERS=leaks`), shuts GStreamer down so the tracer
+    /// reports every object still alive. Call at process exit, after every peer connection closed.
+    public static func shutDownForLeakCheck() {
+        guard ProcessInfo.processInfo.environment["GST_TRACERS"]?.contains("leaks") == true, initialization else { return }
+        parley_gst_deinit()
+    }
+
     /// Generates the DTLS certificate on a background thread (100–750 ms of RSA key generation).
     public static func warmUp() { _ = dtlsWarmUp }
 }

@@ -18,8 +18,9 @@ struct SoftphoneCommandTests {
         var errors: String
     }
 
-    static func start(_ arguments: [String]) throws -> (Process, Pipe, Pipe) {
+    static func start(_ arguments: [String], environment: [String: String] = [:]) throws -> (Process, Pipe, Pipe) {
         let process = Process()
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         process.executableURL = try #require(executable, "swift build --build-tests builds the parley executable")
         process.arguments = arguments
         let output = Pipe(), errors = Pipe()
@@ -37,7 +38,9 @@ struct SoftphoneCommandTests {
         return Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self), errors: String(decoding: err, as: UTF8.self))
     }
 
-    static func run(_ arguments: [String]) throws -> Run { finish(try start(arguments)) }
+    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Run {
+        finish(try start(arguments, environment: environment))
+    }
 
     @Test func demoMakesARealCallAndChecksTheAudio() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-demo-test-\(UUID().uuidString.prefix(8))")
@@ -49,6 +52,23 @@ struct SoftphoneCommandTests {
         #expect(result.output.contains("MOS"))
         let heard = try WAV.read(directory.appendingPathComponent("heard-by-bob.wav"))
         #expect(AudioAnalysis.dominantFrequency(heard.mono(from: 0.5), sampleRate: heard.sampleRate) == 440)
+    }
+
+    /// GStreamer's leaks tracer lists every GStreamer object still alive when GStreamer shuts down
+    /// after a call with audio and a data channel.
+    @Test func aCallLeaksNoGStreamerObjects() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-leaks-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let result = try Self.run(["demo", "--seconds", "1", "--output", directory.path],
+                                  environment: ["GST_TRACERS": "leaks", "GST_DEBUG": "GST_TRACER:7", "GST_DEBUG_NO_COLOR": "1"])
+        #expect(result.status == 0, "\(result.output)")
+        #expect(result.output.contains("data channel: bob got"))
+        #expect(result.errors.contains("object-alive.class"), "the leaks tracer ran")
+        let alive = result.errors.split(separator: "\n").filter { $0.contains("object-alive,") }
+            .compactMap { line in line.range(of: #"type-name=\(string\)[A-Za-z]+"#, options: .regularExpression).map { String(line[$0].dropFirst("type-name=(string)".count)) } }
+        // The DTLS plugin keeps one agent with the process's default certificate for the process's lifetime.
+        let leaked = alive.filter { $0 != "GstDtlsAgent" }
+        #expect(leaked.isEmpty, "still alive after the call: \(leaked)")
     }
 
     @Test func callAndListenTalkThroughTheServer() async throws {

@@ -21,6 +21,9 @@ int parley_gst_init(void);
 char *parley_gst_missing_elements(const char *names);
 /// Generates the process's default DTLS certificate now, so the first call does not wait for it.
 void parley_gst_warm_dtls(void);
+/// Frees GStreamer's global state; only when nothing of GStreamer is alive any more (the leaks
+/// tracer reports what is still alive at this point).
+void parley_gst_deinit(void);
 void parley_free(void *pointer);
 
 // MARK: Pipelines
