@@ -24,6 +24,8 @@ final class Bridge: @unchecked Sendable {
     private var coveredByOffer: UInt64 = 0
     private var completedThrough: UInt64 = 0
     private var localMids: [String?] = []
+    private var localSDP: String?
+    private var videoFrames = 0
     private var remoteMids: [String?] = []
     private var localCandidates: [IceCandidate] = []
     private var gatheringComplete = false
@@ -66,7 +68,17 @@ final class Bridge: @unchecked Sendable {
         lock.withLock { completedThrough = max(completedThrough, lastNegotiationEvent) }
     }
 
-    func rememberLocal(_ sdp: String) { lock.withLock { localMids = SDPText.mids(sdp) } }
+    func rememberLocal(_ sdp: String) {
+        lock.withLock {
+            localMids = SDPText.mids(sdp)
+            localSDP = sdp
+        }
+    }
+
+    var currentLocalSDP: String? { lock.withLock { localSDP } }
+    var receivedVideoFrames: Int { lock.withLock { videoFrames } }
+
+    func videoFrame() { lock.withLock { videoFrames += 1 } }
     func rememberRemote(_ sdp: String) { lock.withLock { remoteMids = SDPText.mids(sdp) } }
 
     func remoteMLine(of candidate: IceCandidate) -> Int? {
@@ -151,6 +163,10 @@ final class Bridge: @unchecked Sendable {
             let probe = parley_pad_tap(received, "src", audioTapCallback, Unmanaged.passUnretained(self).toOpaque())
             lock.withLock { taps.append((received, probe)) }
         }
+        if media == "video", let received = parley_bin_get(bin, "receivedvideo") {
+            let probe = parley_pad_tap(received, "src", videoTapCallback, Unmanaged.passUnretained(self).toOpaque())
+            lock.withLock { taps.append((received, probe)) }
+        }
         if parley_bin_add_and_link(pipeline, bin, pad) != 0 {
             logger.error("cannot link the receiver", metadata: ["media": "\(media)"])
             return
@@ -212,6 +228,11 @@ final class Bridge: @unchecked Sendable {
 let bridgeEventCallback: parley_event_callback = { context, kind, number, text, object in
     guard let context else { return }
     Unmanaged<Bridge>.fromOpaque(context).takeUnretainedValue().handle(kind: kind, number: number, text: text, object: object)
+}
+
+let videoTapCallback: parley_buffer_callback = { context, _, _ in
+    guard let context else { return }
+    Unmanaged<Bridge>.fromOpaque(context).takeUnretainedValue().videoFrame()
 }
 
 let audioTapCallback: parley_buffer_callback = { context, bytes, count in

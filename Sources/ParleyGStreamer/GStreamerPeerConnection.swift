@@ -18,6 +18,10 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     /// When ICE first connected, and when the first remote audio was decoded.
     public var iceConnectedAt: ContinuousClock.Instant? { bridge.iceConnectedAt }
     public var remoteAudioStartedAt: ContinuousClock.Instant? { bridge.firstAudioAt }
+    /// The local description last applied.
+    public var currentLocalSDP: String? { bridge.currentLocalSDP }
+    /// Decoded video frames received so far.
+    public var receivedVideoFrames: Int { bridge.receivedVideoFrames }
     /// How many ICE restarts this connection went through, started by either side.
     public var iceRestartCount: Int { lock.withLock { restarts } }
     /// The received audio's RMS level (0…1) in the last buffer.
@@ -160,6 +164,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
 
     public func setRemoteDescription(_ description: SessionDescription) async throws {
         try checkOpen()
+        guard description.sdp.hasPrefix("v=0") else { throw MediaEngineError(.negotiation, "the remote \(description.type) is not an SDP session description") }
         let ufrag = SDPText.iceUfrag(description.sdp)
         let farSideRestarts: Bool = lock.withLock {
             defer { remoteUfrag = ufrag ?? remoteUfrag }

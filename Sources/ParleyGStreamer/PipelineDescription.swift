@@ -1,11 +1,13 @@
 /// The gst-launch descriptions of a peer connection's pipeline. Kept as text so a test or a reader
 /// can see the whole media path at once.
 enum PipelineDescription {
-    static let opusPayloadType = 111   // what browsers offer; answers follow the offer
+    /// What browsers offer for Opus and VP8. webrtcbin 1.22 answers with the payload type of the
+    /// sending chain, so an offer that numbers Opus otherwise gets a rejected audio section.
+    static let opusPayloadType = 111
     static let vp8PayloadType = 96
 
     /// webrtcbin with the send chains linked into it.
-    static func sender(_ configuration: MediaEngineConfiguration, video: Bool, opusPayloadType: Int = opusPayloadType) -> String {
+    static func sender(_ configuration: MediaEngineConfiguration, video: Bool) -> String {
         var parts = [
             "webrtcbin name=webrtc bundle-policy=max-bundle latency=\(configuration.jitterBufferMs)",
             audioInput(configuration)

@@ -1,48 +1,161 @@
 import Foundation
 import Logging
-import ParleyGStreamer
+@testable import ParleyGStreamer
 import ParleyKit
 import ParleyProtocol
+import ParleyServerTesting
 import Testing
 
-/// Two engines wired directly to each other (no signaling server), over loopback.
-@Suite struct EngineTests {
-    @Test func twoPeersExchangeTonesOverLoopback() async throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("parley-engine-\(UUID())")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+/// Two peer connections of the engine wired directly to each other (no signaling server), over loopback.
+struct DirectCall {
+    let a: GStreamerPeerConnection
+    let b: GStreamerPeerConnection
+    let directory: URL
+    private let pump: Task<Void, Never>
+
+    init(_ configure: (inout MediaEngineConfiguration, inout MediaEngineConfiguration) -> Void = { _, _ in },
+         media: MediaSpec = .audioOnly) async throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-engine-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var a = MediaEngineConfiguration()
         a.input = .tone(hertz: 440)
-        a.output = .file(dir.appendingPathComponent("a.wav"))
+        a.output = .file(directory.appendingPathComponent("a.wav"))
         a.localAddresses = ["127.0.0.1"]
         var b = a
         b.input = .tone(hertz: 880)
-        b.output = .file(dir.appendingPathComponent("b.wav"))
-        let logger = Logger(label: "test.engine")
-        let alice = try await GStreamerEngine(configuration: a, logger: logger).makePeerConnection(PeerConnectionConfiguration(iceServers: []))
-        let bob = try await GStreamerEngine(configuration: b, logger: logger).makePeerConnection(PeerConnectionConfiguration(iceServers: []))
-        let pump = Task {
+        b.output = .file(directory.appendingPathComponent("b.wav"))
+        configure(&a, &b)
+        let connection = PeerConnectionConfiguration(iceServers: [], media: media)
+        let alice = try await GStreamerEngine(configuration: a, logger: testLogger).makePeerConnection(connection) as! GStreamerPeerConnection
+        let bob = try await GStreamerEngine(configuration: b, logger: testLogger).makePeerConnection(connection) as! GStreamerPeerConnection
+        self.a = alice
+        self.b = bob
+        pump = Task {
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { for await e in alice.events { print("A", e); if case .localCandidate(let c?) = e { try? await bob.addRemoteCandidate(c) } } }
-                group.addTask { for await e in bob.events { print("B", e); if case .localCandidate(let c?) = e { try? await alice.addRemoteCandidate(c) } } }
+                group.addTask { for await e in alice.events { if case .localCandidate(let c?) = e { try? await bob.addRemoteCandidate(c) } } }
+                group.addTask { for await e in bob.events { if case .localCandidate(let c?) = e { try? await alice.addRemoteCandidate(c) } } }
             }
         }
         let offer = try await alice.createOffer(iceRestart: false)
-        print(offer.sdp)
         try await alice.setLocalDescription(offer)
         try await bob.setRemoteDescription(offer)
         let answer = try await bob.createAnswer()
-        print(answer.sdp)
         try await bob.setLocalDescription(answer)
         try await alice.setRemoteDescription(answer)
-        try await Task.sleep(for: .seconds(3))
-        print(try await alice.statistics())
-        await alice.close()
-        await bob.close()
+        try await eventually(timeout: .seconds(10), "audio both ways") { alice.remoteAudioStartedAt != nil && bob.remoteAudioStartedAt != nil }
+    }
+
+    func close() async {
+        await a.close()
+        await b.close()
         pump.cancel()
-        let heardByA = try WAV.read(dir.appendingPathComponent("a.wav"))
-        let heardByB = try WAV.read(dir.appendingPathComponent("b.wav"))
-        print(heardByA.duration, heardByB.duration)
-        #expect(AudioAnalysis.dominantFrequency(heardByA.mono(from: 0.5), sampleRate: 48_000) == 880)
-        #expect(AudioAnalysis.dominantFrequency(heardByB.mono(from: 0.5), sampleRate: 48_000) == 440)
+    }
+
+    /// What A heard, and what B heard.
+    func recordings() throws -> (a: WAV.Audio, b: WAV.Audio) {
+        (try WAV.read(directory.appendingPathComponent("a.wav")), try WAV.read(directory.appendingPathComponent("b.wav")))
+    }
+}
+
+func tone(_ audio: WAV.Audio, from start: Double = 0.5, length: Double? = nil) -> Double? {
+    AudioAnalysis.dominantFrequency(audio.mono(from: start, length: length), sampleRate: audio.sampleRate)
+}
+
+@Suite("GStreamer engine", .serialized)
+struct EngineTests {
+    @Test func twoPeersExchangeTonesAndStatistics() async throws {
+        let call = try await DirectCall()
+        try await Task.sleep(for: .seconds(2))
+        let stats = try await call.a.statistics()
+        await call.close()
+        let heard = try call.recordings()
+        #expect(tone(heard.a) == 880)
+        #expect(tone(heard.b) == 440)
+        #expect(stats.packetsReceived > 50)
+        #expect(stats.bytesSent > 1000)
+        #expect(stats.roundTripTimeMs != nil, "RTT from the remote-inbound-rtp report")
+        #expect(stats.jitterMs != nil)
+        #expect((stats.audioLevel ?? 0) > 0.05)
+    }
+
+    @Test func wavFileInputPlaysOnceOrLooped() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-wav-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let clip = directory.appendingPathComponent("clip.wav")
+        let samples = (0..<24_000).map { Float(0.4 * sin(2 * Double.pi * 1000 * Double($0) / 48_000)) }  // 0.5 s of 1 kHz
+        try WAV.write(WAV.Audio(sampleRate: 48_000, channels: 1, samples: samples), to: clip)
+        let call = try await DirectCall { a, b in
+            a.input = .file(clip, loop: false)
+            b.input = .file(clip, loop: true)
+        }
+        try await Task.sleep(for: .seconds(2.5))
+        await call.close()
+        let heard = try call.recordings()
+        // B hears A's clip once, then silence; A hears B's clip again and again.
+        #expect(AudioAnalysis.level(heard.b.mono(from: 1.5, length: 0.8)) < -50)
+        #expect(tone(heard.a, from: 1.5, length: 0.8) == 1000)
+        #expect(AudioAnalysis.level(heard.a.mono(from: 1.5, length: 0.8)) > -20)
+    }
+
+    @Test func videoFlowsWhenTheCallAsksForIt() async throws {
+        let call = try await DirectCall(media: MediaSpec(audio: true, video: true))
+        try await eventually(timeout: .seconds(10), "video frames both ways") { call.a.receivedVideoFrames > 10 && call.b.receivedVideoFrames > 10 }
+        await call.close()
+        #expect(try tone(call.recordings().b) == 440)
+    }
+
+    @Test func noiseSuppressionLowersANoiseOnlyInput() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-ns-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let noise = directory.appendingPathComponent("noise.wav")
+        var generator = SystemRandomNumberGenerator()
+        let samples = (0..<(48_000 * 3)).map { _ in Float.random(in: -0.2...0.2, using: &generator) }
+        try WAV.write(WAV.Audio(sampleRate: 48_000, channels: 1, samples: samples), to: noise)
+        func process(voice: Bool) async throws -> Double {
+            var configuration = MediaEngineConfiguration()
+            configuration.input = .file(noise, loop: false)
+            configuration.voiceProcessing = voice
+            let out = directory.appendingPathComponent("out-\(voice).wav")
+            try await MediaPipeline.run(PipelineDescription.audioInput(configuration) + " ! audioconvert ! audio/x-raw,format=S16LE,rate=48000,channels=1"
+                                        + " ! wavenc ! filesink location=\(PipelineDescription.quoted(out.path))", for: .seconds(2.5))
+            let audio = try WAV.read(out)
+            return AudioAnalysis.level(audio.mono(from: 1, length: 1.2))
+        }
+        let raw = try await process(voice: false)
+        let suppressed = try await process(voice: true)
+        #expect(raw > -25, "the noise is there without processing")
+        #expect(suppressed < raw - 6, "noise suppression takes at least 6 dB off noise (\(raw) → \(suppressed) dBFS)")
+    }
+
+    @Test func badInputsGiveClearErrors() async throws {
+        var configuration = MediaEngineConfiguration()
+        configuration.localAddresses = ["not-an-address"]
+        let engine = try GStreamerEngine(configuration: configuration, logger: testLogger)
+        await #expect(throws: MediaEngineError.self) { _ = try await engine.makePeerConnection(PeerConnectionConfiguration(iceServers: [])) }
+        configuration.localAddresses = ["127.0.0.1"]
+        let peer = try await GStreamerEngine(configuration: configuration, logger: testLogger).makePeerConnection(PeerConnectionConfiguration(iceServers: []))
+        await #expect(throws: MediaEngineError.self) { try await peer.setRemoteDescription(SessionDescription(type: "offer", sdp: "not sdp")) }
+        await #expect(throws: MediaEngineError.self) { try await peer.setRemoteDescription(SessionDescription(type: "bogus", sdp: "v=0\r\n")) }
+        await peer.close()
+        await #expect(throws: MediaEngineError.self) { _ = try await peer.createOffer(iceRestart: false) }
+    }
+
+    @Test func iceServerURLsBecomeWebrtcbinURIs() {
+        #expect(IceURL.stun("stun:127.0.0.1:3478") == "stun://127.0.0.1:3478")
+        #expect(IceURL.turn("turn:10.0.0.1:3478?transport=udp", username: "1700000000:alice", credential: "a+b/c=")
+                == "turn://1700000000%3Aalice:a%2Bb%2Fc%3D@10.0.0.1:3478?transport=udp")
+        #expect(IceURL.turn("turn:10.0.0.1:3478", username: nil, credential: nil) == nil)
+        #expect(IceURL.stun("turn:x") == nil)
+    }
+
+    @Test func sdpHelpersReadAndRewriteWhatTheEngineNeeds() {
+        let sdp = "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\na=ice-ufrag:abcd\r\na=ice-pwd:0123456789012345678901\r\na=rtpmap:111 OPUS/48000/2\r\nm=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\na=mid:1\r\na=ice-ufrag:abcd\r\n"
+        #expect(SDPText.mids(sdp) == ["0", "1"])
+        #expect(SDPText.payloadType(of: "opus", in: sdp) == 111)
+        #expect(SDPText.iceUfrag(sdp) == "abcd")
+        let restarted = SDPText.replacingIceCredentials(in: sdp, ufrag: "wxyz", password: "p")
+        #expect(SDPText.iceUfrag(restarted) == "wxyz")
+        #expect(!restarted.contains("abcd"))
+        #expect(restarted.contains("a=rtpmap:111 OPUS/48000/2\r\n"))
     }
 }
