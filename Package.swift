@@ -177,6 +177,7 @@ let package = Package(
                 "ParleyGStreamer",
                 "ParleySoftphone",
                 "ParleyKit",
+                "ParleyServer",
                 "ParleyServerTesting",
                 "ParleyProtocol",
                 .product(name: "Logging", package: "swift-log"),

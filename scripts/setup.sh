@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Parley builds and runs with, when they are missing:
-# SQLite for the server, GStreamer with webrtcbin and libnice for the media engine.
+# SQLite for the server, GStreamer with webrtcbin and libnice for the media engine, coturn for the
+# TURN tests.
 # Pass extra package names to install them too (the benchmark adds chromium).
 set -euo pipefail
 
@@ -10,6 +11,7 @@ packages=(
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev libnice-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice
   gstreamer1.0-tools
+  coturn
   "$@"
 )
 

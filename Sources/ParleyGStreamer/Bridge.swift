@@ -76,6 +76,16 @@ final class Bridge: @unchecked Sendable {
     }
 
     var currentLocalSDP: String? { lock.withLock { localSDP } }
+
+    /// The candidate types ("host", "srflx", "relay") gathered so far.
+    var localCandidateTypes: Set<String> {
+        lock.withLock {
+            Set(localCandidates.compactMap { candidate in
+                let fields = candidate.candidate.split(separator: " ")
+                return fields.firstIndex(of: "typ").flatMap { $0 + 1 < fields.count ? String(fields[$0 + 1]) : nil }
+            })
+        }
+    }
     var receivedVideoFrames: Int { lock.withLock { videoFrames } }
 
     func videoFrame() { lock.withLock { videoFrames += 1 } }

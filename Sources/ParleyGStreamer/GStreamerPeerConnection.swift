@@ -20,6 +20,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public var remoteAudioStartedAt: ContinuousClock.Instant? { bridge.firstAudioAt }
     /// The local description last applied.
     public var currentLocalSDP: String? { bridge.currentLocalSDP }
+    /// The kinds of local ICE candidates gathered ("host", "srflx", "relay").
+    public var localCandidateTypes: Set<String> { bridge.localCandidateTypes }
     /// Decoded video frames received so far.
     public var receivedVideoFrames: Int { bridge.receivedVideoFrames }
     /// How many ICE restarts this connection went through, started by either side.

@@ -24,6 +24,8 @@ public struct SoftphoneOptions: Sendable {
     public var device: DeviceID
     public var media: MediaEngineConfiguration
     public var statsInterval: Duration = .seconds(1)
+    /// Media only through the TURN relays the server hands out.
+    public var relayOnly = false
     public var connectTimeout: Duration = .seconds(5)
 
     public init(server: URL, user: UserID, name: String? = nil, token: String? = nil, device: DeviceID? = nil,
@@ -119,6 +121,7 @@ public actor Softphone {
         }
         var managerConfiguration = CallManager<ContinuousClock>.Configuration()
         managerConfiguration.statsInterval = options.statsInterval
+        managerConfiguration.relayOnly = options.relayOnly
         let manager = CallManager(signaling: signaling, provider: provider, audio: audio, peers: engine, clock: ContinuousClock(),
                                   logger: logger, configuration: managerConfiguration)
         self.signaling = signaling

@@ -3,6 +3,7 @@ import Logging
 import ParleyGStreamer
 import ParleyKit
 import ParleyProtocol
+import ParleyServer
 import ParleyServerTesting
 import ParleySoftphone
 import Testing
@@ -117,6 +118,24 @@ struct CallTests {
             let bob = try call.bobsRecording()
             #expect(bob.dominantFrequency(from: cutAt, length: 1.5) == 440)
             #expect(AudioAnalysis.level(bob.audio.mono(from: cutAt, length: 1.5)) > -30)
+        }
+    }
+
+    @Test(.enabled(if: Coturn.isInstalled, "coturn is not installed (scripts/setup.sh installs it)"))
+    func relayOnlyCallGoesThroughTurnWithTheServersCredentials() async throws {
+        let turn = try await Coturn()
+        defer { turn.stop() }
+        try await withCall(relayOnly: true, server: { configuration in
+            configuration.iceServers = IceServerProvider(turnURLs: [turn.url], turnSecret: turn.secret)
+        }) { call in
+            try await call.talk(for: .seconds(1.5))
+            let alicePeer = try #require(await call.alice.peerConnection(of: call.id))
+            let bobPeer = try #require(await call.bob.peerConnection(of: call.id))
+            #expect(alicePeer.localCandidateTypes == ["relay"])
+            #expect(bobPeer.localCandidateTypes == ["relay"])
+            try await call.hangUp(by: call.alice)
+            #expect(try call.bobsRecording().dominantFrequency(from: 0.5) == 440)
+            #expect(try call.alicesRecording().dominantFrequency(from: 0.5) == 660)
         }
     }
 

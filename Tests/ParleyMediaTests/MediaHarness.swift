@@ -3,6 +3,7 @@ import Logging
 import ParleyGStreamer
 import ParleyKit
 import ParleyProtocol
+import ParleyServer
 import ParleyServerTesting
 import ParleySoftphone
 import Testing
@@ -13,11 +14,13 @@ let testLogger: Logger = {
     return logger
 }()
 
-func makePhone(_ server: LiveServer, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = []) throws -> Softphone {
-    try makePhone(URL(string: server.baseURL)!, user, tone: tone, record: record, dataChannels: dataChannels)
+func makePhone(_ server: LiveServer, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = [],
+               relayOnly: Bool = false) throws -> Softphone {
+    try makePhone(URL(string: server.baseURL)!, user, tone: tone, record: record, dataChannels: dataChannels, relayOnly: relayOnly)
 }
 
-func makePhone(_ server: URL, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = []) throws -> Softphone {
+func makePhone(_ server: URL, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = [],
+               relayOnly: Bool = false) throws -> Softphone {
     var media = MediaEngineConfiguration()
     media.input = .tone(hertz: tone)
     media.output = record.map { .file($0) } ?? .null
@@ -26,6 +29,7 @@ func makePhone(_ server: URL, _ user: UserID, tone: Double, record: URL?, dataCh
     media.dataChannels = dataChannels
     var options = SoftphoneOptions(server: server, user: user, media: media)
     options.statsInterval = .milliseconds(500)
+    options.relayOnly = relayOnly
     return try Softphone(options: options, logger: testLogger)
 }
 
@@ -67,13 +71,16 @@ struct Recording {
     }
 }
 
-func withCall(dataChannels: [DataChannelSpec] = [], _ body: (LiveCall) async throws -> Void) async throws {
+func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false,
+              server configure: (inout ServerConfiguration) -> Void = { _ in },
+              _ body: (LiveCall) async throws -> Void) async throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-call-\(UUID().uuidString.prefix(8))")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
-    let server = try await LiveServer.start()
-    let alice = try makePhone(server, "alice", tone: 440, record: directory.appendingPathComponent("alice.wav"), dataChannels: dataChannels)
-    let bob = try makePhone(server, "bob", tone: 660, record: directory.appendingPathComponent("bob.wav"))
+    let server = try await LiveServer.start(configure: configure)
+    let alice = try makePhone(server, "alice", tone: 440, record: directory.appendingPathComponent("alice.wav"), dataChannels: dataChannels,
+                              relayOnly: relayOnly)
+    let bob = try makePhone(server, "bob", tone: 660, record: directory.appendingPathComponent("bob.wav"), relayOnly: relayOnly)
     try await alice.start()
     try await bob.start()
     let aliceLog = EventCollector(alice.events)
