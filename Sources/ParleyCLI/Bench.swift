@@ -14,6 +14,15 @@ import Glibc
 /// call setups between pairs of them. Prints numbers; asserts nothing.
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        abstract: "Benchmarks that print numbers: the signaling server, and calls against headless Chromium.",
+        subcommands: [BenchSignaling.self, BenchCalls.self],
+        defaultSubcommand: BenchSignaling.self
+    )
+}
+
+struct BenchSignaling: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "signaling",
         abstract: "Measure the signaling server: connections held, call setups per second, relay latency, memory.",
         discussion: """
             Starts `parley serve` as a child process on a loopback port (or uses --server) and drives it over \
@@ -239,7 +248,7 @@ private func format(_ value: Double) -> String { String(format: "%.2f", value) }
 private func mib(_ bytes: Int) -> String { format(Double(bytes) / 1_048_576) }
 
 /// User plus system CPU time of a process, in seconds.
-private func cpuSeconds(pid: Int32) -> Double {
+func cpuSeconds(pid: Int32) -> Double {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
           let close = stat.lastIndex(of: ")") else { return 0 }
     let fields = stat[stat.index(after: close)...].split(separator: " ")
@@ -249,7 +258,7 @@ private func cpuSeconds(pid: Int32) -> Double {
 }
 
 /// VmRSS of a process, in bytes.
-private func residentBytes(pid: Int32) -> Int {
+func residentBytes(pid: Int32) -> Int {
     guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
           let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
           let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")

@@ -39,23 +39,10 @@ struct Demo: AsyncParsableCommand {
 
         var logger = Logger(label: "parley.demo")
         logger.logLevel = .error
-        var configuration = ServerConfiguration()
-        configuration.host = "127.0.0.1"
-        configuration.port = 0
-        configuration.developmentMode = true
-        configuration.databasePath = directory.appendingPathComponent("demo.sqlite").path
-        configuration.tokenKey = .hs256(secret: Serve.developmentSecret)
-        let (ports, portSink) = AsyncStream<Int>.makeStream()
-        let server = try await SignalingServer(configuration: configuration, logger: logger) { port in
-            portSink.yield(port)
-            portSink.finish()
-        }
-        let group = server.makeServiceGroup(signals: [])
-        let serverTask = Task { try await group.run() }
-        var portIterator = ports.makeAsyncIterator()
-        guard let port = await portIterator.next() else { throw fail("the embedded server did not start") }
-        let base = URL(string: "http://127.0.0.1:\(port)")!
-        step("server listening on \(base.absoluteString) (development mode, database \(configuration.databasePath!))")
+        let database = directory.appendingPathComponent("demo.sqlite").path
+        let server = try await EmbeddedServer.start(database: database, logger: logger)
+        let base = server.base
+        step("server listening on \(base.absoluteString) (development mode, database \(database))")
 
         func phone(_ user: UserID, hertz: Double, channels: [DataChannelSpec] = []) throws -> Softphone {
             var media = MediaEngineConfiguration()
@@ -93,8 +80,7 @@ struct Demo: AsyncParsableCommand {
         }
         guard marks.count == 4 else {
             await alice.stop(); await bob.stop()
-            await group.triggerGracefulShutdown()
-            _ = try? await serverTask.value
+            await server.stop()
             throw fail("the call did not connect")
         }
         await Self.chat(alice: alice, bob: bob, call: call, step: step)
@@ -112,8 +98,7 @@ struct Demo: AsyncParsableCommand {
         let bobTimeline = await bob.timeline(of: call)
         await alice.stop()
         await bob.stop()
-        await group.triggerGracefulShutdown()
-        _ = try? await serverTask.value
+        await server.stop()
 
         Console.say("")
         if let aliceTimeline { for line in Console.summary(aliceTimeline, label: "alice: ") { Console.say(line) } }

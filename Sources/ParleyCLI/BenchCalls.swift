@@ -1,0 +1,375 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ParleyGStreamer
+import ParleyKit
+import ParleyProtocol
+import ParleySoftphone
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Calls through one embedded server, Parley's Linux engine against headless Chromium in the same
+/// run: setup times over several calls, then CPU and memory during one steady call.
+struct BenchCalls: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "calls",
+        abstract: "Time call setup (invite → ICE connected, invite → first audio) and CPU and memory per call leg, Parley and Chromium side by side.",
+        discussion: """
+            Runs Linux↔Linux calls between two Parley softphones, then the same calls between two headless \
+            Chromium peers (a minimal page speaking protocol v1), both through one embedded server on loopback. \
+            Chromium gathers ICE candidates on every interface: run it in a private network namespace \
+            (scripts/bench-calls.sh does).
+            """
+    )
+
+    @Option(help: "Calls to time on each side.")
+    var calls: Int = 10
+
+    @Option(help: "Seconds each timed call lasts.")
+    var talk: Double = 1.5
+
+    @Option(help: "Seconds of the steady call over which CPU is measured.")
+    var steady: Double = 10
+
+    @Option(help: "The Chromium executable.")
+    var chromium: String = "/usr/bin/chromium"
+
+    @Flag(help: "Only the Parley side.")
+    var skipChromium = false
+
+    @Flag(help: "Run even though this network namespace has interfaces other than loopback.")
+    var anyNetwork = false
+
+    func validate() throws {
+        guard calls >= 1, calls <= 1000 else { throw ValidationError("--calls must be between 1 and 1000") }
+        guard talk > 0, steady >= 2 else { throw ValidationError("--talk must be positive and --steady at least 2 seconds") }
+    }
+
+    struct Side {
+        var name: String
+        var ice: [Double] = []
+        var audio: [Double] = []
+        var failures = 0
+        var cpuPercentPerLeg: Double?
+        var residentMiBPerLeg: Double?
+        var note = ""
+    }
+
+    func run() async throws {
+        if !skipChromium, !anyNetwork, let others = Self.nonLoopbackInterfaces(), !others.isEmpty {
+            throw fail("this network namespace has \(others.joined(separator: ", ")); Chromium would gather candidates there. Run scripts/bench-calls.sh, or pass --any-network")
+        }
+        var logger = Logger(label: "parley.bench")
+        logger.logLevel = .error
+        let server = try await EmbeddedServer.start(database: nil, logger: logger)
+        defer { Task { await server.stop() } }
+        progress("server on \(server.base.absoluteString)")
+
+        var sides = [try await parley(server.base, logger: logger)]
+        if !skipChromium {
+            sides.append(try await chrome(server.base))
+        }
+        await server.stop()
+        print(table(sides))
+    }
+
+    // MARK: Parley
+
+    private func parley(_ base: URL, logger: Logger) async throws -> Side {
+        func phone(_ user: UserID, hertz: Double) throws -> Softphone {
+            var media = MediaEngineConfiguration()
+            media.input = .tone(hertz: hertz)
+            media.output = .null
+            media.localAddresses = ["127.0.0.1"]
+            var options = SoftphoneOptions(server: base, user: user, media: media)
+            options.statsInterval = .seconds(1)
+            return try Softphone(options: options, logger: logger)
+        }
+        let alice = try phone("bench-alice", hertz: 440)
+        let bob = try phone("bench-bob", hertz: 660)
+        try await alice.start()
+        try await bob.start()
+        let answering = Task {
+            for await event in bob.events { if case .incoming(let call, _, _) = event { await bob.answer(call) } }
+        }
+        defer { answering.cancel() }
+        try await Task.sleep(for: .seconds(1))  // DTLS certificate generated, connections settled
+        let idleRSS = residentBytes(pid: getpid())
+        var side = Side(name: "Parley (GStreamer)")
+        for index in 0...calls {
+            let steadyCall = index == calls
+            let call = await alice.call("bench-bob")
+            let deadline = ContinuousClock.now + .seconds(10)
+            var timeline = await alice.timeline(of: call)
+            while ContinuousClock.now < deadline, timeline?.firstAudio == nil || timeline?.iceConnected == nil, timeline?.isEnded != true {
+                try await Task.sleep(for: .milliseconds(2))
+                timeline = await alice.timeline(of: call)
+            }
+            if !steadyCall {
+                if let ice = timeline?.timeToIceConnected, let audio = timeline?.timeToFirstAudio {
+                    side.ice.append(ice.seconds * 1000)
+                    side.audio.append(audio.seconds * 1000)
+                } else {
+                    side.failures += 1
+                }
+                try await Task.sleep(for: .seconds(talk))
+            } else {
+                try await Task.sleep(for: .seconds(1))
+                let before = cpuSeconds(pid: getpid())
+                try await Task.sleep(for: .seconds(steady))
+                let used = cpuSeconds(pid: getpid()) - before
+                side.cpuPercentPerLeg = used / steady * 100 / 2
+                side.residentMiBPerLeg = Double(residentBytes(pid: getpid()) - idleRSS) / 1_048_576 / 2
+                side.note = String(format: "process RSS %.0f MiB with the server and both legs", Double(residentBytes(pid: getpid())) / 1_048_576)
+            }
+            await alice.hangUp(call)
+            while await bob.timeline(of: call)?.isEnded != true { try await Task.sleep(for: .milliseconds(5)) }
+            progress("parley call \(index + 1)/\(calls + 1)")
+        }
+        await alice.stop()
+        await bob.stop()
+        return side
+    }
+
+    // MARK: Chromium
+
+    private func chrome(_ base: URL) async throws -> Side {
+        guard FileManager.default.isExecutableFile(atPath: chromium) else {
+            throw fail("\(chromium) not found: install Debian's chromium (scripts/setup.sh chromium)")
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-bench-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let page = directory.appendingPathComponent("peer.html")
+        try BenchPage.html.write(to: page, atomically: true, encoding: .utf8)
+        let ws = base.absoluteString.replacingOccurrences(of: "http://", with: "ws://") + "/v1/signal"
+
+        func url(_ role: String, user: String) async throws -> String {
+            let token = try await Softphone.developmentToken(server: base, user: UserID(rawValue: user)!, name: nil)
+            var components = URLComponents(url: page, resolvingAgainstBaseURL: false)!
+            components.queryItems = [
+                .init(name: "ws", value: ws), .init(name: "token", value: token), .init(name: "device", value: "\(user)-chromium"),
+                .init(name: "role", value: role), .init(name: "callee", value: "bench-chrome-b"), .init(name: "calls", value: "\(calls + 1)"),
+                .init(name: "talk", value: "\(Int(talk * 1000))"), .init(name: "steady", value: "\(Int((steady + 2) * 1000))"),
+            ]
+            return components.url!.absoluteString
+        }
+        let callee = try Browser(chromium, url: try await url("callee", user: "bench-chrome-b"), profile: directory.appendingPathComponent("b"))
+        defer { callee.stop() }
+        guard try await callee.next(timeout: .seconds(30))?["event"] as? String == "ready" else {
+            throw fail("the callee browser did not connect: \(callee.errors.suffix(1500))")
+        }
+        let caller = try Browser(chromium, url: try await url("caller", user: "bench-chrome-a"), profile: directory.appendingPathComponent("a"))
+        defer { caller.stop() }
+        var side = Side(name: "Chromium \(Browser.version(chromium))")
+        var steadyStart: (cpu: Double, at: ContinuousClock.Instant)?
+        while let event = try await caller.next(timeout: .seconds(30)) {
+            switch event["event"] as? String {
+            case "call":
+                let index = (event["index"] as? NSNumber)?.intValue ?? 0
+                if (event["steady"] as? NSNumber)?.boolValue != true {
+                    if let ice = (event["ice"] as? NSNumber)?.doubleValue, let audio = (event["audio"] as? NSNumber)?.doubleValue {
+                        side.ice.append(ice)
+                        side.audio.append(audio)
+                    } else {
+                        side.failures += 1
+                        progress("chromium call without timings: \(event)")
+                    }
+                }
+                progress("chromium call \(index + 1)/\(calls + 1)")
+            case "steady-start":
+                try await Task.sleep(for: .seconds(1))
+                steadyStart = (caller.cpuSeconds + callee.cpuSeconds, .now)
+                try await Task.sleep(for: .seconds(steady))
+                if let start = steadyStart {
+                    let used = caller.cpuSeconds + callee.cpuSeconds - start.cpu
+                    side.cpuPercentPerLeg = used / (ContinuousClock.now - start.at).seconds * 100 / 2
+                    side.residentMiBPerLeg = Double(caller.residentBytes + callee.residentBytes) / 1_048_576 / 2
+                    side.note = "RSS is each whole browser (all its processes); shared pages counted once per process"
+                }
+            case "done":
+                return side
+            case "error":
+                throw fail("the browser page failed: \(event["message"] ?? "")")
+            default:
+                break
+            }
+        }
+        throw fail("the caller browser stopped reporting: \(caller.errors.suffix(1500))")
+    }
+
+    // MARK: Output
+
+    private func table(_ sides: [Side]) -> String {
+        func median(_ values: [Double]) -> Double? {
+            guard !values.isEmpty else { return nil }
+            let sorted = values.sorted()
+            return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+        }
+        func cell(_ value: Double?, _ format: String) -> String { value.map { String(format: format, $0) } ?? "—" }
+        var lines = ["", String(format: "%d timed calls per side (%.1f s each), then one steady call; medians; CPU in %% of one core", calls, talk)]
+        lines.append("side                         invite→ICE   invite→audio   CPU/leg   RSS/leg   failed")
+        for side in sides {
+            let name = side.name.padding(toLength: 28, withPad: " ", startingAt: 0)
+            lines.append("\(name) \(cell(median(side.ice), "%8.0f ms"))  \(cell(median(side.audio), "%10.0f ms"))  \(cell(side.cpuPercentPerLeg, "%6.1f %%"))  \(cell(side.residentMiBPerLeg, "%5.0f MiB"))   \(side.failures)")
+        }
+        for side in sides where !side.note.isEmpty { lines.append("  \(side.name): \(side.note)") }
+        if sides.count == 2 {
+            let (p, c) = (sides[0], sides[1])
+            func ratio(_ a: Double?, _ b: Double?) -> String {
+                guard let a, let b, b > 0 else { return "—" }
+                return String(format: "%.2f", a / b)
+            }
+            lines.append("Parley / Chromium: invite→ICE \(ratio(median(p.ice), median(c.ice))), invite→audio \(ratio(median(p.audio), median(c.audio))), CPU/leg \(ratio(p.cpuPercentPerLeg, c.cpuPercentPerLeg)), RSS/leg \(ratio(p.residentMiBPerLeg, c.residentMiBPerLeg))")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    private func progress(_ text: String) {
+        try? FileHandle.standardError.write(contentsOf: Data("bench: \(text)\n".utf8))
+    }
+
+    static func nonLoopbackInterfaces() -> [String]? {
+        var list: UnsafeMutablePointer<ifaddrs>?
+        guard getifaddrs(&list) == 0, let first = list else { return nil }
+        defer { freeifaddrs(list) }
+        var names: Set<String> = []
+        for entry in sequence(first: first, next: { $0.pointee.ifa_next }) {
+            let flags = Int32(entry.pointee.ifa_flags)
+            guard flags & Int32(IFF_UP) != 0, flags & Int32(IFF_LOOPBACK) == 0, entry.pointee.ifa_addr != nil else { continue }
+            names.insert(String(cString: entry.pointee.ifa_name))
+        }
+        return names.sorted()
+    }
+}
+
+/// A headless Chromium reporting the page's console lines. Foundation starts it in a session of its
+/// own, so its process group is its pid; it is stopped by that group.
+final class Browser: @unchecked Sendable {
+    private let process: Process
+    private let log = LockedText()
+    private let reports = LockedQueue()
+
+    init(_ executable: String, url: String, profile: URL) throws {
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["--headless=new", "--no-sandbox", "--use-fake-device-for-media-stream",
+                             "--use-fake-ui-for-media-stream", "--allow-loopback-in-peer-connection",
+                             "--disable-features=WebRtcHideLocalIpsWithMdns", "--autoplay-policy=no-user-gesture-required",
+                             "--no-first-run", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                             "--user-data-dir=\(profile.path)", url]
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        let log = self.log, reports = self.reports
+        try process.run()
+        Thread.detachNewThread {
+            var pending = ""
+            while true {
+                let chunk = errors.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                pending += String(decoding: chunk, as: UTF8.self)
+                while let newline = pending.firstIndex(of: "\n") {
+                    let line = String(pending[..<newline])
+                    pending = String(pending[pending.index(after: newline)...])
+                    log.append(line + "\n")
+                    if let start = line.range(of: "\"PARLEY "), let end = line.range(of: "\", source:", options: .backwards) {
+                        reports.push(String(line[start.upperBound..<end.lowerBound]))
+                    }
+                }
+            }
+            reports.close()
+        }
+    }
+
+    var errors: String { log.text }
+
+    /// The page's next report, or nil when the browser exits or stays silent past `timeout`.
+    func next(timeout: Duration) async throws -> [String: Any]? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            switch reports.pop() {
+            case .line(let line):
+                guard let data = line.data(using: .utf8) else { continue }
+                return try JSONSerialization.jsonObject(with: data) as? [String: Any]
+            case .closed:
+                return nil
+            case .empty:
+                try await Task.sleep(for: .milliseconds(5))
+            }
+        }
+        return nil
+    }
+
+    /// Every process of this browser: the one started and its descendants.
+    private var processes: [Int32] {
+        var parents: [Int32: [Int32]] = [:]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = Int32(entry), let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 1, let parent = Int32(fields[1]) { parents[parent, default: []].append(pid) }
+        }
+        var all: [Int32] = [process.processIdentifier]
+        var index = 0
+        while index < all.count {
+            all += parents[all[index]] ?? []
+            index += 1
+        }
+        return all
+    }
+
+    var cpuSeconds: Double { processes.reduce(0) { $0 + ParleyCLI.cpuSeconds(pid: $1) } }
+    var residentBytes: Int { processes.reduce(0) { $0 + ParleyCLI.residentBytes(pid: $1) } }
+
+    func stop() {
+        guard process.isRunning else { return }
+        let pid = process.processIdentifier
+        let everyone = processes
+        let ownGroup = getpgid(pid) == pid
+        func signal(_ number: Int32) {
+            if ownGroup { kill(-pid, number) } else { for child in everyone { kill(child, number) } }
+        }
+        signal(SIGTERM)
+        let deadline = Date().addingTimeInterval(3)
+        while process.isRunning, Date() < deadline { usleep(20_000) }
+        signal(SIGKILL)
+        process.waitUntilExit()
+    }
+
+    static func version(_ executable: String) -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["--version"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return "" }
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return text.split(separator: " ").first { $0.first?.isNumber == true }.map { String($0) } ?? ""
+    }
+}
+
+final class LockedQueue: @unchecked Sendable {
+    enum Item { case line(String), empty, closed }
+    private let lock = NSLock()
+    private var lines: [String] = []
+    private var closed = false
+    func push(_ line: String) { lock.withLock { lines.append(line) } }
+    func close() { lock.withLock { closed = true } }
+    func pop() -> Item {
+        lock.withLock {
+            if !lines.isEmpty { return .line(lines.removeFirst()) }
+            return closed ? .closed : .empty
+        }
+    }
+}
+
+final class LockedText: @unchecked Sendable {
+    private let lock = NSLock()
+    private var buffer = ""
+    func append(_ text: String) { lock.withLock { buffer += text } }
+    var text: String { lock.withLock { buffer } }
+}
