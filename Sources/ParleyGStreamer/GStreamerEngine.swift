@@ -86,9 +86,20 @@ public final class GStreamerEngine: PeerConnectionFactory {
     // MARK: Process-wide set-up
 
     private static let initialization: Bool = parley_gst_init() == 0
+    private static let warmingUp = WarmUp()
     private static let dtlsWarmUp: Void = {
-        Thread.detachNewThread { parley_gst_warm_dtls() }
+        Thread.detachNewThread {
+            parley_gst_warm_dtls()
+            warmingUp.finish()
+        }
     }()
+
+    /// Waits (up to `timeout`) for the certificate warm-up: a process must not exit while OpenSSL
+    /// is still generating the key on another thread.
+    public static func finishWarmUp(timeout: Duration = .seconds(3)) async {
+        let deadline = ContinuousClock.now + timeout
+        while warmingUp.running, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(5)) }
+    }
 
     /// Initialises GStreamer once per process.
     public static func initialize() throws {
@@ -114,6 +125,13 @@ public final class GStreamerEngine: PeerConnectionFactory {
 
     /// Generates the DTLS certificate on a background thread (100–750 ms of RSA key generation).
     public static func warmUp() { _ = dtlsWarmUp }
+}
+
+final class WarmUp: @unchecked Sendable {
+    private let lock = NSLock()
+    private var done = false
+    var running: Bool { lock.withLock { !done } }
+    func finish() { lock.withLock { done = true } }
 }
 
 final class Counter: @unchecked Sendable {

@@ -62,7 +62,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         retainedBridge = Unmanaged.passRetained(bridge).toOpaque()
         parley_webrtc_attach(pipeline, webrtc, bridgeEventCallback, retainedBridge)
 
-        parley_ice_disable_upnp(webrtc)
+        parley_ice_configure(webrtc, UInt32(configuration.icePacingMs))
         for address in configuration.localAddresses where parley_ice_add_local_address(webrtc, address) != 0 {
             teardown()
             throw MediaEngineError(.pipeline, "'\(address)' is not a local address ICE can use")

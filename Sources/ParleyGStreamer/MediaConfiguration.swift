@@ -75,8 +75,10 @@ public struct MediaEngineConfiguration: Hashable, Sendable {
     /// Only these local addresses take part in ICE (loopback included when named); empty: every
     /// non-loopback interface, as libnice does by default.
     public var localAddresses: [String] = []
-    /// The receive jitter buffer.
-    public var jitterBufferMs = 100
+    /// The receive jitter buffer: what first audio waits, and what absorbs network jitter.
+    public var jitterBufferMs = 50
+    /// How often ICE sends a connectivity check (RFC 8445's Ta, at least 5 ms for media).
+    public var icePacingMs = 5
     public var opusBitrate = 32_000
     /// Discontinuous transmission: no packets during silence.
     public var dtx = false

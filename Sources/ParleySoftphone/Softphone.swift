@@ -101,6 +101,15 @@ public actor Softphone {
 
     /// Connects to the server; throws with a clear message when it is down or refuses the token.
     public func start() async throws {
+        do {
+            try await connect()
+        } catch {
+            await GStreamerEngine.finishWarmUp()
+            throw error
+        }
+    }
+
+    private func connect() async throws {
         let server = options.server
         try await Self.checkReachable(server)
         let fixedToken = options.token
@@ -148,6 +157,7 @@ public actor Softphone {
         tasks = []
         for peer in peers.values { await peer.close() }
         eventSink.finish()
+        await GStreamerEngine.finishWarmUp()
     }
 
     /// The signaling client, for tests that cut the connection.

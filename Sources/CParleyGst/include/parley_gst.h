@@ -115,7 +115,8 @@ void parley_stats_read(void *reply, parley_stats *out);
 
 /// Restricts gathering to the given local addresses (loopback included when named) and turns UPnP off.
 int parley_ice_add_local_address(void *webrtc, const char *address);
-void parley_ice_disable_upnp(void *webrtc);
+/// UPnP off, and connectivity checks paced every `pacing_ms` (RFC 8445's Ta; libnice's default is 20 ms).
+void parley_ice_configure(void *webrtc, unsigned int pacing_ms);
 /// Restarts ICE on every stream: new checks; the selected pair keeps carrying media meanwhile.
 void parley_ice_restart(void *webrtc);
 
