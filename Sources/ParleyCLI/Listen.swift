@@ -30,7 +30,7 @@ struct Listen: AsyncParsableCommand {
         }
         let mode = answer ?? (Console.interactive ? .ask : .auto)
         Console.say("listening as \(phone.user) (device \(softphone.options.device)) on \(phone.server); answer: \(mode.rawValue)")
-        for await event in softphone.events {
+        calls: for await event in softphone.events {
             guard case .incoming(let call, let caller, let name) = event else { continue }
             Console.say("incoming call from \(name.map { "\($0) (\(caller))" } ?? caller.rawValue)")
             switch mode {
@@ -38,21 +38,22 @@ struct Listen: AsyncParsableCommand {
                 await softphone.answer(call)
             case .never:
                 await softphone.hangUp(call)
-                continue
+                Console.say("declined")
+                if once { break calls } else { continue }
             case .ask:
                 Console.say("answer? [y/n] ")
                 let line = readLine()?.lowercased() ?? "n"
                 guard line.hasPrefix("y") else {
                     await softphone.hangUp(call)
                     Console.say("declined")
-                    continue
+                    if once { break calls } else { continue }
                 }
                 await softphone.answer(call)
             }
             if let timeline = await runCall(softphone, call, duration: phone.duration) {
                 for line in Console.summary(timeline) { Console.say(line) }
             }
-            if once { break }
+            if once { break calls }
             Console.say("listening again")
         }
         await softphone.stop()

@@ -93,6 +93,21 @@ struct SoftphoneCommandTests {
         try await server.stop()
     }
 
+    @Test func aDeclinedCallSaysSoOnBothSides() async throws {
+        let server = try await LiveServer.start()
+        let listener = try Self.start(["listen", "--server", server.baseURL, "--as", "bob", "--play", "silence", "--once", "--answer", "never"])
+        defer { if listener.0.isRunning { listener.0.terminate() } }
+        try await eventually { (try? await server.http("GET", "/healthz")) != nil }
+        try await Task.sleep(for: .seconds(1))
+        let caller = try Self.run(["call", "bob", "--server", server.baseURL, "--as", "alice", "--play", "silence"])
+        let callee = Self.finish(listener)
+        #expect(caller.status == 2)
+        #expect(caller.output.contains("call with bob ended: declined by the callee"), "\(caller.output)")
+        #expect(callee.status == 0)
+        #expect(callee.output.contains("declined"))
+        try await server.stop()
+    }
+
     @Test func callingWithTheServerDownFailsWithAClearMessage() throws {
         let result = try Self.run(["call", "bob", "--server", "http://127.0.0.1:9", "--as", "alice", "--play", "silence"])
         #expect(result.status == 1)
