@@ -63,6 +63,12 @@ void *parley_pipeline_new(const char *description, char **error) {
         return NULL;
     }
     if (gerror) g_clear_error(&gerror);
+    if (!GST_IS_PIPELINE(pipeline)) {
+        // A description of one element parses to that element alone.
+        GstElement *wrapper = gst_pipeline_new(NULL);
+        gst_bin_add(GST_BIN(wrapper), pipeline);
+        pipeline = wrapper;
+    }
     return pipeline;
 }
 
@@ -103,6 +109,12 @@ int parley_bin_add_and_link(void *bin, void *child, void *pad) {
     gst_object_unref(sink);
     if (linked != GST_PAD_LINK_OK) return -3;
     return gst_element_sync_state_with_parent(GST_ELEMENT(child)) ? 0 : -4;
+}
+
+int parley_bin_add_and_link_to(void *bin, void *child, void *destination) {
+    if (!gst_bin_add(GST_BIN(bin), GST_ELEMENT(child))) return -1;
+    if (!gst_element_link(GST_ELEMENT(child), GST_ELEMENT(destination))) return -2;
+    return gst_element_sync_state_with_parent(GST_ELEMENT(child)) ? 0 : -3;
 }
 
 void parley_set_bool(void *object, const char *property, int value) { g_object_set(object, property, (gboolean)(value != 0), NULL); }
@@ -218,20 +230,35 @@ void parley_webrtc_detach(void *pipeline, void *webrtc, void *context) {
 typedef struct {
     parley_promise_callback callback;
     void *context;
+    gboolean answered;
 } PromiseListener;
 
 static void on_promise(GstPromise *promise, gpointer data) {
     PromiseListener *l = data;
+    if (l->answered) return;
+    l->answered = TRUE;
     const GstStructure *reply = NULL;
-    if (gst_promise_wait(promise) == GST_PROMISE_RESULT_REPLIED) reply = gst_promise_get_reply(promise);
-    l->callback(l->context, (void *)reply);
+    int replied = gst_promise_wait(promise) == GST_PROMISE_RESULT_REPLIED;
+    if (replied) reply = gst_promise_get_reply(promise);
+    l->callback(l->context, replied, (void *)reply);
+}
+
+/// A promise webrtcbin drops without replying (a closing element does) still answers, with no reply,
+/// so no caller waits forever.
+static void on_promise_freed(gpointer data) {
+    PromiseListener *l = data;
+    if (!l->answered) {
+        l->answered = TRUE;
+        l->callback(l->context, 0, NULL);
+    }
+    g_free(l);
 }
 
 static GstPromise *make_promise(parley_promise_callback callback, void *context) {
     PromiseListener *l = g_new0(PromiseListener, 1);
     l->callback = callback;
     l->context = context;
-    return gst_promise_new_with_change_func(on_promise, l, g_free);
+    return gst_promise_new_with_change_func(on_promise, l, on_promise_freed);
 }
 
 void parley_webrtc_create_offer(void *webrtc, parley_promise_callback callback, void *context) {

@@ -109,14 +109,19 @@ final class Bridge: @unchecked Sendable {
 
     // MARK: Callbacks
 
+    /// webrtcbin wants a negotiation, or the engine does (before its send chains exist).
+    func negotiationNeeded() {
+        let id: UInt64 = lock.withLock {
+            lastNegotiationEvent += 1
+            return lastNegotiationEvent
+        }
+        eventSink.yield(.negotiationNeeded(id: id))
+    }
+
     func handle(kind: Int32, number: UInt32, text: UnsafePointer<CChar>?, object: UnsafeMutableRawPointer?) {
         switch kind {
         case Int32(PARLEY_EVENT_NEGOTIATION_NEEDED.rawValue):
-            let id: UInt64 = lock.withLock {
-                lastNegotiationEvent += 1
-                return lastNegotiationEvent
-            }
-            eventSink.yield(.negotiationNeeded(id: id))
+            negotiationNeeded()
         case Int32(PARLEY_EVENT_ICE_CANDIDATE.rawValue):
             guard let text else { return }
             let candidate: IceCandidate = lock.withLock {

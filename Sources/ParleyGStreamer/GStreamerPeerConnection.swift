@@ -43,10 +43,16 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private var answerRestarts = false
     private var localChannels: [DataChannel] = []
     private var restarts = 0
+    private let configuration: MediaEngineConfiguration
+    private let video: Bool
+    /// Whether the send chains are linked into webrtcbin yet.
+    private var sending = false
 
     init(configuration: MediaEngineConfiguration, connection: PeerConnectionConfiguration, logger: Logger) throws {
         self.logger = logger
-        let description = PipelineDescription.sender(configuration, video: connection.media.video)
+        self.configuration = configuration
+        video = connection.media.video
+        let description = PipelineDescription.base(configuration)
         var error: UnsafeMutablePointer<CChar>?
         guard let pipeline = parley_pipeline_new(description, &error) else {
             throw MediaEngineError(.pipeline, Self.take(error) ?? "the pipeline could not be built")
@@ -85,8 +91,33 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         }
         if parley_element_set_state_playing(pipeline) != 0 {
             teardown()
-            throw MediaEngineError(.pipeline, "the pipeline would not start (is an audio device or file missing?)")
+            throw MediaEngineError(.pipeline, "the pipeline would not start (is an audio device missing?)")
         }
+        // The send chains wait for the first offer, ours or the far side's, which decides their
+        // payload types; meanwhile an offerer needs a negotiation to start with.
+        bridge.negotiationNeeded()
+    }
+
+    /// Links the audio (and video) send chains into webrtcbin, numbered as `offer` numbers them
+    /// (or as browsers do, for our own offer).
+    private func startSending(numberedAs offer: String?) throws {
+        guard !lock.withLock({ sending }) else { return }
+        let opus = offer.flatMap { SDPText.payloadType(of: "opus", in: $0) } ?? configuration.opusOfferPayloadType
+        var chains = [PipelineDescription.audioSender(configuration, payloadType: opus)]
+        if video {
+            let vp8 = offer.flatMap { SDPText.payloadType(of: "VP8", in: $0) } ?? PipelineDescription.vp8PayloadType
+            chains.append(PipelineDescription.videoSender(configuration, payloadType: vp8))
+        }
+        for chain in chains {
+            var error: UnsafeMutablePointer<CChar>?
+            guard let bin = parley_bin_new(chain, &error) else {
+                throw MediaEngineError(.pipeline, Self.take(error) ?? "the send chain could not be built")
+            }
+            guard parley_bin_add_and_link_to(pipeline, bin, webrtc) == 0 else {
+                throw MediaEngineError(.pipeline, "the send chain would not start (is the audio file or device missing?)")
+            }
+        }
+        lock.withLock { sending = true }
     }
 
     deinit { teardown() }
@@ -127,6 +158,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
 
     public func createOffer(iceRestart: Bool) async throws -> SessionDescription {
         try checkOpen()
+        try startSending(numberedAs: nil)
         bridge.offerCovers()
         var sdp = try await awaitSDP { parley_webrtc_create_offer(self.webrtc, $0, $1) }
         if iceRestart {
@@ -175,6 +207,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             return restart
         }
         if farSideRestarts { restartIce() }
+        if description.type == "offer" { try startSending(numberedAs: description.sdp) }
         bridge.rememberRemote(description.sdp)
         try await apply(description, local: false)
     }
@@ -220,7 +253,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public func statistics() async throws -> MediaStatsSample {
         try checkOpen()
         let stats: parley_stats = await withCheckedContinuation { continuation in
-            let receiver = PromiseReceiver { reply in
+            let receiver = PromiseReceiver { _, reply in
                 var stats = parley_stats()
                 parley_stats_read(reply, &stats)
                 continuation.resume(returning: stats)
@@ -290,11 +323,11 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         var error: UnsafeMutablePointer<CChar>?
         let failure: String? = await withCheckedContinuation { continuation in
             let bridge = self.bridge
-            let receiver = PromiseReceiver { reply in
-                let message = parley_reply_error(reply)
+            let receiver = PromiseReceiver { replied, reply in
+                let failure = replied ? Self.take(parley_reply_error(reply)) : "the peer connection closed"
                 // Read on webrtcbin's thread, before a negotiation-needed check it queues next.
-                if message == nil { bridge.descriptionApplied() }
-                continuation.resume(returning: Self.take(message))
+                if failure == nil { bridge.descriptionApplied() }
+                continuation.resume(returning: failure)
             }
             let context = Unmanaged.passRetained(receiver).toOpaque()
             if parley_webrtc_set_description(webrtc, local ? 1 : 0, description.type, description.sdp, promiseCallback, context, &error) != 0 {
@@ -309,7 +342,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
 
     private func awaitSDP(_ start: @escaping (parley_promise_callback, UnsafeMutableRawPointer) -> Void) async throws -> String {
         let result: Result<String, MediaEngineError> = await withCheckedContinuation { continuation in
-            let receiver = PromiseReceiver { reply in
+            let receiver = PromiseReceiver { _, reply in
                 var error: UnsafeMutablePointer<CChar>?
                 if let sdp = parley_reply_sdp(reply, &error) {
                     defer { parley_free(sdp) }
@@ -334,13 +367,13 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
 
 /// Receives one promise reply on webrtcbin's thread; the reply is valid only during `handle`.
 final class PromiseReceiver {
-    let handle: (UnsafeMutableRawPointer?) -> Void
-    init(_ handle: @escaping (UnsafeMutableRawPointer?) -> Void) { self.handle = handle }
+    let handle: (_ replied: Bool, _ reply: UnsafeMutableRawPointer?) -> Void
+    init(_ handle: @escaping (_ replied: Bool, _ reply: UnsafeMutableRawPointer?) -> Void) { self.handle = handle }
 }
 
-let promiseCallback: parley_promise_callback = { context, reply in
+let promiseCallback: parley_promise_callback = { context, replied, reply in
     guard let context else { return }
-    Unmanaged<PromiseReceiver>.fromOpaque(context).takeRetainedValue().handle(reply)
+    Unmanaged<PromiseReceiver>.fromOpaque(context).takeRetainedValue().handle(replied != 0, reply)
 }
 
 // MARK: ICE server URLs

@@ -83,6 +83,8 @@ public struct MediaEngineConfiguration: Hashable, Sendable {
     /// Discontinuous transmission: no packets during silence.
     public var dtx = false
     public var dataChannels: [DataChannelSpec] = []
+    /// What our own offers number Opus with (tests use it to play a peer that numbers it otherwise).
+    var opusOfferPayloadType = PipelineDescription.opusPayloadType
 
     public init() {}
 

@@ -1,35 +1,39 @@
 /// The gst-launch descriptions of a peer connection's pipeline. Kept as text so a test or a reader
 /// can see the whole media path at once.
 enum PipelineDescription {
-    /// What browsers offer for Opus and VP8. webrtcbin 1.22 answers with the payload type of the
-    /// sending chain, so an offer that numbers Opus otherwise gets a rejected audio section.
+    /// What our offers number Opus and VP8 with, as browsers do; an answer takes the offer's.
     static let opusPayloadType = 111
     static let vp8PayloadType = 96
 
-    /// webrtcbin with the send chains linked into it.
-    static func sender(_ configuration: MediaEngineConfiguration, video: Bool) -> String {
-        var parts = [
-            "webrtcbin name=webrtc bundle-policy=max-bundle latency=\(configuration.jitterBufferMs)",
-            audioInput(configuration)
-                + " ! volume name=microphone"
-                + " ! opusenc name=opusenc audio-type=voice bitrate=\(configuration.opusBitrate) inband-fec=true"
-                + " packet-loss-percentage=5 dtx=\(configuration.dtx) frame-size=20"
-                + " ! rtpopuspay name=opuspay pt=\(opusPayloadType) ! queue"
-                + " ! application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,payload=\(opusPayloadType) ! webrtc.",
-        ]
-        if video {
-            let v = configuration.video
-            parts.append("videotestsrc is-live=true pattern=ball ! video/x-raw,width=\(v.width),height=\(v.height),framerate=\(v.framesPerSecond)/1"
-                + " ! videoconvert ! queue ! vp8enc deadline=1 cpu-used=8 keyframe-max-dist=60 target-bitrate=\(v.bitrateKbps * 1000)"
-                + " ! rtpvp8pay pt=\(vp8PayloadType) ! queue"
-                + " ! application/x-rtp,media=video,encoding-name=VP8,clock-rate=90000,payload=\(vp8PayloadType) ! webrtc.")
-        }
+    /// webrtcbin, and the speaker path when audio plays to a device. The send chains join later,
+    /// once the payload types are known (`audioSender`, `videoSender`).
+    static func base(_ configuration: MediaEngineConfiguration) -> String {
+        var parts = ["webrtcbin name=webrtc bundle-policy=max-bundle latency=\(configuration.jitterBufferMs)"]
         if configuration.output == .device {
             // The speaker path exists from the start so the echo canceller finds its probe.
             parts.append("audiotestsrc is-live=true wave=silence ! audiomixer name=playback ! audioconvert ! audioresample"
                 + (configuration.processesVoice ? " ! webrtcechoprobe" : "") + " ! autoaudiosink")
         }
         return parts.joined(separator: "  ")
+    }
+
+    /// The audio send chain, ending in RTP with Opus as `payloadType`.
+    static func audioSender(_ configuration: MediaEngineConfiguration, payloadType: Int) -> String {
+        audioInput(configuration)
+            + " ! volume name=microphone"
+            + " ! opusenc name=opusenc audio-type=voice bitrate=\(configuration.opusBitrate) inband-fec=true"
+            + " packet-loss-percentage=5 dtx=\(configuration.dtx) frame-size=20"
+            + " ! rtpopuspay pt=\(payloadType) ! queue"
+            + " ! capsfilter caps=\"application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,payload=\(payloadType)\""
+    }
+
+    /// The video send chain: a moving test pattern in VP8 as `payloadType`.
+    static func videoSender(_ configuration: MediaEngineConfiguration, payloadType: Int) -> String {
+        let v = configuration.video
+        return "videotestsrc is-live=true pattern=ball ! video/x-raw,width=\(v.width),height=\(v.height),framerate=\(v.framesPerSecond)/1"
+            + " ! videoconvert ! queue ! vp8enc deadline=1 cpu-used=8 keyframe-max-dist=60 target-bitrate=\(v.bitrateKbps * 1000)"
+            + " ! rtpvp8pay pt=\(payloadType) ! queue"
+            + " ! capsfilter caps=\"application/x-rtp,media=video,encoding-name=VP8,clock-rate=90000,payload=\(payloadType)\""
     }
 
     /// The audio source up to 48 kHz mono raw audio, voice processing included.

@@ -99,10 +99,12 @@ struct SignalingClientClockTests {
                                                                          resumed: false, heartbeat: 3600, iceServers: []))))
         try await eventually("connected") { await client.session != nil }
 
+        let sent = clock.now
         let pending = Task { try await client.request { .callState(CallRequest(id: $0, call: "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21")) } }
-        try await Task.sleep(for: .milliseconds(20))
+        try await eventually("the request's timeout is running") { clock.hasSleeper(until: sent.advanced(by: .seconds(10))) }
         clock.advance(by: .seconds(9))
         try await Task.sleep(for: .milliseconds(20))
+        #expect(transport.tokensSeen.count == 1)
         clock.advance(by: .seconds(1))
         do {
             _ = try await pending.value
@@ -116,7 +118,7 @@ struct SignalingClientClockTests {
         let second = try #require(await connections.next())
         second.serverClose(code: 1006)
         let third = Task { await connections.next() }
-        try await Task.sleep(for: .milliseconds(50))
+        try await eventually("the backoff is running") { clock.hasSleeper(until: clock.now.advanced(by: .seconds(4))) }
         #expect(transport.tokensSeen.count == 2, "waiting for the backoff")
         clock.advance(by: .seconds(4))
         #expect(try #require(await third.value) !== second)

@@ -78,6 +78,17 @@ struct EngineTests {
         #expect((stats.audioLevel ?? 0) > 0.05)
     }
 
+    @Test func answerTakesTheOffersOpusPayloadType() async throws {
+        let call = try await DirectCall { a, _ in a.opusOfferPayloadType = 109 }
+        let answer = try #require(call.b.currentLocalSDP)
+        #expect(SDPText.payloadType(of: "opus", in: answer) == 109)
+        try await Task.sleep(for: .seconds(1.5))
+        await call.close()
+        let heard = try call.recordings()
+        #expect(tone(heard.a) == 880)
+        #expect(tone(heard.b) == 440)
+    }
+
     @Test func wavFileInputPlaysOnceOrLooped() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-wav-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

@@ -44,6 +44,8 @@ void *parley_bin_get(void *bin, const char *name);
 /// Adds `child` to `bin`, syncs its state with the parent, and links `pad` to its sink pad.
 int parley_bin_add_and_link(void *bin, void *child, void *pad);
 
+/// Adds `child` to `bin`, links its src pad to `destination` (requesting a pad there), and syncs its state.
+int parley_bin_add_and_link_to(void *bin, void *child, void *destination);
 /// Links two elements, requesting pads where needed (a mixer's sink_%u). 0 on success.
 int parley_link(void *source, void *destination);
 
@@ -81,8 +83,9 @@ typedef void (*parley_event_callback)(void *context, int kind, unsigned int numb
 void parley_webrtc_attach(void *pipeline, void *webrtc, parley_event_callback callback, void *context);
 void parley_webrtc_detach(void *pipeline, void *webrtc, void *context);
 
-/// A promise reply arrived. `reply` is the reply structure (may be NULL); the promise is freed after the callback.
-typedef void (*parley_promise_callback)(void *context, void *reply);
+/// A promise was answered, exactly once: `replied` is 0 when webrtcbin dropped or interrupted it
+/// (a closing element does); `reply` is the reply structure, NULL for none, valid during the call.
+typedef void (*parley_promise_callback)(void *context, int replied, void *reply);
 
 void parley_webrtc_create_offer(void *webrtc, parley_promise_callback callback, void *context);
 void parley_webrtc_create_answer(void *webrtc, parley_promise_callback callback, void *context);
