@@ -42,8 +42,8 @@ public final class GStreamerEngine: PeerConnectionFactory {
     public static let requiredElements = "webrtcbin nicesrc nicesink dtlssrtpenc dtlssrtpdec sctpenc sctpdec rtpbin opusenc opusdec "
         + "rtpopuspay rtpopusdepay audiotestsrc audioconvert audioresample audiomixer volume identity fakesink filesrc "
         + "multifilesrc wavparse queue"
-    static let videoElements = "videotestsrc videoconvert vp8enc vp8dec rtpvp8pay rtpvp8depay"
-    static let voiceElements = "webrtcdsp webrtcechoprobe autoaudiosrc autoaudiosink"
+    public static let videoElements = "videotestsrc videoconvert vp8enc vp8dec rtpvp8pay rtpvp8depay"
+    public static let voiceElements = "webrtcdsp webrtcechoprobe autoaudiosrc autoaudiosink"
 
     public let configuration: MediaEngineConfiguration
     /// Every peer connection this engine makes, as it is made (for data channels and taps).

@@ -122,6 +122,18 @@ struct SoftphoneCommandTests {
         try await server.stop()
     }
 
+    @Test func doctorChecksTheMachineAndTheServer() async throws {
+        let server = try await LiveServer.start()
+        let healthy = try Self.run(["doctor", "--server", server.baseURL])
+        #expect(healthy.status == 0, "\(healthy.output)")
+        #expect(healthy.output.contains("✓ a loopback call"))
+        #expect(healthy.output.contains("gives development tokens"))
+        try await server.stop()
+        let down = try Self.run(["doctor", "--server", server.baseURL])
+        #expect(down.status == 1)
+        #expect(down.output.contains("✗ cannot reach the server"))
+    }
+
     @Test func badArgumentsAreRefusedBeforeAnythingStarts() throws {
         let result = try Self.run(["call", "bob", "--play", "tone:abc"])
         #expect(result.status != 0)
