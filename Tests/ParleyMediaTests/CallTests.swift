@@ -69,6 +69,28 @@ struct CallTests {
         }
     }
 
+    @Test func holdSilencesBothDirectionsAndResumes() async throws {
+        try await withCall { call in
+            try await call.talk(for: .seconds(1))
+            let heldAt = try call.bobsRecordedSeconds()
+            let aliceHeldAt = try call.alicesRecording().audio.duration
+            await call.alice.setHeld(call.id, true)
+            try await Task.sleep(for: .seconds(2))
+            let resumedAt = try call.bobsRecordedSeconds()
+            let aliceResumedAt = try call.alicesRecording().audio.duration
+            await call.alice.setHeld(call.id, false)
+            try await Task.sleep(for: .seconds(1.5))
+            try await call.hangUp(by: call.alice)
+            let bob = try call.bobsRecording(), alice = try call.alicesRecording()
+            // Bob hears nothing from alice while she holds, and alice plays nothing of bob.
+            #expect(AudioAnalysis.level(bob.audio.mono(from: heldAt + 0.5, length: resumedAt - heldAt - 1)) < -50)
+            #expect(AudioAnalysis.level(alice.audio.mono(from: aliceHeldAt + 0.5, length: aliceResumedAt - aliceHeldAt - 1)) < -50)
+            #expect(bob.dominantFrequency(from: resumedAt + 0.6, length: 0.7) == 440)
+            #expect(alice.dominantFrequency(from: aliceResumedAt + 0.6, length: 0.7) == 660)
+            #expect(call.bobEvents.contains(.remoteUpdated(call.id, muted: nil, held: true)))
+        }
+    }
+
     @Test func hangupEndsBothSidesWithTheRightReasons() async throws {
         try await withCall { call in
             try await call.talk(for: .seconds(1))

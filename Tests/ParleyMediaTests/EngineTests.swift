@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 @testable import ParleyGStreamer
-import ParleyKit
+@testable import ParleyKit
 import ParleyProtocol
 import ParleyServerTesting
 import Testing
@@ -88,6 +88,34 @@ struct EngineTests {
         #expect(tone(heard.a) == 880)
         #expect(tone(heard.b) == 440)
     }
+
+    @Test func bitrateChangesLiveWhenTheControllerSaysSo() async throws {
+        let call = try await DirectCall { a, _ in a.input = .file(Self.noise, loop: true) }
+        func sendRate(over seconds: Double) async throws -> Double {
+            let before = try await call.a.statistics()
+            try await Task.sleep(for: .seconds(seconds))
+            let after = try await call.a.statistics()
+            return Double(after.bytesSent - before.bytesSent) * 8 / 1000 / seconds
+        }
+        await call.a.setAudioEncoding(BitrateController.Setting(bitrateKbps: 96, fec: false, expectedLossPct: 0))
+        try await Task.sleep(for: .milliseconds(300))
+        let high = try await sendRate(over: 1.5)
+        await call.a.setAudioEncoding(BitrateController.Setting(bitrateKbps: 16, fec: true, expectedLossPct: 10))
+        try await Task.sleep(for: .milliseconds(300))
+        let low = try await sendRate(over: 1.5)
+        await call.close()
+        #expect(high > 70, "about 96 kbps of Opus: \(high)")
+        #expect(low < 30, "about 16 kbps of Opus: \(low)")
+    }
+
+    /// Half a second of white noise: Opus spends whatever bitrate it is given on it.
+    static let noise: URL = {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("parley-noise-\(UUID().uuidString.prefix(8)).wav")
+        var generator = SystemRandomNumberGenerator()
+        let samples = (0..<24_000).map { _ in Float.random(in: -0.3...0.3, using: &generator) }
+        try? WAV.write(WAV.Audio(sampleRate: 48_000, channels: 1, samples: samples), to: url)
+        return url
+    }()
 
     @Test func wavFileInputPlaysOnceOrLooped() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-wav-\(UUID().uuidString.prefix(8))")
