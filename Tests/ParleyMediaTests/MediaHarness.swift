@@ -71,14 +71,16 @@ struct Recording {
     }
 }
 
-func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false,
+func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, aliceThrough proxy: TCPProxy? = nil,
               server configure: (inout ServerConfiguration) -> Void = { _ in },
               _ body: (LiveCall) async throws -> Void) async throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-call-\(UUID().uuidString.prefix(8))")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
     let server = try await LiveServer.start(configure: configure)
-    let alice = try makePhone(server, "alice", tone: 440, record: directory.appendingPathComponent("alice.wav"), dataChannels: dataChannels,
+    proxy?.connect(to: server.port)
+    let aliceServer = proxy.map { URL(string: $0.url)! } ?? URL(string: server.baseURL)!
+    let alice = try makePhone(aliceServer, "alice", tone: 440, record: directory.appendingPathComponent("alice.wav"), dataChannels: dataChannels,
                               relayOnly: relayOnly)
     let bob = try makePhone(server, "bob", tone: 660, record: directory.appendingPathComponent("bob.wav"), relayOnly: relayOnly)
     try await alice.start()

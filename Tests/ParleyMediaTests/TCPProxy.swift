@@ -1,0 +1,119 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A loopback TCP relay in front of the server, so a test can cut every connection through it at
+/// once, as a network would, without either end choosing to close.
+final class TCPProxy: @unchecked Sendable {
+    let port: Int
+    private let listener: Int32
+    private var upstream = 0
+    private let lock = NSLock()
+    private var sockets: Set<Int32> = []
+    private var stopped = false
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var yes: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = Self.loopback(port: 0)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 64) == 0 else {
+            close(fd)
+            throw POSIXError(.EADDRINUSE)
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        listener = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread { [self] in acceptLoop() }
+    }
+
+    var url: String { "http://127.0.0.1:\(port)" }
+
+    /// Where connections go: the server's port.
+    func connect(to port: Int) { lock.withLock { upstream = port } }
+
+    /// Resets every connection relayed so far; new ones are relayed as before.
+    func cut() {
+        let open: Set<Int32> = lock.withLock { defer { sockets = [] }; return sockets }
+        for socket in open {
+            var linger = Glibc.linger(l_onoff: 1, l_linger: 0)  // RST, as a broken path looks
+            setsockopt(socket, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+            shutdown(socket, Int32(SHUT_RDWR))
+        }
+    }
+
+    func stop() {
+        lock.withLock { stopped = true }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        cut()
+    }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(listener, nil, nil)
+            if client < 0 { return }
+            let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = Self.loopback(port: lock.withLock { upstream })
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard connected == 0, lock.withLock({ !stopped }) else {
+                close(client)
+                close(server)
+                continue
+            }
+            lock.withLock { _ = sockets.insert(client); _ = sockets.insert(server) }
+            let pair = Pair(client, server) { [weak self] in self?.lock.withLock { _ = self?.sockets.remove(client); _ = self?.sockets.remove(server) } }
+            Thread.detachNewThread { Self.pump(from: client, to: server); pair.finished() }
+            Thread.detachNewThread { Self.pump(from: server, to: client); pair.finished() }
+        }
+    }
+
+    private static func pump(from source: Int32, to destination: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            let count = read(source, &buffer, buffer.count)
+            if count <= 0 { break }
+            var sent = 0
+            while sent < count {
+                let written = buffer[sent..<count].withUnsafeBytes { write(destination, $0.baseAddress, count - sent) }
+                if written <= 0 { break }
+                sent += written
+            }
+            if sent < count { break }
+        }
+        shutdown(source, Int32(SHUT_RDWR))
+        shutdown(destination, Int32(SHUT_RDWR))
+    }
+
+    /// The two sockets of one relayed connection, closed when both directions are done.
+    private final class Pair: @unchecked Sendable {
+        private let lock = NSLock()
+        private var running = 2
+        private let a: Int32, b: Int32
+        private let forget: () -> Void
+        init(_ a: Int32, _ b: Int32, forget: @escaping () -> Void) { (self.a, self.b, self.forget) = (a, b, forget) }
+        func finished() {
+            guard lock.withLock({ running -= 1; return running == 0 }) else { return }
+            forget()
+            close(a)
+            close(b)
+        }
+    }
+
+    private static func loopback(port: Int) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return address
+    }
+}
