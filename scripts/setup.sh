@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Parley builds and runs with, when they are missing:
-# SQLite for the server, GStreamer with webrtcbin and libnice for the media engine, coturn for the
-# TURN tests.
-# Pass extra package names to install them too (the benchmark adds chromium).
+# SQLite for the server, GStreamer with webrtcbin and libnice for the media engine.
+#   scripts/setup.sh                 what `parley demo`, `call` and `listen` need
+#   scripts/setup.sh --tests         and what the tests start (coturn)
+#   scripts/setup.sh chromium        and any other packages named (the call benchmark adds chromium)
 set -euo pipefail
+
+extra=()
+for argument in "$@"; do
+  case "$argument" in
+    --tests) extra+=(coturn) ;;
+    *) extra+=("$argument") ;;
+  esac
+done
 
 packages=(
   libsqlite3-dev
@@ -11,8 +20,7 @@ packages=(
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev libnice-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice
   gstreamer1.0-tools
-  coturn
-  "$@"
+  "${extra[@]}"
 )
 
 need=()

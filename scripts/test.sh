@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+scripts/setup.sh --tests
 
 echo "== building (a first build on two cores takes several minutes)"
 swift build --build-tests
