@@ -20,12 +20,7 @@ struct Call: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let softphone = try Softphone(options: phone.options(), logger: phone.logger)
-        do {
-            try await softphone.start()
-        } catch {
-            throw fail("\(error)")
-        }
+        let softphone = try await phone.startSoftphone()
         let callee = UserID(rawValue: self.callee)!
         Console.say("calling \(callee) as \(phone.user) via \(phone.server)…")
         let call = await softphone.call(callee, video: phone.video)

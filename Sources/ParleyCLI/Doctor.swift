@@ -76,39 +76,10 @@ struct Doctor: AsyncParsableCommand {
         await GStreamerEngine.finishWarmUp()  // time the call, not the one-off certificate
         let a = try await engine.makePeerConnection(PeerConnectionConfiguration(iceServers: [])) as! GStreamerPeerConnection
         let b = try await engine.makePeerConnection(PeerConnectionConfiguration(iceServers: [])) as! GStreamerPeerConnection
-        let pump = Task {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { for await e in a.events { if case .localCandidate(let c?) = e { try? await b.addRemoteCandidate(c) } } }
-                group.addTask { for await e in b.events { if case .localCandidate(let c?) = e { try? await a.addRemoteCandidate(c) } } }
-            }
-        }
-        defer { pump.cancel() }
-        do {
-            return try await connect(a, b)
-        } catch {
-            await a.close()
-            await b.close()
-            throw error
-        }
-    }
-
-    private static func connect(_ a: GStreamerPeerConnection, _ b: GStreamerPeerConnection) async throws -> (iceMs: Double, audioMs: Double) {
-        let start = ContinuousClock.now
-        let offer = try await a.createOffer(iceRestart: false)
-        try await a.setLocalDescription(offer)
-        try await b.setRemoteDescription(offer)
-        let answer = try await b.createAnswer()
-        try await b.setLocalDescription(answer)
-        try await a.setRemoteDescription(answer)
-        let deadline = ContinuousClock.now + .seconds(10)
-        while a.remoteAudioStartedAt == nil || a.iceConnectedAt == nil {
-            guard ContinuousClock.now < deadline else { throw MediaEngineError(.negotiation, "no audio within 10 s") }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        let ice = (a.iceConnectedAt! - start).seconds * 1000
-        let audio = (a.remoteAudioStartedAt! - start).seconds * 1000
-        await a.close()
-        await b.close()
+        let call = try await DirectConnection(a, b)
+        let ice = (a.iceConnectedAt! - call.started).seconds * 1000
+        let audio = (a.remoteAudioStartedAt! - call.started).seconds * 1000
+        await call.close()
         return (ice, audio)
     }
 }

@@ -22,12 +22,7 @@ struct Listen: AsyncParsableCommand {
     var once = false
 
     func run() async throws {
-        let softphone = try Softphone(options: phone.options(), logger: phone.logger)
-        do {
-            try await softphone.start()
-        } catch {
-            throw fail("\(error)")
-        }
+        let softphone = try await phone.startSoftphone()
         let mode = answer ?? (Console.interactive ? .ask : .auto)
         Console.say("listening as \(phone.user) (device \(softphone.options.device)) on \(phone.server); answer: \(mode.rawValue)")
         calls: for await event in softphone.events {

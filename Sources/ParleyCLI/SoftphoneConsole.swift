@@ -58,6 +58,18 @@ struct SoftphoneArguments: ParsableArguments {
         return logger
     }
 
+    /// A softphone connected to the server; a server that is down or refuses the token ends the
+    /// command with a plain sentence and status 1.
+    func startSoftphone() async throws -> Softphone {
+        let softphone = try Softphone(options: options(), logger: logger)
+        do {
+            try await softphone.start()
+        } catch {
+            throw fail("\(error)")
+        }
+        return softphone
+    }
+
     func options() -> SoftphoneOptions {
         var media = MediaEngineConfiguration()
         let soundCard = FileManager.default.fileExists(atPath: "/dev/snd") || Serve.env("PULSE_SERVER") != nil

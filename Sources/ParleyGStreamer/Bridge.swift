@@ -29,7 +29,6 @@ final class Bridge: @unchecked Sendable {
     private var remoteMids: [String?] = []
     private var localCandidates: [IceCandidate] = []
     private var gatheringComplete = false
-    private var audioStarted = false
     var firstAudioAt: ContinuousClock.Instant? { lock.withLock { _firstAudioAt } }
     private var _firstAudioAt: ContinuousClock.Instant?
     var iceConnectedAt: ContinuousClock.Instant? { lock.withLock { _iceConnectedAt } }
@@ -206,8 +205,7 @@ final class Bridge: @unchecked Sendable {
         let first: Bool = lock.withLock {
             guard !finished else { return false }
             level = rms
-            guard !audioStarted else { return false }
-            audioStarted = true
+            guard _firstAudioAt == nil else { return false }
             _firstAudioAt = .now
             return true
         }

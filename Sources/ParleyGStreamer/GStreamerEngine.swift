@@ -46,7 +46,8 @@ public final class GStreamerEngine: PeerConnectionFactory {
     public static let voiceElements = "webrtcdsp webrtcechoprobe autoaudiosrc autoaudiosink"
 
     public let configuration: MediaEngineConfiguration
-    /// Every peer connection this engine makes, as it is made (for data channels and taps).
+    /// Every peer connection this engine makes, as it is made (for data channels and taps). Only the
+    /// newest few wait for a reader, so an app that never reads holds no closed calls.
     public let peerConnections: AsyncStream<GStreamerPeerConnection>
     private let created: AsyncStream<GStreamerPeerConnection>.Continuation
     private let logger: Logger
@@ -61,7 +62,7 @@ public final class GStreamerEngine: PeerConnectionFactory {
         try Self.check(needed)
         self.configuration = configuration
         self.logger = logger
-        (peerConnections, created) = AsyncStream.makeStream()
+        (peerConnections, created) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(4))
         Self.warmUp()
     }
 

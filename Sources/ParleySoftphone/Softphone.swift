@@ -150,8 +150,12 @@ public actor Softphone {
     }
 
     public func stop() async {
+        // Calls still up are hung up, so the far side hears of it now rather than at a timeout.
         for (call, timeline) in timelines where !timeline.isEnded { provider.end(call) }
-        if timelines.values.contains(where: { !$0.isEnded }) { try? await Task.sleep(for: .milliseconds(300)) }
+        let deadline = ContinuousClock.now + .seconds(2)
+        while timelines.values.contains(where: { !$0.isEnded }), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
         await signaling?.stop()
         for task in tasks { task.cancel() }
         tasks = []

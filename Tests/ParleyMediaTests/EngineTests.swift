@@ -8,10 +8,10 @@ import Testing
 
 /// Two peer connections of the engine wired directly to each other (no signaling server), over loopback.
 struct DirectCall {
-    let a: GStreamerPeerConnection
-    let b: GStreamerPeerConnection
+    let connection: DirectConnection
     let directory: URL
-    private let pump: Task<Void, Never>
+    var a: GStreamerPeerConnection { connection.a }
+    var b: GStreamerPeerConnection { connection.b }
 
     init(_ configure: (inout MediaEngineConfiguration, inout MediaEngineConfiguration) -> Void = { _, _ in },
          media: MediaSpec = .audioOnly) async throws {
@@ -28,28 +28,10 @@ struct DirectCall {
         let connection = PeerConnectionConfiguration(iceServers: [], media: media)
         let alice = try await GStreamerEngine(configuration: a, logger: testLogger).makePeerConnection(connection) as! GStreamerPeerConnection
         let bob = try await GStreamerEngine(configuration: b, logger: testLogger).makePeerConnection(connection) as! GStreamerPeerConnection
-        self.a = alice
-        self.b = bob
-        pump = Task {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { for await e in alice.events { if case .localCandidate(let c?) = e { try? await bob.addRemoteCandidate(c) } } }
-                group.addTask { for await e in bob.events { if case .localCandidate(let c?) = e { try? await alice.addRemoteCandidate(c) } } }
-            }
-        }
-        let offer = try await alice.createOffer(iceRestart: false)
-        try await alice.setLocalDescription(offer)
-        try await bob.setRemoteDescription(offer)
-        let answer = try await bob.createAnswer()
-        try await bob.setLocalDescription(answer)
-        try await alice.setRemoteDescription(answer)
-        try await eventually(timeout: .seconds(10), "audio both ways") { alice.remoteAudioStartedAt != nil && bob.remoteAudioStartedAt != nil }
+        self.connection = try await DirectConnection(alice, bob)
     }
 
-    func close() async {
-        await a.close()
-        await b.close()
-        pump.cancel()
-    }
+    func close() async { await connection.close() }
 
     /// What A heard, and what B heard.
     func recordings() throws -> (a: WAV.Audio, b: WAV.Audio) {
