@@ -70,6 +70,8 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
+            // The browser client: plain files, compiled into the server so `parley serve` needs nothing beside it.
+            resources: [.embedInCode("Web")],
             swiftSettings: swiftSettings
         ),
         .target(

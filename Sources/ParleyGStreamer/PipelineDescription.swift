@@ -24,7 +24,7 @@ enum PipelineDescription {
             + " ! opusenc name=opusenc audio-type=voice bitrate=\(configuration.opusBitrate) inband-fec=true"
             + " packet-loss-percentage=5 dtx=\(configuration.dtx) frame-size=20"
             + " ! rtpopuspay pt=\(payloadType) ! queue"
-            + " ! capsfilter caps=\"application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,payload=\(payloadType)\""
+            + " ! capsfilter caps=\"application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,encoding-params=(string)2,useinbandfec=(string)1,minptime=(string)10,payload=\(payloadType)\""
     }
 
     /// The video send chain: a moving test pattern in VP8 as `payloadType`.

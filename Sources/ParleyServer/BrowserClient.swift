@@ -1,17 +1,48 @@
-/// The page served at `/`.
+import HTTPTypes
+import Hummingbird
+
+/// The browser client served at `/`: plain JavaScript modules from `Web/`, compiled into the
+/// server (SwiftPM `embedInCode`), so a server binary carries its own client and needs no files.
 enum BrowserClient {
-    // The full browser softphone is its own piece of work; until it lands, `/` says what this
-    // server is and where its endpoints are, rather than pretending to be the client.
-    static let placeholderPage = """
-        <!doctype html>
-        <html lang="en">
-        <head><meta charset="utf-8"><title>Parley signaling server</title></head>
-        <body>
-        <h1>Parley signaling server</h1>
-        <p>This server speaks the Parley signaling protocol v1 over WebSocket at <code>/v1/signal</code>.</p>
-        <p>Health: <a href="/healthz">/healthz</a> · Metrics: <a href="/metrics">/metrics</a></p>
-        <p>The browser client is not part of this build yet.</p>
-        </body>
-        </html>
-        """
+    struct Asset: Sendable {
+        let body: [UInt8]
+        let contentType: String
+    }
+
+    static let assets: [String: Asset] = [
+        "index.html": Asset(body: PackageResources.index_html, contentType: "text/html; charset=utf-8"),
+        "style.css": Asset(body: PackageResources.style_css, contentType: "text/css; charset=utf-8"),
+        "app.js": Asset(body: PackageResources.app_js, contentType: "text/javascript; charset=utf-8"),
+        "audio.js": Asset(body: PackageResources.audio_js, contentType: "text/javascript; charset=utf-8"),
+        "call.js": Asset(body: PackageResources.call_js, contentType: "text/javascript; charset=utf-8"),
+        "graph.js": Asset(body: PackageResources.graph_js, contentType: "text/javascript; charset=utf-8"),
+        "quality.js": Asset(body: PackageResources.quality_js, contentType: "text/javascript; charset=utf-8"),
+        "rooms.js": Asset(body: PackageResources.rooms_js, contentType: "text/javascript; charset=utf-8"),
+        "signaling.js": Asset(body: PackageResources.signaling_js, contentType: "text/javascript; charset=utf-8"),
+    ]
+
+    /// Everything the page loads comes from this server; media only from the browser's own devices.
+    static let contentSecurityPolicy = "default-src 'self'; connect-src 'self'; media-src 'self' blob: mediastream:; "
+        + "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+
+    static func register(on router: Router<BasicRequestContext>) {
+        router.get("/") { _, _ in response(for: "index.html") }
+        router.get("/index.html") { _, _ in response(for: "index.html") }
+        router.get("/app/:file") { _, context in response(for: context.parameters.get("file") ?? "") }
+    }
+
+    static func response(for name: String) -> Response {
+        guard let asset = assets[name] else {
+            return Response(status: .notFound, headers: [.contentType: "text/plain; charset=utf-8"],
+                            body: .init(byteBuffer: ByteBuffer(string: "not found\n")))
+        }
+        let headers: HTTPFields = [
+            .contentType: asset.contentType,
+            // The files change with the server: always revalidate, so an upgraded server serves its own client.
+            .cacheControl: "no-cache",
+            .contentSecurityPolicy: contentSecurityPolicy,
+            HTTPField.Name("X-Content-Type-Options")!: "nosniff",
+        ]
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: asset.body)))
+    }
 }

@@ -28,10 +28,7 @@ struct HTTPRoutes: Sendable {
             Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                      body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
         }
-        router.get("/") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"],
-                     body: .init(byteBuffer: ByteBuffer(string: BrowserClient.placeholderPage)))
-        }
+        BrowserClient.register(on: router)
         router.post("/v1/dev/tokens") { request, context in try await devToken(request, context: context) }
         router.on("/v1/dev/tokens", method: .options) { request, _ in
             guard configuration.developmentMode else { return Self.error(.notFound, .notFound, "not found") }

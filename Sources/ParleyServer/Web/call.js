@@ -1,0 +1,210 @@
+// One one-to-one call: an RTCPeerConnection driven by perfect negotiation (the callee is polite
+// and makes no offer before its first answer), ICE restarts when ICE fails, quality sampling.
+import { QualityMonitor, sampleFromStats, callQuality } from './quality.js';
+
+const MAX_ICE_RESTARTS = 3;
+const QUALITY_INTERVAL_MS = 1000;
+const REPORT_INTERVAL_MS = 10000;
+const HISTORY = 180;
+
+/**
+ * States: outgoing → (ringing) → connecting → active ⇄ reconnecting → ended;
+ *         incoming → connecting → active … → ended.
+ * Events: `state`, `remote-stream` (MediaStream), `quality` (report), `updated` (far side's mute/hold).
+ */
+export class Call extends EventTarget {
+  constructor({ id, direction, peer, media, signaling }) {
+    super();
+    this.id = id;
+    this.direction = direction;       // 'outgoing' | 'incoming'
+    this.peer = peer;                 // {user, device?, name?}
+    this.media = media;               // {audio, video}
+    this.signaling = signaling;
+    this.polite = direction === 'incoming';
+    this.state = direction;
+    this.muted = false;
+    this.held = false;
+    this.remote = { muted: false, held: false, video: media.video };
+    this.history = [];                // quality reports over time, newest last
+    this.iceRestarts = 0;
+    this.makingOffer = false;
+    this.ignoreOffer = false;
+    this.answered = false;            // the polite side has sent its first answer
+    this.pendingCandidates = [];
+  }
+
+  /** Creates the peer connection with the local stream; the caller's offer follows on its own. */
+  connect(stream, iceServers) {
+    this.stream = stream;
+    const pc = new RTCPeerConnection({ iceServers });
+    this.pc = pc;
+    this.remoteStream = new MediaStream();
+    pc.ontrack = (event) => {
+      this.remoteStream.addTrack(event.track);
+      this.dispatchEvent(new CustomEvent('remote-stream', { detail: this.remoteStream }));
+    };
+    pc.onicecandidate = (event) => this.signal({ candidate: event.candidate ? event.candidate.toJSON() : null });
+    pc.onnegotiationneeded = () => this.negotiate();
+    pc.oniceconnectionstatechange = () => this.iceChanged();
+    for (const track of stream.getTracks()) pc.addTrack(track, stream);
+    this.setState('connecting');
+    this.statsTimer = setInterval(() => this.sample(), QUALITY_INTERVAL_MS);
+    this.reportTimer = setInterval(() => this.report(), REPORT_INTERVAL_MS);
+    this.monitor = new QualityMonitor();
+  }
+
+  async negotiate() {
+    const pc = this.pc;
+    if (!pc || this.state === 'ended') return;
+    // The callee answers first; anything it wants to change waits for that answer.
+    if (this.polite && !this.answered) return;
+    try {
+      this.makingOffer = true;
+      await pc.setLocalDescription();
+      this.signal({ description: { type: pc.localDescription.type, sdp: pc.localDescription.sdp } });
+    } catch (error) {
+      console.warn('parley: offer failed', error);
+    } finally {
+      this.makingOffer = false;
+    }
+  }
+
+  /** A `call.signal` from the far side. */
+  async received({ description, candidate }) {
+    const pc = this.pc;
+    if (!pc || this.state === 'ended') return;
+    if (description) {
+      const collision = description.type === 'offer' && (this.makingOffer || pc.signalingState !== 'stable');
+      this.ignoreOffer = !this.polite && collision;
+      if (this.ignoreOffer) return;
+      await pc.setRemoteDescription(description);
+      for (const buffered of this.pendingCandidates.splice(0)) await this.addCandidate(buffered);
+      if (description.type === 'offer') {
+        await pc.setLocalDescription();
+        this.signal({ description: { type: pc.localDescription.type, sdp: pc.localDescription.sdp } });
+        // Back in stable, the browser fires negotiationneeded again if a change is still pending.
+        if (this.polite) this.answered = true;
+      }
+    } else if (candidate !== undefined) {
+      if (candidate === null) return;   // end of candidates: nothing to do in a browser
+      if (!pc.remoteDescription) this.pendingCandidates.push(candidate);
+      else await this.addCandidate(candidate);
+    }
+  }
+
+  async addCandidate(candidate) {
+    try {
+      await this.pc.addIceCandidate(candidate);
+    } catch (error) {
+      if (!this.ignoreOffer) console.warn('parley: candidate refused', error);
+    }
+  }
+
+  signal(fields) {
+    if (this.state === 'ended') return;
+    this.signaling.request('call.signal', { call: this.id, ...fields }).catch((error) => {
+      if (error.code !== 'call_ended') console.warn('parley: signal failed', error);
+    });
+  }
+
+  iceChanged() {
+    const ice = this.pc.iceConnectionState;
+    if (ice === 'connected' || ice === 'completed') {
+      this.iceRestarts = 0;
+      if (!this.connectedAt) this.connectedAt = Date.now();
+      this.setState('active');
+    } else if (ice === 'disconnected') {
+      if (this.state === 'active') this.setState('reconnecting');
+    } else if (ice === 'failed') {
+      this.restartIce();
+    }
+  }
+
+  /** Restarts ICE (after it failed, or after the network changed); gives up after three tries. */
+  restartIce() {
+    if (!this.pc || this.state === 'ended') return;
+    if (this.iceRestarts >= MAX_ICE_RESTARTS) {
+      this.dispatchEvent(new CustomEvent('failed', { detail: 'ice-failed' }));
+      return;
+    }
+    this.iceRestarts += 1;
+    if (this.state === 'active') this.setState('reconnecting');
+    this.pc.restartIce();
+  }
+
+  setMuted(muted) {
+    this.muted = muted;
+    this.applyLocalTracks();
+    this.update({ muted });
+  }
+
+  setHeld(held) {
+    this.held = held;
+    this.applyLocalTracks();
+    this.update({ held });
+  }
+
+  applyLocalTracks() {
+    for (const track of this.stream?.getAudioTracks() ?? []) track.enabled = !this.muted && !this.held;
+    for (const track of this.stream?.getVideoTracks() ?? []) track.enabled = !this.held;
+  }
+
+  update(fields) {
+    if (this.state === 'ended' || !this.pc) return;
+    this.signaling.request('call.update', { call: this.id, ...fields }).catch(() => {});
+  }
+
+  /** The far side's `call.updated`. */
+  updated(frame) {
+    for (const key of ['muted', 'held', 'video']) if (frame[key] !== undefined) this.remote[key] = frame[key];
+    this.dispatchEvent(new CustomEvent('updated', { detail: this.remote }));
+  }
+
+  /** Swaps the microphone (or camera) without renegotiating. */
+  async replaceTrack(track) {
+    const sender = this.pc?.getSenders().find((s) => s.track?.kind === track.kind);
+    if (sender) await sender.replaceTrack(track);
+    const old = this.stream.getTracks().find((t) => t.kind === track.kind);
+    if (old) { this.stream.removeTrack(old); old.stop(); }
+    this.stream.addTrack(track);
+    this.applyLocalTracks();
+  }
+
+  async sample() {
+    if (!this.pc || this.state === 'ended') return;
+    const stats = await this.pc.getStats();
+    const report = this.monitor.add(sampleFromStats(stats));
+    if (!report) return;
+    report.at = Date.now();
+    this.quality = report;
+    this.history.push(report);
+    if (this.history.length > HISTORY) this.history.shift();
+    this.dispatchEvent(new CustomEvent('quality', { detail: report }));
+  }
+
+  report() {
+    if (!this.quality) return;
+    this.signaling.request('call.report', { call: this.id, quality: callQuality(this.quality) }).catch(() => {});
+  }
+
+  /** Ends the call here: stops media and timers. Telling the server is the caller's business. */
+  close(reason, detail) {
+    if (this.state === 'ended') return;
+    if (this.pc && this.quality) this.report();
+    clearInterval(this.statsTimer);
+    clearInterval(this.reportTimer);
+    this.pc?.close();
+    this.pc = undefined;
+    for (const track of this.stream?.getTracks() ?? []) track.stop();
+    this.endReason = reason;
+    this.endDetail = detail;
+    this.endedAt = Date.now();
+    this.setState('ended');
+  }
+
+  setState(state) {
+    if (this.state === state) return;
+    this.state = state;
+    this.dispatchEvent(new CustomEvent('state', { detail: state }));
+  }
+}

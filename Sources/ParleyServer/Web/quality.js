@@ -1,0 +1,84 @@
+// Call quality from WebRTC statistics: the same E-model and smoothing as the Swift SDK
+// (Sources/ParleyKit/Quality.swift), so a browser and a Linux client score a call alike.
+//
+//   R   = 93.2 − Id − Ie,eff
+//   Id  = 0.024·d + 0.11·(d − 177.3)·H(d − 177.3)     d = rtt/2 + 2·jitter + codec delay (ms)
+//   Ie,eff = Ie + (95 − Ie) · loss / (loss + Bpl)
+//   MOS = 1 + 0.035·R + 7·10⁻⁶·R·(R − 60)·(100 − R)    (1 below R = 0, 4.5 above R = 100)
+
+export const opus = Object.freeze({ equipmentImpairment: 0, packetLossRobustness: 20, codecDelayMs: 26.5 });
+
+export function rating({ rttMs, jitterMs, lossPct }, model = opus) {
+  const delay = rttMs / 2 + 2 * jitterMs + model.codecDelayMs;
+  const delayImpairment = 0.024 * delay + (delay > 177.3 ? 0.11 * (delay - 177.3) : 0);
+  const loss = Math.max(0, Math.min(100, lossPct));
+  const ie = model.equipmentImpairment + (95 - model.equipmentImpairment) * loss / (loss + model.packetLossRobustness);
+  return 93.2 - delayImpairment - ie;
+}
+
+export function mos(r) {
+  if (r <= 0) return 1;
+  if (r >= 100) return 4.5;
+  return 1 + 0.035 * r + 7e-6 * r * (r - 60) * (100 - r);
+}
+
+/** G.107 Annex B satisfaction bands as 1…5 bars. */
+export function score(r) {
+  return r >= 90 ? 5 : r >= 80 ? 4 : r >= 70 ? 3 : r >= 60 ? 2 : 1;
+}
+
+/** Reads the audio figures of one `RTCPeerConnection.getStats()` report. Counters are cumulative. */
+export function sampleFromStats(report, at = performance.now()) {
+  const sample = { at, rttMs: undefined, jitterMs: undefined, packetsReceived: 0, packetsLost: 0, bytesSent: 0, bytesReceived: 0 };
+  report.forEach((s) => {
+    if (s.kind !== 'audio' && s.mediaType !== 'audio') return;
+    if (s.type === 'inbound-rtp') {
+      sample.packetsReceived += s.packetsReceived || 0;
+      sample.packetsLost += Math.max(0, s.packetsLost || 0);
+      sample.bytesReceived += s.bytesReceived || 0;
+      if (s.jitter !== undefined) sample.jitterMs = s.jitter * 1000;
+    } else if (s.type === 'outbound-rtp') {
+      sample.bytesSent += s.bytesSent || 0;
+    } else if (s.type === 'remote-inbound-rtp' && s.roundTripTime !== undefined) {
+      sample.rttMs = s.roundTripTime * 1000;
+    }
+  });
+  return sample;
+}
+
+/** Per-interval quality from cumulative samples, averaged over the last `window` intervals. */
+export class QualityMonitor {
+  constructor({ model = opus, window = 5 } = {}) {
+    this.model = model;
+    this.window = Math.max(1, window);
+    this.previous = undefined;
+    this.recent = [];
+  }
+
+  /** Takes a sample; returns the smoothed report once two samples can be compared, else undefined. */
+  add(sample) {
+    const previous = this.previous;
+    this.previous = sample;
+    if (!previous || !(sample.at > previous.at)) return undefined;
+    const seconds = (sample.at - previous.at) / 1000;
+    const received = Math.max(0, sample.packetsReceived - previous.packetsReceived);
+    const lost = Math.max(0, sample.packetsLost - previous.packetsLost);
+    const lossPct = received + lost > 0 ? 100 * lost / (received + lost) : 0;
+    const bitrateKbps = seconds > 0 ? Math.max(0, sample.bytesReceived - previous.bytesReceived) * 8 / 1000 / seconds : 0;
+    const last = this.recent[this.recent.length - 1];
+    const rttMs = sample.rttMs ?? last?.rttMs ?? 0;
+    const jitterMs = sample.jitterMs ?? last?.jitterMs ?? 0;
+    this.recent.push({ r: rating({ rttMs, jitterMs, lossPct }, this.model), rttMs, jitterMs, lossPct, bitrateKbps });
+    if (this.recent.length > this.window) this.recent.splice(0, this.recent.length - this.window);
+    const mean = (key) => this.recent.reduce((sum, entry) => sum + entry[key], 0) / this.recent.length;
+    const r = mean('r');
+    return { mos: mos(r), score: score(r), rttMs: mean('rttMs'), jitterMs: mean('jitterMs'),
+             lossPct: mean('lossPct'), bitrateKbps: mean('bitrateKbps') };
+  }
+}
+
+/** The form `call.report` carries (rounded as the SDK rounds it). */
+export function callQuality(report) {
+  return { mos: Math.round(report.mos * 100) / 100, rttMs: Math.round(report.rttMs), jitterMs: Math.round(report.jitterMs),
+           lossPct: Math.round(report.lossPct * 10) / 10, bitrateKbps: Math.round(report.bitrateKbps) };
+}
