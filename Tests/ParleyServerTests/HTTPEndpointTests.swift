@@ -6,6 +6,33 @@ import Testing
 
 @Suite("HTTP endpoints")
 struct HTTPEndpointTests {
+    /// The page at `/` and every module it imports, found by following the imports: all served,
+    /// typed, and under a policy that lets the page load nothing from anywhere else.
+    @Test func theBrowserClientIsServedWhole() async throws {
+        let server = try await LiveServer.start()
+        let page = try await server.http("GET", "/")
+        #expect(page.status == 200)
+        #expect(page.headers["content-type"] == "text/html; charset=utf-8")
+        let html = String(decoding: page.body, as: UTF8.self)
+        #expect(html.contains(#"<script type="module" src="/app/app.js">"#))
+        var pending = ["app.js", "style.css"], seen: Set<String> = []
+        while let name = pending.popLast() {
+            guard seen.insert(name).inserted else { continue }
+            let asset = try await server.http("GET", "/app/\(name)")
+            #expect(asset.status == 200, "\(name)")
+            #expect(asset.headers["content-type"]?.hasPrefix(name.hasSuffix(".js") ? "text/javascript" : "text/css") == true, "\(name)")
+            #expect(asset.headers["content-security-policy"]?.contains("default-src 'self'") == true)
+            #expect(asset.headers["x-content-type-options"] == "nosniff")
+            let text = String(decoding: asset.body, as: UTF8.self)
+            #expect(!text.contains("http://") && !text.contains("https://"), "\(name) fetches nothing from elsewhere")
+            for match in text.matches(of: /from '\.\/([a-z]+\.js)'/) { pending.append(String(match.1)) }
+        }
+        #expect(seen.count >= 8, "app.js imports the other modules: \(seen.sorted())")
+        #expect(try await server.http("GET", "/app/missing.js").status == 404)
+        #expect(try await server.http("GET", "/app/..%2FPackage.swift").status == 404)
+        try await server.stop()
+    }
+
     @Test func devTokensOnlyInDevelopmentModeWithCORS() async throws {
         let server = try await LiveServer.start()
         let minted = try await server.http("POST", "/v1/dev/tokens", json: #"{"user":"alice","name":"Alice"}"#, headers: ["Origin": "http://example.test"])

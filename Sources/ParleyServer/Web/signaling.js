@@ -22,7 +22,7 @@ const CLIENT = { name: 'parley-web', version: '0.1.0', platform: 'web' };
 export class Signaling extends EventTarget {
   constructor({ base, device, token, requestTimeoutMs = 15000, connectTimeoutMs = 10000 }) {
     super();
-    this.base = base;                 // the server's HTTP origin, e.g. http://127.0.0.1:8080
+    this.base = base;                 // the server's HTTP origin (the page's own)
     this.device = device;
     this.token = token;               // async (fresh: boolean) => token string
     this.requestTimeoutMs = requestTimeoutMs;

@@ -173,6 +173,56 @@ struct BrowserTests {
         }
     }
 
+    @Test func twoBrowsersTalkInAMeshRoomWithTalkingIndicators() async throws {
+        try await BrowserLab.run { lab in
+            let alice = try await lab.browser(tone: 660)
+            let bob = try await lab.browser(tone: 990)
+            try await lab.signIn(alice, as: "alice")
+            try await lab.signIn(bob, as: "bob")
+            try await alice.type("#room-name", "lobby\u{E007}")
+            try await eventually("alice in the room") { try await alice.roomPeople().count == 1 }
+            try await bob.type("#room-name", "lobby\u{E007}")
+
+            // Both see both; each hears the other talking (their tone), as the indicator shows.
+            for (page, other) in [(alice, "bob"), (bob, "alice")] {
+                try await eventually(timeout: .seconds(15), "\(other) talking") {
+                    try await page.roomPeople().contains { $0["user"] as? String == other && $0["talking"] as? Bool == true }
+                }
+            }
+            let people = try await alice.run("return [...document.querySelectorAll('#room-people li')].map(li => li.className + ':' + li.textContent)") as? [String]
+            #expect(people?.contains("talking:bob") == true, "\(people ?? [])")
+
+            // Muted, alice goes quiet at bob's; leaving removes her.
+            try await alice.click("#room-mute")
+            try await eventually(timeout: .seconds(10), "alice quiet") {
+                try await bob.roomPeople().contains { $0["user"] as? String == "alice" && $0["talking"] as? Bool == false }
+            }
+            try await alice.click("#room-leave")
+            try await eventually("alice gone") { try await bob.roomPeople().map { $0["user"] as? String } == ["bob"] }
+        }
+    }
+
+    @Test func aVideoCallShowsTheFarSidesPicture() async throws {
+        try await BrowserLab.run { lab in
+            let alice = try await lab.browser(tone: 660)
+            let bob = try await lab.browser(tone: 990)
+            try await lab.signIn(alice, as: "alice")
+            try await lab.signIn(bob, as: "bob")
+            try await alice.click("#dial-video")
+            try await alice.type("#dial-user", "bob\u{E007}")
+            try await bob.waitForCall("incoming")
+            #expect(try await bob.run("return document.getElementById('incoming-text').textContent") as? String == "alice is calling you (video).")
+            try await bob.click("#accept")
+            for page in [alice, bob] {
+                try await eventually(timeout: .seconds(15), "video frames") {
+                    (try await page.run("return document.getElementById('remote-video').videoWidth") as? Int ?? 0) > 0
+                }
+            }
+            try await alice.click("#hangup")
+            try await bob.waitForCall("ended")
+        }
+    }
+
     @Test func theQualityGraphUsesTheSDKsMOSFormula() async throws {
         try await BrowserLab.run { lab in
             let page = try await lab.browser(tone: 660)
@@ -211,6 +261,12 @@ struct BrowserTests {
             #expect(abs((report["bitrateKbps"] as? Double ?? 0) - expected.bitrateKbps) < 1e-9)
             #expect(abs((report["rttMs"] as? Double ?? 0) - expected.rttMs) < 1e-9)
         }
+    }
+}
+
+extension Browser {
+    func roomPeople() async throws -> [[String: Any]] {
+        (try await snapshot()["room"] as? [String: Any])?["participants"] as? [[String: Any]] ?? []
     }
 }
 
