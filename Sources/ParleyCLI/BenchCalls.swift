@@ -17,7 +17,9 @@ struct BenchCalls: AsyncParsableCommand {
         abstract: "Time call setup (invite → ICE connected, invite → first audio) and CPU and memory per call leg, Parley and Chromium side by side.",
         discussion: """
             Runs Linux↔Linux calls between two Parley softphones, then the same calls between two headless \
-            Chromium peers (a minimal page speaking protocol v1), both through one embedded server on loopback. \
+            Chromium peers (a minimal page speaking protocol v1), then Chromium calling Parley and Parley calling \
+            Chromium, all through one embedded server on loopback. CPU and memory are measured for the \
+            same-kind pairs only. \
             Chromium gathers ICE candidates on every interface: run it in a private network namespace \
             (scripts/bench-calls.sh does).
             """
@@ -69,6 +71,8 @@ struct BenchCalls: AsyncParsableCommand {
         var sides = [try await parley(server.base, logger: logger)]
         if !skipChromium {
             sides.append(try await chrome(server.base))
+            sides.append(try await chromeCallsParley(server.base, logger: logger))
+            sides.append(try await parleyCallsChrome(server.base, logger: logger))
         }
         await server.stop()
         print(table(sides))
@@ -76,35 +80,50 @@ struct BenchCalls: AsyncParsableCommand {
 
     // MARK: Parley
 
-    private func parley(_ base: URL, logger: Logger) async throws -> Side {
-        func phone(_ user: UserID, hertz: Double) throws -> Softphone {
-            var media = MediaEngineConfiguration()
-            media.input = .tone(hertz: hertz)
-            media.output = .null
-            media.localAddresses = ["127.0.0.1"]
-            var options = SoftphoneOptions(server: base, user: user, media: media)
-            options.statsInterval = .seconds(1)
-            return try Softphone(options: options, logger: logger)
+    private func phone(_ base: URL, _ user: UserID, hertz: Double, logger: Logger) throws -> Softphone {
+        var media = MediaEngineConfiguration()
+        media.input = .tone(hertz: hertz)
+        media.output = .null
+        media.localAddresses = ["127.0.0.1"]
+        var options = SoftphoneOptions(server: base, user: user, media: media)
+        options.statsInterval = .seconds(1)
+        return try Softphone(options: options, logger: logger)
+    }
+
+    /// A softphone that answers every call.
+    private func answering(_ phone: Softphone) -> Task<Void, Never> {
+        Task {
+            for await event in phone.events { if case .incoming(let call, _, _) = event { await phone.answer(call) } }
         }
-        let alice = try phone("bench-alice", hertz: 440)
-        let bob = try phone("bench-bob", hertz: 660)
+    }
+
+    private func parley(_ base: URL, logger: Logger) async throws -> Side {
+        let alice = try phone(base, "bench-alice", hertz: 440, logger: logger)
+        let bob = try phone(base, "bench-bob", hertz: 660, logger: logger)
         try await alice.start()
         try await bob.start()
-        let answering = Task {
-            for await event in bob.events { if case .incoming(let call, _, _) = event { await bob.answer(call) } }
-        }
-        defer { answering.cancel() }
+        let answers = answering(bob)
+        defer { answers.cancel() }
         try await Task.sleep(for: .seconds(1))  // DTLS certificate generated, connections settled
-        let idleRSS = residentBytes(pid: getpid())
         var side = Side(name: "Parley (GStreamer)")
-        for index in 0...calls {
+        try await time(&side, from: alice, to: "bench-bob", measureSteadyCall: true)
+        await alice.stop()
+        await bob.stop()
+        return side
+    }
+
+    /// Calls `callee` from `caller` `calls` times and records the caller's timings; with
+    /// `measureSteadyCall`, one more call over which this process's CPU and memory are measured.
+    private func time(_ side: inout Side, from caller: Softphone, to callee: UserID, measureSteadyCall: Bool) async throws {
+        let idleRSS = residentBytes(pid: getpid())
+        for index in 0..<(measureSteadyCall ? calls + 1 : calls) {
             let steadyCall = index == calls
-            let call = await alice.call("bench-bob")
+            let call = await caller.call(callee)
             let deadline = ContinuousClock.now + .seconds(10)
-            var timeline = await alice.timeline(of: call)
+            var timeline = await caller.timeline(of: call)
             while ContinuousClock.now < deadline, timeline?.firstAudio == nil || timeline?.iceConnected == nil, timeline?.isEnded != true {
                 try await Task.sleep(for: .milliseconds(2))
-                timeline = await alice.timeline(of: call)
+                timeline = await caller.timeline(of: call)
             }
             if !steadyCall {
                 if let ice = timeline?.timeToIceConnected, let audio = timeline?.timeToFirstAudio {
@@ -123,11 +142,42 @@ struct BenchCalls: AsyncParsableCommand {
                 side.residentMiBPerLeg = Double(residentBytes(pid: getpid()) - idleRSS) / 1_048_576 / 2
                 side.note = String(format: "process RSS %.0f MiB with the server and both legs", Double(residentBytes(pid: getpid())) / 1_048_576)
             }
-            await alice.hangUp(call)
-            while await bob.timeline(of: call)?.isEnded != true { try await Task.sleep(for: .milliseconds(5)) }
-            progress("parley call \(index + 1)/\(calls + 1)")
+            await caller.hangUp(call)
+            while await caller.timeline(of: call)?.isEnded != true { try await Task.sleep(for: .milliseconds(5)) }
+            try await Task.sleep(for: .milliseconds(200))  // the far side has ended too
+            progress("\(side.name) call \(index + 1)/\(measureSteadyCall ? calls + 1 : calls)")
         }
+    }
+
+    /// Parley's softphone calling a Chromium page that answers; timed on the Parley side.
+    private func parleyCallsChrome(_ base: URL, logger: Logger) async throws -> Side {
+        let pages = try ChromePages(self, base: base)
+        defer { pages.close() }
+        let callee = try await pages.open(role: "callee", user: "bench-chrome-b", callee: "", calls: calls, steadyMs: 0)
+        guard try await callee.next(timeout: .seconds(30))?["event"] as? String == "ready" else {
+            throw fail("the callee browser did not connect: \(callee.errors.suffix(1500))")
+        }
+        let alice = try phone(base, "bench-alice", hertz: 440, logger: logger)
+        try await alice.start()
+        try await Task.sleep(for: .seconds(1))
+        var side = Side(name: "Parley → Chromium")
+        try await time(&side, from: alice, to: "bench-chrome-b", measureSteadyCall: false)
         await alice.stop()
+        return side
+    }
+
+    /// A Chromium page calling Parley's softphone, which answers; timed in the page.
+    private func chromeCallsParley(_ base: URL, logger: Logger) async throws -> Side {
+        let bob = try phone(base, "bench-bob", hertz: 660, logger: logger)
+        try await bob.start()
+        let answers = answering(bob)
+        defer { answers.cancel() }
+        let pages = try ChromePages(self, base: base)
+        defer { pages.close() }
+        try await Task.sleep(for: .seconds(1))
+        let caller = try await pages.open(role: "caller", user: "bench-chrome-a", callee: "bench-bob", calls: calls, steadyMs: 0)
+        var side = Side(name: "Chromium → Parley")
+        try await readTimings(caller, into: &side, steadyCall: false)
         await bob.stop()
         return side
     }
@@ -135,40 +185,26 @@ struct BenchCalls: AsyncParsableCommand {
     // MARK: Chromium
 
     private func chrome(_ base: URL) async throws -> Side {
-        guard FileManager.default.isExecutableFile(atPath: chromium) else {
-            throw fail("\(chromium) not found: install Debian's chromium (scripts/setup.sh chromium)")
-        }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-bench-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let page = directory.appendingPathComponent("peer.html")
-        try BenchPage.html.write(to: page, atomically: true, encoding: .utf8)
-        let ws = base.absoluteString.replacingOccurrences(of: "http://", with: "ws://") + "/v1/signal"
-
-        func url(_ role: String, user: String) async throws -> String {
-            let token = try await Softphone.developmentToken(server: base, user: UserID(rawValue: user)!, name: nil)
-            var components = URLComponents(url: page, resolvingAgainstBaseURL: false)!
-            components.queryItems = [
-                .init(name: "ws", value: ws), .init(name: "token", value: token), .init(name: "device", value: "\(user)-chromium"),
-                .init(name: "role", value: role), .init(name: "callee", value: "bench-chrome-b"), .init(name: "calls", value: "\(calls + 1)"),
-                .init(name: "talk", value: "\(Int(talk * 1000))"), .init(name: "steady", value: "\(Int((steady + 2) * 1000))"),
-            ]
-            return components.url!.absoluteString
-        }
-        let callee = try Browser(chromium, url: try await url("callee", user: "bench-chrome-b"), profile: directory.appendingPathComponent("b"))
-        defer { callee.stop() }
+        let pages = try ChromePages(self, base: base)
+        defer { pages.close() }
+        let callee = try await pages.open(role: "callee", user: "bench-chrome-b", callee: "", calls: calls + 1, steadyMs: 0)
         guard try await callee.next(timeout: .seconds(30))?["event"] as? String == "ready" else {
             throw fail("the callee browser did not connect: \(callee.errors.suffix(1500))")
         }
-        let caller = try Browser(chromium, url: try await url("caller", user: "bench-chrome-a"), profile: directory.appendingPathComponent("a"))
-        defer { caller.stop() }
+        let caller = try await pages.open(role: "caller", user: "bench-chrome-a", callee: "bench-chrome-b", calls: calls + 1,
+                                          steadyMs: Int((steady + 2) * 1000))
         var side = Side(name: "Chromium \(Browser.version(chromium))")
-        var steadyStart: (cpu: Double, at: ContinuousClock.Instant)?
+        try await readTimings(caller, into: &side, steadyCall: true, callee: callee)
+        return side
+    }
+
+    /// Reads a caller page's reports into `side`; with `steadyCall`, measures both browsers during the last call.
+    private func readTimings(_ caller: Browser, into side: inout Side, steadyCall: Bool, callee: Browser? = nil) async throws {
         while let event = try await caller.next(timeout: .seconds(30)) {
             switch event["event"] as? String {
             case "call":
                 let index = (event["index"] as? NSNumber)?.intValue ?? 0
-                if (event["steady"] as? NSNumber)?.boolValue != true {
+                if (event["steady"] as? NSNumber)?.boolValue != true || !steadyCall {
                     if let ice = (event["ice"] as? NSNumber)?.doubleValue, let audio = (event["audio"] as? NSNumber)?.doubleValue {
                         side.ice.append(ice)
                         side.audio.append(audio)
@@ -177,19 +213,18 @@ struct BenchCalls: AsyncParsableCommand {
                         progress("chromium call without timings: \(event)")
                     }
                 }
-                progress("chromium call \(index + 1)/\(calls + 1)")
+                progress("\(side.name) call \(index + 1)/\(steadyCall ? calls + 1 : calls)")
             case "steady-start":
+                guard steadyCall, let callee else { break }
                 try await Task.sleep(for: .seconds(1))
-                steadyStart = (caller.cpuSeconds + callee.cpuSeconds, .now)
+                let start = (cpu: caller.cpuSeconds + callee.cpuSeconds, at: ContinuousClock.now)
                 try await Task.sleep(for: .seconds(steady))
-                if let start = steadyStart {
-                    let used = caller.cpuSeconds + callee.cpuSeconds - start.cpu
-                    side.cpuPercentPerLeg = used / (ContinuousClock.now - start.at).seconds * 100 / 2
-                    side.residentMiBPerLeg = Double(caller.residentBytes + callee.residentBytes) / 1_048_576 / 2
-                    side.note = "RSS is each whole browser (all its processes); shared pages counted once per process"
-                }
+                let used = caller.cpuSeconds + callee.cpuSeconds - start.cpu
+                side.cpuPercentPerLeg = used / (ContinuousClock.now - start.at).seconds * 100 / 2
+                side.residentMiBPerLeg = Double(caller.residentBytes + callee.residentBytes) / 1_048_576 / 2
+                side.note = "RSS is each whole browser (all its processes); shared pages counted once per process"
             case "done":
-                return side
+                return
             case "error":
                 throw fail("the browser page failed: \(event["message"] ?? "")")
             default:
@@ -207,7 +242,9 @@ struct BenchCalls: AsyncParsableCommand {
             let sorted = values.sorted()
             return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
         }
-        func cell(_ value: Double?, _ format: String) -> String { value.map { String(format: format, $0) } ?? "—" }
+        func cell(_ value: Double?, _ format: String) -> String {
+            value.map { String(format: format, $0) } ?? String(repeating: " ", count: String(format: format, 0.0).count - 1) + "—"
+        }
         var lines = ["", String(format: "%d timed calls per side (%.1f s each), then one steady call; medians; CPU in %% of one core", calls, talk)]
         lines.append("side                         invite→ICE   invite→audio   CPU/leg   RSS/leg   failed")
         for side in sides {
@@ -215,13 +252,17 @@ struct BenchCalls: AsyncParsableCommand {
             lines.append("\(name) \(cell(median(side.ice), "%8.0f ms"))  \(cell(median(side.audio), "%10.0f ms"))  \(cell(side.cpuPercentPerLeg, "%6.1f %%"))  \(cell(side.residentMiBPerLeg, "%5.0f MiB"))   \(side.failures)")
         }
         for side in sides where !side.note.isEmpty { lines.append("  \(side.name): \(side.note)") }
-        if sides.count == 2 {
-            let (p, c) = (sides[0], sides[1])
+        if sides.count >= 2 {
+            let c = sides[1]
             func ratio(_ a: Double?, _ b: Double?) -> String {
                 guard let a, let b, b > 0 else { return "—" }
                 return String(format: "%.2f", a / b)
             }
-            lines.append("Parley / Chromium: invite→ICE \(ratio(median(p.ice), median(c.ice))), invite→audio \(ratio(median(p.audio), median(c.audio))), CPU/leg \(ratio(p.cpuPercentPerLeg, c.cpuPercentPerLeg)), RSS/leg \(ratio(p.residentMiBPerLeg, c.residentMiBPerLeg))")
+            for p in sides where p.name != c.name {
+                var line = "\(p.name) / Chromium↔Chromium: invite→ICE \(ratio(median(p.ice), median(c.ice))), invite→audio \(ratio(median(p.audio), median(c.audio)))"
+                if p.cpuPercentPerLeg != nil { line += ", CPU/leg \(ratio(p.cpuPercentPerLeg, c.cpuPercentPerLeg)), RSS/leg \(ratio(p.residentMiBPerLeg, c.residentMiBPerLeg))" }
+                lines.append(line)
+            }
         }
         return lines.joined(separator: "\n")
     }
@@ -241,6 +282,46 @@ struct BenchCalls: AsyncParsableCommand {
             names.insert(String(cString: entry.pointee.ifa_name))
         }
         return names.sorted()
+    }
+}
+
+/// The bench page in headless Chromium windows, each with its own profile, all stopped by `close()`.
+final class ChromePages: @unchecked Sendable {
+    private let bench: BenchCalls
+    private let base: URL
+    private let directory: URL
+    private let page: URL
+    private var browsers: [Browser] = []
+
+    init(_ bench: BenchCalls, base: URL) throws {
+        guard FileManager.default.isExecutableFile(atPath: bench.chromium) else {
+            throw fail("\(bench.chromium) not found: install Debian's chromium (scripts/setup.sh chromium)")
+        }
+        self.bench = bench
+        self.base = base
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-bench-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        page = directory.appendingPathComponent("peer.html")
+        try BenchPage.html.write(to: page, atomically: true, encoding: .utf8)
+    }
+
+    func open(role: String, user: String, callee: String, calls: Int, steadyMs: Int) async throws -> Browser {
+        let token = try await Softphone.developmentToken(server: base, user: UserID(rawValue: user)!, name: nil)
+        var components = URLComponents(url: page, resolvingAgainstBaseURL: false)!
+        components.queryItems = [
+            .init(name: "ws", value: base.absoluteString.replacingOccurrences(of: "http://", with: "ws://") + "/v1/signal"),
+            .init(name: "token", value: token), .init(name: "device", value: "\(user)-chromium"),
+            .init(name: "role", value: role), .init(name: "callee", value: callee), .init(name: "calls", value: "\(calls)"),
+            .init(name: "talk", value: "\(Int(bench.talk * 1000))"), .init(name: "steady", value: "\(steadyMs)"),
+        ]
+        let browser = try Browser(bench.chromium, url: components.url!.absoluteString, profile: directory.appendingPathComponent(user))
+        browsers.append(browser)
+        return browser
+    }
+
+    func close() {
+        for browser in browsers { browser.stop() }
+        try? FileManager.default.removeItem(at: directory)
     }
 }
 

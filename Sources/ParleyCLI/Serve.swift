@@ -74,6 +74,7 @@ struct Serve: AsyncParsableCommand {
             let base = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
             var lines = ["parley: signaling server listening on \(base) (WebSocket \(base.replacingOccurrences(of: "http", with: "ws"))/v1/signal)"]
             lines.append("parley: database \(databaseLabel)")
+            lines.append("parley: browser client at \(base)/ (two windows, two names, one calls the other)")
             if development {
                 lines.append("parley: development mode: get a token with")
                 lines.append("  curl -s -X POST \(base)/v1/dev/tokens -H 'content-type: application/json' -d '{\"user\":\"alice\",\"name\":\"Alice\"}'")
