@@ -116,6 +116,7 @@ export class Call extends EventTarget {
     } else if (ice === 'disconnected') {
       if (this.state === 'active') this.setState('reconnecting');
     } else if (ice === 'failed') {
+      if (this.state === 'active') this.setState('reconnecting');
       this.restartIce();
     }
   }
@@ -128,7 +129,6 @@ export class Call extends EventTarget {
       return;
     }
     this.iceRestarts += 1;
-    if (this.state === 'active') this.setState('reconnecting');
     this.pc.restartIce();
   }
 

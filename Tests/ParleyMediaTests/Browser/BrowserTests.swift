@@ -89,7 +89,20 @@ struct BrowserTests {
             try await alice.click("#dial-button")
             try await alice.waitForCall("active")
             try await alice.waitForRemoteTone(440)
-            try await Task.sleep(for: .seconds(2))
+
+            // The page restarts ICE (as it does when ICE fails): new credentials both ways, audio goes on.
+            let ufrags = "return (window.parley.call.pc.localDescription.sdp.match(/a=ice-ufrag:(\\S+)/) || [])[1] + ' ' + (window.parley.call.pc.remoteDescription.sdp.match(/a=ice-ufrag:(\\S+)/) || [])[1]"
+            let before = try await alice.run(ufrags) as? String
+            _ = try await alice.run("window.parley.call.restartIce()")
+            try await eventually(timeout: .seconds(10), "new ICE credentials on both sides") {
+                let now = try await alice.run(ufrags) as? String
+                let (old, new) = (before?.split(separator: " ") ?? [], now?.split(separator: " ") ?? [])
+                return old.count == 2 && new.count == 2 && old[0] != new[0] && old[1] != new[1]
+            }
+            try await alice.waitForCall("active")
+            try await Task.sleep(for: .seconds(1))
+            try await alice.waitForRemoteTone(440)
+            try await Task.sleep(for: .seconds(1.5))
             try await alice.click("#hangup")
             try await alice.waitForCall("ended")
 
