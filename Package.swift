@@ -9,6 +9,7 @@ import PackageDescription
 //   ParleyNIOTransport  the SDK's WebSocket signaling transport on SwiftNIO (Linux, macOS)
 //   ParleyGStreamer the Linux media engine: the SDK's PeerConnection on GStreamer webrtcbin (C shim in CParleyGst)
 //   ParleySoftphone a headless softphone on the SDK and the GStreamer engine (`parley call/listen/demo`)
+//   ParleyJanus     a Janus client: sessions, handles, transactions, and the typed AudioBridge API
 //   ParleyTesting   in-memory transport and fakes of the SDK's ports, for apps' own tests
 //   ParleyCLI       the `parley` command line, a thin layer over the libraries
 let swiftSettings: [SwiftSetting] = [
@@ -26,6 +27,7 @@ let package = Package(
         .library(name: "ParleyNIOTransport", targets: ["ParleyNIOTransport"]),
         .library(name: "ParleyGStreamer", targets: ["ParleyGStreamer"]),
         .library(name: "ParleySoftphone", targets: ["ParleySoftphone"]),
+        .library(name: "ParleyJanus", targets: ["ParleyJanus"]),
         .library(name: "ParleyTesting", targets: ["ParleyTesting"]),
         .executable(name: "parley", targets: ["ParleyCLI"]),
     ],
@@ -136,6 +138,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "ParleyJanus",
+            dependencies: ["ParleyProtocol"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "ParleyTesting",
             dependencies: ["ParleyKit", "ParleyProtocol"],
             swiftSettings: swiftSettings
@@ -185,6 +192,12 @@ let package = Package(
                 "ParleyProtocol",
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ParleyJanusTests",
+            dependencies: ["ParleyJanus", "ParleyProtocol"],
+            exclude: ["Fixtures"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,296 @@
+import Foundation
+import ParleyProtocol
+
+/// How the client reaches Janus: text frames both ways (the WebSocket API, subprotocol `janus-protocol`).
+public protocol JanusTransport: Sendable {
+    func send(_ text: String) async throws
+    /// Every frame from Janus, in order; finishes when the connection closes.
+    var incoming: AsyncStream<String> { get }
+    func close() async
+}
+
+/// An SDP offer or answer as Janus carries it (`jsep`).
+public struct JSEP: Hashable, Sendable {
+    public var type: String
+    public var sdp: String
+    public init(type: String, sdp: String) { self.type = type; self.sdp = sdp }
+
+    var json: JSONValue { .object(["type": .string(type), "sdp": .string(sdp)]) }
+    init?(_ value: JSONValue?) {
+        guard let type = value?["type"]?.stringValue, let sdp = value?["sdp"]?.stringValue else { return nil }
+        self.init(type: type, sdp: sdp)
+    }
+}
+
+/// What a handle hears from Janus outside the answers to its requests.
+public enum JanusHandleEvent: Hashable, Sendable {
+    /// A plugin event (`plugindata.data`), with a JSEP when the plugin sends one.
+    case plugin([String: JSONValue], jsep: JSEP?)
+    /// The PeerConnection is up (ICE and DTLS done).
+    case webrtcUp
+    /// Janus started or stopped receiving a kind of media.
+    case media(type: String, receiving: Bool)
+    /// Janus sees packet loss (`uplink` true: in what it receives).
+    case slowLink(uplink: Bool, lost: Int)
+    /// The PeerConnection closed.
+    case hangup(reason: String)
+    /// The handle is gone.
+    case detached
+    /// A trickled candidate from Janus (`nil`: end of candidates).
+    case trickle(candidate: String?, sdpMid: String?, sdpMLineIndex: Int?)
+}
+
+/// One Janus session over one connection: transactions (a plugin's answer may come as `success`,
+/// or as `ack` then `event`, or `event` then `ack`), keepalives, handles and their events.
+public actor JanusClient {
+    public let transport: any JanusTransport
+    public private(set) var sessionID: Int64?
+    private let keepaliveInterval: Duration
+    private let requestTimeout: Duration
+    private var pending: [String: CheckedContinuation<[String: JSONValue], any Error>] = [:]
+    private var handles: [Int64: AsyncStream<JanusHandleEvent>.Continuation] = [:]
+    private var reader: Task<Void, Never>?
+    private var keepalive: Task<Void, Never>?
+    private let sessionEvents: AsyncStream<JanusError>.Continuation
+    /// Ends of the session that no request caused: `sessionTimedOut`, `disconnected`.
+    public nonisolated let sessionEnded: AsyncStream<JanusError>
+
+    public init(transport: any JanusTransport, keepalive: Duration = .seconds(25), requestTimeout: Duration = .seconds(10)) {
+        self.transport = transport
+        self.keepaliveInterval = keepalive
+        self.requestTimeout = requestTimeout
+        (sessionEnded, sessionEvents) = AsyncStream<JanusError>.makeStream()
+    }
+
+    // MARK: Session
+
+    /// Creates the session and starts keepalives.
+    @discardableResult
+    public func createSession() async throws -> Int64 {
+        startReading()
+        let answer = try await request(["janus": "create"], sessionless: true)
+        guard let id = answer["data"]?["id"]?.int64 else { throw JanusError.malformed("create: no data.id") }
+        sessionID = id
+        startKeepalive()
+        return id
+    }
+
+    /// Takes over an existing session after a reconnect (`claim`), where the server still holds it.
+    public func claim(session id: Int64) async throws {
+        startReading()
+        sessionID = id
+        _ = try await request(["janus": "claim"])
+        startKeepalive()
+    }
+
+    public func keepaliveNow() async throws {
+        _ = try await request(["janus": "keepalive"], acknowledged: true)
+    }
+
+    /// Destroys the session; its handles are detached by Janus.
+    public func destroy() async throws {
+        keepalive?.cancel()
+        defer { finish(.disconnected, notify: false) }
+        _ = try await request(["janus": "destroy"])
+    }
+
+    /// Closes the connection without telling Janus (it times the session out).
+    public func close() async {
+        keepalive?.cancel()
+        await transport.close()
+    }
+
+    // MARK: Handles
+
+    /// Attaches to a plugin; the stream carries the handle's events.
+    public func attach(plugin: String, opaqueID: String? = nil) async throws -> (id: Int64, events: AsyncStream<JanusHandleEvent>) {
+        var frame: [String: JSONValue] = ["janus": "attach", "plugin": .string(plugin)]
+        if let opaqueID { frame["opaque_id"] = .string(opaqueID) }
+        let answer = try await request(frame)
+        guard let id = answer["data"]?["id"]?.int64 else { throw JanusError.malformed("attach: no data.id") }
+        let (events, continuation) = AsyncStream<JanusHandleEvent>.makeStream()
+        handles[id] = continuation
+        return (id, events)
+    }
+
+    public func detach(_ handle: Int64) async throws {
+        _ = try await request(["janus": "detach", "handle_id": .number(Double(handle))])
+        handles.removeValue(forKey: handle)?.finish()
+    }
+
+    /// Closes the handle's PeerConnection.
+    public func hangup(_ handle: Int64) async throws {
+        _ = try await request(["janus": "hangup", "handle_id": .number(Double(handle))])
+    }
+
+    /// A plugin request; answers `plugindata.data` and the JSEP, and throws the plugin's `error_code`.
+    public func message(_ handle: Int64, body: [String: JSONValue], jsep: JSEP? = nil) async throws -> (data: [String: JSONValue], jsep: JSEP?) {
+        var frame: [String: JSONValue] = ["janus": "message", "handle_id": .number(Double(handle)), "body": .object(body)]
+        if let jsep { frame["jsep"] = jsep.json }
+        let answer = try await request(frame)
+        guard case .object(let data)? = answer["plugindata"]?["data"] else { throw JanusError.malformed("no plugindata in the answer") }
+        if let code = data["error_code"]?.int64 {
+            throw JanusError.audioBridge(AudioBridgeError(rawValue: Int(code)), reason: data["error"]?.stringValue ?? "")
+        }
+        return (data, JSEP(answer["jsep"]))
+    }
+
+    /// Trickles a local candidate (`nil`: end of candidates).
+    public func trickle(_ handle: Int64, candidate: String?, sdpMid: String?, sdpMLineIndex: Int?) async throws {
+        let value: JSONValue
+        if let candidate {
+            var fields: [String: JSONValue] = ["candidate": .string(candidate)]
+            if let sdpMid { fields["sdpMid"] = .string(sdpMid) }
+            if let sdpMLineIndex { fields["sdpMLineIndex"] = .number(Double(sdpMLineIndex)) }
+            value = .object(fields)
+        } else {
+            value = .object(["completed": .bool(true)])
+        }
+        _ = try await request(["janus": "trickle", "handle_id": .number(Double(handle)), "candidate": value], acknowledged: true)
+    }
+
+    // MARK: Transactions
+
+    /// Sends a request and waits for its answer. `acknowledged`: the `ack` is the answer
+    /// (keepalive, trickle); otherwise an `ack` only says an `event` follows, and the answer is the
+    /// `success` or the `event`, whichever order Janus sends things in.
+    private func request(_ fields: [String: JSONValue], sessionless: Bool = false, acknowledged: Bool = false) async throws -> [String: JSONValue] {
+        var frame = fields
+        let transaction = Self.transactionID()
+        frame["transaction"] = .string(transaction)
+        if !sessionless {
+            guard let sessionID else { throw JanusError.malformed("no session: call createSession() first") }
+            frame["session_id"] = .number(Double(sessionID))
+        }
+        if acknowledged { acknowledgedTransactions.insert(transaction) }
+        let text = String(decoding: try JSONEncoder.sorted.encode(JSONValue.object(frame)), as: UTF8.self)
+        let timeout = requestTimeout
+        let verb = fields["janus"]?.stringValue ?? "?"
+        let request = (fields["body"]?["request"]?.stringValue).map { "\(verb) \($0)" } ?? verb
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            await self?.fail(transaction, with: .noAnswer(request: request))
+        }
+        defer { timer.cancel() }
+        return try await withCheckedThrowingContinuation { continuation in
+            pending[transaction] = continuation
+            Task {
+                do { try await transport.send(text) } catch { await self.fail(transaction, throwing: error) }
+            }
+        }
+    }
+
+    private var acknowledgedTransactions: Set<String> = []
+
+    private func fail(_ transaction: String, with error: JanusError) {
+        fail(transaction, throwing: error)
+    }
+
+    /// Ends a request with `error` (the transport's own, when sending failed).
+    private func fail(_ transaction: String, throwing error: any Error) {
+        acknowledgedTransactions.remove(transaction)
+        pending.removeValue(forKey: transaction)?.resume(throwing: error)
+    }
+
+    private func startReading() {
+        guard reader == nil else { return }
+        let incoming = transport.incoming
+        reader = Task { [weak self] in
+            for await text in incoming {
+                await self?.receive(text)
+            }
+            await self?.finish(.disconnected, notify: true)
+        }
+    }
+
+    private func startKeepalive() {
+        keepalive?.cancel()
+        let interval = keepaliveInterval
+        keepalive = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                guard !Task.isCancelled else { return }
+                try? await self?.keepaliveNow()
+            }
+        }
+    }
+
+    func receive(_ text: String) {
+        guard case .object(let frame)? = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)),
+              let verb = frame["janus"]?.stringValue else { return }
+        if let transaction = frame["transaction"]?.stringValue, pending[transaction] != nil {
+            switch verb {
+            case "ack" where !acknowledgedTransactions.contains(transaction):
+                return  // an event follows (or came already)
+            case "error":
+                let code = Int(frame["error"]?["code"]?.int64 ?? 0)
+                fail(transaction, with: .core(JanusCoreError(rawValue: code), reason: frame["error"]?["reason"]?.stringValue ?? ""))
+                return
+            default:
+                acknowledgedTransactions.remove(transaction)
+                pending.removeValue(forKey: transaction)?.resume(returning: frame)
+                return
+            }
+        }
+        if verb == "timeout" {
+            finish(.sessionTimedOut, notify: true)
+            return
+        }
+        guard let sender = frame["sender"]?.int64, let handle = handles[sender] else { return }
+        switch verb {
+        case "event":
+            if case .object(let data)? = frame["plugindata"]?["data"] { handle.yield(.plugin(data, jsep: JSEP(frame["jsep"]))) }
+        case "webrtcup": handle.yield(.webrtcUp)
+        case "media": handle.yield(.media(type: frame["type"]?.stringValue ?? "audio", receiving: frame["receiving"] == .bool(true)))
+        case "slowlink": handle.yield(.slowLink(uplink: frame["uplink"] == .bool(true), lost: Int(frame["lost"]?.int64 ?? 0)))
+        case "hangup": handle.yield(.hangup(reason: frame["reason"]?.stringValue ?? ""))
+        case "detached":
+            handle.yield(.detached)
+            handle.finish()
+            handles.removeValue(forKey: sender)
+        case "trickle":
+            let candidate = frame["candidate"]
+            if candidate?["completed"] == .bool(true) {
+                handle.yield(.trickle(candidate: nil, sdpMid: nil, sdpMLineIndex: nil))
+            } else {
+                handle.yield(.trickle(candidate: candidate?["candidate"]?.stringValue, sdpMid: candidate?["sdpMid"]?.stringValue,
+                                      sdpMLineIndex: candidate?["sdpMLineIndex"]?.int64.map(Int.init)))
+            }
+        default: break
+        }
+    }
+
+    private func finish(_ reason: JanusError, notify: Bool) {
+        keepalive?.cancel()
+        for (transaction, continuation) in pending {
+            continuation.resume(throwing: reason)
+            acknowledgedTransactions.remove(transaction)
+        }
+        pending.removeAll()
+        for handle in handles.values { handle.finish() }
+        handles.removeAll()
+        if notify, sessionID != nil { sessionEvents.yield(reason) }
+        sessionID = nil
+    }
+
+    static func transactionID() -> String {
+        let letters = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+        return String((0..<12).map { _ in letters.randomElement()! })
+    }
+}
+
+extension JSONEncoder {
+    static var sorted: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+}
+
+extension JSONValue {
+    /// A whole number (Janus ids reach 2^53 − 1, which a Double holds exactly).
+    var int64: Int64? {
+        if case .number(let value) = self, value.rounded() == value, abs(value) <= 9_007_199_254_740_992 { return Int64(value) }
+        return nil
+    }
+}
