@@ -139,7 +139,14 @@ let package = Package(
         ),
         .target(
             name: "ParleyJanus",
-            dependencies: ["ParleyProtocol"],
+            dependencies: [
+                "ParleyProtocol",
+                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -196,7 +203,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyJanusTests",
-            dependencies: ["ParleyJanus", "ParleyProtocol"],
+            dependencies: ["ParleyJanus", "ParleyProtocol", "ParleyServerTesting"],
             exclude: ["Fixtures"],
             swiftSettings: swiftSettings
         ),

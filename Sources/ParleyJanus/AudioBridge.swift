@@ -34,7 +34,7 @@ public enum AudioBridgeEvent: Hashable, Sendable {
     case leaving(room: Int64, id: Int64)
     case talking(room: Int64, id: Int64, talking: Bool)
     case destroyed(room: Int64)
-    /// We were kicked (`id` nil), or another participant was.
+    /// A participant was kicked: us when `id` is our own.
     case kicked(room: Int64, id: Int64?)
     /// Our own `changeroom` landed.
     case roomChanged(room: Int64, id: Int64, participants: [AudioBridgeParticipant])
@@ -210,8 +210,10 @@ public struct AudioBridge: Sendable {
     // MARK: Participating
 
     /// Joins; answers our participant id and who is already there.
-    public func join(room: Int64, display: String?, token: String? = nil, pin: String? = nil, muted: Bool? = nil) async throws -> (id: Int64, participants: [AudioBridgeParticipant]) {
+    /// - Parameter id: our participant id (Janus picks one when nil).
+    public func join(room: Int64, display: String?, token: String? = nil, pin: String? = nil, muted: Bool? = nil, id: Int64? = nil) async throws -> (id: Int64, participants: [AudioBridgeParticipant]) {
         var fields: [String: JSONValue] = ["room": Self.number(room)]
+        if let id { fields["id"] = Self.number(id) }
         if let display { fields["display"] = .string(display) }
         if let token { fields["token"] = .string(token) }
         if let pin { fields["pin"] = .string(pin) }

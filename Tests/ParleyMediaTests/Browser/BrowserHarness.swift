@@ -12,10 +12,10 @@ final class BrowserLab: @unchecked Sendable {
     private var browsers: [Browser] = []
 
     /// Skips (with the reason) where Chromium cannot run isolated; fails instead under
-    /// `PARLEY_REQUIRE_BROWSER=1`, which `scripts/test.sh` sets, so CI never skips these tests.
+    /// `PARLEY_REQUIRE_ALL_TESTS=1`, which `scripts/test.sh` sets, so CI never skips these tests.
     static let enabled: Bool = {
         guard let reason = WebDriver.unavailable else { return true }
-        if ProcessInfo.processInfo.environment["PARLEY_REQUIRE_BROWSER"] == "1" { return true }
+        if ProcessInfo.processInfo.environment["PARLEY_REQUIRE_ALL_TESTS"] == "1" { return true }
         print("◇ browser tests skipped: \(reason)")
         return false
     }()

@@ -15,14 +15,14 @@ final class WebDriver: Sendable {
         for tool in [chromedriver, chromium] where !FileManager.default.isExecutableFile(atPath: tool) {
             return "\(tool) is missing: scripts/setup.sh --tests installs chromium and chromium-driver"
         }
-        if let outside = NetworkIsolation.outsideAddresses().first {
+        if let outside = TestNetwork.nonTestAddresses().first {
             return "Chromium would gather ICE candidates on \(outside); run the tests through scripts/test.sh, which isolates the network"
         }
         return nil
     }
 
     static func start() async throws -> WebDriver {
-        let port = try freePort()
+        let port = try freeTCPPort()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: chromedriver)
         process.arguments = ["--port=\(port)", "--allowed-ips=127.0.0.1"]
@@ -90,21 +90,6 @@ final class WebDriver: Sendable {
             throw TestFailure("WebDriver \(method) \(path): \(error): \(failure["message"] as? String ?? "")")
         }
         return value is NSNull ? nil : value
-    }
-
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw TestFailure("no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
 
@@ -177,30 +162,6 @@ struct Browser: Sendable {
 
     func close() async {
         _ = try? await driver.command("DELETE", "/session/\(session)")
-    }
-}
-
-/// Where Chromium may send traffic: the tests run in a network namespace of their own.
-enum NetworkIsolation {
-    /// IPv4 addresses of this namespace outside loopback and the test ranges (198.51.100.0/24, 203.0.113.0/24).
-    static func outsideAddresses() -> [String] {
-        var list: UnsafeMutablePointer<ifaddrs>?
-        guard getifaddrs(&list) == 0, let first = list else { return [] }
-        defer { freeifaddrs(list) }
-        var found: [String] = []
-        for entry in sequence(first: first, next: { $0.pointee.ifa_next }) {
-            guard let address = entry.pointee.ifa_addr, address.pointee.sa_family == sa_family_t(AF_INET),
-                  entry.pointee.ifa_flags & UInt32(IFF_UP) != 0 else { continue }
-            var text = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
-            address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sin in
-                var addr = sin.pointee.sin_addr
-                _ = inet_ntop(AF_INET, &addr, &text, socklen_t(INET_ADDRSTRLEN))
-            }
-            let ip = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if ip.hasPrefix("127.") || ip.hasPrefix("198.51.100.") || ip.hasPrefix("203.0.113.") { continue }
-            found.append(ip)
-        }
-        return found
     }
 }
 
