@@ -56,6 +56,7 @@ let package = Package(
             name: "ParleyServer",
             dependencies: [
                 "ParleyProtocol",
+                "ParleyJanus",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
@@ -211,6 +212,7 @@ let package = Package(
             name: "ParleyServerTests",
             dependencies: [
                 "ParleyServer",
+                "ParleyJanus",
                 "ParleyServerTesting",
                 "ParleyTesting",
                 "ParleyProtocol",

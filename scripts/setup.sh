@@ -2,14 +2,14 @@
 # Installs the Debian packages Parley builds and runs with, when they are missing:
 # SQLite for the server, GStreamer with webrtcbin and libnice for the media engine.
 #   scripts/setup.sh                 what `parley demo`, `call` and `listen` need
-#   scripts/setup.sh --tests         and what the tests start (coturn, Chromium with chromedriver)
+#   scripts/setup.sh --tests         and what the tests start (coturn, Chromium with chromedriver, Janus)
 #   scripts/setup.sh chromium        and any other packages named (the call benchmark adds chromium)
 set -euo pipefail
 
 extra=()
 for argument in "$@"; do
   case "$argument" in
-    --tests) extra+=(coturn chromium chromium-driver iproute2 util-linux) ;;
+    --tests) extra+=(coturn chromium chromium-driver janus iproute2 procps util-linux) ;;
     *) extra+=("$argument") ;;
   esac
 done

@@ -34,6 +34,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "STUN URLs handed to clients, comma-separated. [PARLEY_STUN_URLS]")
     var stunUrls: String = env("PARLEY_STUN_URLS") ?? ""
 
+    @Option(help: "Janus WebSocket API for group rooms (every room becomes an AudioBridge room), e.g. ws://127.0.0.1:8188. [PARLEY_JANUS]")
+    var janus: String = env("PARLEY_JANUS") ?? ""
+
+    @Option(help: "The Janus URL as clients reach it, when it differs from --janus. [PARLEY_JANUS_CLIENT_URL]")
+    var janusClientUrl: String = env("PARLEY_JANUS_CLIENT_URL") ?? ""
+
     @Option(help: "Seconds a call rings before it ends with no-answer. [PARLEY_RING_TIMEOUT]")
     var ringTimeout: Int = env("PARLEY_RING_TIMEOUT").flatMap(Int.init) ?? 45
 
@@ -64,16 +70,22 @@ struct Serve: AsyncParsableCommand {
         configuration.port = port
         configuration.databasePath = database == ":memory:" ? nil : database
         configuration.developmentMode = development
+        if !janus.isEmpty {
+            guard janus.hasPrefix("ws://") || janus.hasPrefix("wss://") else { throw ValidationError("--janus takes a ws:// or wss:// URL") }
+            configuration.janus = JanusSettings(url: janus, clientURL: janusClientUrl.isEmpty ? nil : janusClientUrl)
+        }
         configuration.tokenKey = .hs256(secret: secret ?? Self.developmentSecret)
         configuration.ringTimeout = .seconds(ringTimeout)
         configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls), turnSecret: turnSecret)
 
         let host = self.host
         let databaseLabel = configuration.databasePath ?? "in memory"
+        let janusLabel = configuration.janus?.url
         let server = try await SignalingServer(configuration: configuration, logger: logger) { port in
             let base = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
             var lines = ["parley: signaling server listening on \(base) (WebSocket \(base.replacingOccurrences(of: "http", with: "ws"))/v1/signal)"]
             lines.append("parley: database \(databaseLabel)")
+            if let janusLabel { lines.append("parley: rooms on Janus AudioBridge at \(janusLabel)") }
             lines.append("parley: browser client at \(base)/ (two windows, two names, one calls the other)")
             if development {
                 lines.append("parley: development mode: get a token with")

@@ -252,11 +252,14 @@ public struct RoomMedia: Hashable, Sendable, Codable {
         public var url: String
         public var room: Int64
         public var token: String
+        /// The participant id to `join` with (Parley's addition): the server kicks the device by it.
+        public var participant: Int64?
 
-        public init(url: String, room: Int64, token: String) {
+        public init(url: String, room: Int64, token: String, participant: Int64? = nil) {
             self.url = url
             self.room = room
             self.token = token
+            self.participant = participant
         }
     }
 
@@ -269,6 +272,7 @@ public struct RoomMedia: Hashable, Sendable, Codable {
     }
 
     public static let mesh = RoomMedia(mode: "mesh")
+    public static func audioBridge(_ janus: Janus) -> RoomMedia { RoomMedia(mode: "audiobridge", janus: janus) }
 }
 
 /// The result fields of the ack to `room.join`.

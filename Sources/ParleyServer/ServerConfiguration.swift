@@ -25,6 +25,8 @@ public struct ServerConfiguration: Sendable {
     public var endedCallRetention: Duration = .seconds(120)
     /// Mesh rooms hold at most this many devices.
     public var meshRoomLimit: Int = 4
+    /// With a Janus server, every room is an AudioBridge room.
+    public var janus: JanusSettings?
     public var limits = Limits()
 
     public struct Limits: Sendable {
@@ -46,4 +48,27 @@ public struct ServerConfiguration: Sendable {
     }
 
     public init() {}
+}
+
+/// Where the server finds Janus, and how it runs AudioBridge rooms there.
+public struct JanusSettings: Sendable {
+    /// The Janus WebSocket API as the server reaches it.
+    public var url: String
+    /// The same API as clients reach it (sent in `room.join` acks); the server's own by default.
+    public var clientURL: String
+    /// An empty room is destroyed this long after its last member left.
+    public var emptyRoomGrace: Duration = .seconds(30)
+    /// AudioBridge rooms hold at most this many devices.
+    public var roomLimit: Int = 64
+    /// Talking detection window in 20 ms packets (≤ 25: about half a second).
+    public var audioActivePackets: Int = 25
+    /// Level (0 loudest … 127 silence) above which a participant counts as talking.
+    public var audioLevelAverage: Int = 40
+    /// How long a Janus request may take.
+    public var requestTimeout: Duration = .seconds(5)
+
+    public init(url: String, clientURL: String? = nil) {
+        self.url = url
+        self.clientURL = clientURL ?? url
+    }
 }

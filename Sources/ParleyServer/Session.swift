@@ -21,6 +21,8 @@ final class Session {
     /// The highest seq dropped from a full buffer before the client acknowledged it: a resume
     /// from before it cannot be served without loss, so it gets a new session instead.
     private(set) var lostThrough = 0
+    /// Requests being worked on (an AudioBridge join waits for Janus); a repeat of one is not run again.
+    var inFlight: Set<String> = []
     private var answers: [String: ServerMessage] = [:]
     private var answerOrder: Deque<String> = []
     private let bufferLimit: Int

@@ -39,6 +39,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private var endedCalls: Deque<(call: CallID, at: Duration)> = []
     private var rooms: [RoomID: [RoomParticipant]] = [:]
     private var roomsByDevice: [DeviceKey: Set<RoomID>] = [:]
+    /// With Janus configured, every room is an AudioBridge room provisioned here.
+    private let audioBridge: AudioBridgeRooms?
     private var shuttingDown = false
 
     /// - Parameters:
@@ -55,6 +57,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         self.logger = logger
         self.pushes = pushes
         self.wallClock = wallClock
+        self.audioBridge = configuration.janus.map { AudioBridgeRooms(settings: $0, logger: logger) }
     }
 
     /// The hub's monotonic time: the duration since it was created.
@@ -134,6 +137,12 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             guard let requestID = message.requestID else { return }
             if let answer = session.answer(for: requestID) {
                 send(answer, to: session)
+                return
+            }
+            // Answered when the work in flight finishes (a repeated id is not run twice).
+            guard !session.inFlight.contains(requestID) else { return }
+            if case .roomJoin(let join) = message, let audioBridge {
+                beginAudioBridgeJoin(join, requestID: requestID, session: session, bridge: audioBridge)
                 return
             }
             let answer: ServerMessage
@@ -449,10 +458,76 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         guard var members = rooms[room] else { return }
         members.removeAll { $0.device == key.device && $0.user == key.user }
         rooms[room] = members.isEmpty ? nil : members
+        if let audioBridge {
+            let empty = members.isEmpty
+            Task { await audioBridge.release(room: room, device: key, roomIsEmpty: empty) }
+        }
         for member in members {
             deliver(.roomParticipantLeft(RoomParticipantLeft(room: room, user: key.user, device: key.device)),
                     to: DeviceKey(user: member.user, device: member.device))
         }
+    }
+
+    /// `room.join` with Janus: checked here, admitted by Janus (which takes round trips), then
+    /// answered from `finishAudioBridgeJoin`.
+    private func beginAudioBridgeJoin(_ join: RoomJoin, requestID: String, session: Session, bridge: AudioBridgeRooms) {
+        let key = session.key
+        let members = rooms[join.room] ?? []
+        let refusal: ErrorMessage?
+        if let member = members.first(where: { $0.device == key.device }), member.user != key.user {
+            refusal = ErrorMessage(code: .badRequest, message: "device \(key.device) is already in the room under another user")
+        } else if !members.contains(where: { $0.device == key.device }), members.count >= (configuration.janus?.roomLimit ?? 0) {
+            refusal = ErrorMessage(code: .roomFull, message: "room \(join.room) is full (\(configuration.janus?.roomLimit ?? 0) devices)")
+        } else {
+            refusal = nil
+        }
+        if let refusal {
+            let answer = ServerMessage.error(ErrorMessage(re: requestID, code: refusal.code, message: refusal.message))
+            session.remember(answer, for: requestID)
+            send(answer, to: session)
+            return
+        }
+        session.inFlight.insert(requestID)
+        Task {
+            let result: Result<RoomMedia.Janus, any Error>
+            do { result = .success(try await bridge.admit(room: join.room, device: key)) } catch { result = .failure(error) }
+            await self.finishAudioBridgeJoin(join, requestID: requestID, key: key, result: result)
+        }
+    }
+
+    private func finishAudioBridgeJoin(_ join: RoomJoin, requestID: String, key: DeviceKey, result: Result<RoomMedia.Janus, any Error>) {
+        guard let session = sessions[key], session.inFlight.remove(requestID) != nil else {
+            // The session expired meanwhile: take the admission back.
+            if case .success = result, let audioBridge {
+                let empty = rooms[join.room]?.isEmpty ?? true
+                Task { await audioBridge.release(room: join.room, device: key, roomIsEmpty: empty) }
+            }
+            return
+        }
+        let answer: ServerMessage
+        switch result {
+        case .success(let janus):
+            var members = rooms[join.room] ?? []
+            if let index = members.firstIndex(where: { $0.device == key.device && $0.user == key.user }) {
+                members[index].display = join.display ?? members[index].display
+            } else {
+                let participant = RoomParticipant(user: key.user, device: key.device, display: join.display)
+                for member in members {
+                    deliver(.roomParticipantJoined(RoomParticipantJoined(room: join.room, participant: participant)),
+                            to: DeviceKey(user: member.user, device: member.device))
+                }
+                members.append(participant)
+                roomsByDevice[key, default: []].insert(join.room)
+            }
+            rooms[join.room] = members
+            let joined = RoomJoinResult(room: join.room, participants: members.filter { $0.device != key.device }, media: .audioBridge(janus))
+            answer = .ack(Ack(re: requestID, result: (try? JSONValue.fields(of: joined)) ?? [:]))
+        case .failure(let error):
+            logger.warning("AudioBridge admission failed", metadata: ["room": "\(join.room)", "error": "\(error)"])
+            answer = .error(ErrorMessage(re: requestID, code: .unavailable, message: "the voice room server (Janus) cannot be reached right now"))
+        }
+        session.remember(answer, for: requestID)
+        send(answer, to: session)
     }
 
     private func relayRoomSignal(_ signal: RoomSignal, from key: DeviceKey) throws(ErrorMessage) {
@@ -539,6 +614,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             close(id, code: .goingAway, reason: "the server is going away")
         }
         pushes?.finish()
+    }
+
+    /// Destroys the AudioBridge rooms and ends the server's Janus session (after `shutdown()`).
+    public func closeRooms() async {
+        await audioBridge?.shutdown()
     }
 
     // MARK: Introspection for tests and metrics

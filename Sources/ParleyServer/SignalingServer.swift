@@ -99,6 +99,7 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
             try? await gracefulShutdown()
             await hub.shutdown()
             await open.drained(within: .seconds(5))
+            await hub.closeRooms()
             group.cancelAll()
         }
     }

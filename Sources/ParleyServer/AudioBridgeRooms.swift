@@ -1,0 +1,180 @@
+import Foundation
+import Logging
+import ParleyJanus
+import ParleyProtocol
+
+/// The server's side of AudioBridge rooms (protocol v1, "Rooms"): one Janus session that creates
+/// each room on its first join with a secret only the server knows, admits every joining device
+/// with a one-time token through `allowed`, revokes the token and kicks the participant when the
+/// device leaves, and destroys an empty room after a grace period. After Janus restarts, rooms are
+/// created again under the same numbers on the next join.
+actor AudioBridgeRooms {
+    private struct Member {
+        var token: String
+        var participant: Int64
+    }
+
+    private struct Room {
+        var number: Int64
+        var secret: String
+        var members: [DeviceKey: Member] = [:]
+        /// The Janus session the room was created in; another one means Janus lost it.
+        var createdIn: Int?
+        var destroyTimer: Task<Void, Never>?
+    }
+
+    private let settings: JanusSettings
+    private let logger: Logger
+    private var rooms: [RoomID: Room] = [:]
+    private var bridge: AudioBridge?
+    private var generation = 0
+    private var connecting: Task<AudioBridge, any Error>?
+
+    init(settings: JanusSettings, logger: Logger) {
+        self.settings = settings
+        self.logger = logger
+    }
+
+    /// Admits `device` to room `name`, creating the Janus room if needed; answers what the client joins with.
+    func admit(room name: RoomID, device: DeviceKey) async throws -> RoomMedia.Janus {
+        let bridge = try await connected()
+        var room = rooms[name] ?? Room(number: Self.randomID(), secret: Self.randomToken())
+        room.destroyTimer?.cancel()
+        room.destroyTimer = nil
+        let previous = room.members[device]
+        let member = Member(token: Self.randomToken(), participant: Self.randomID())
+        room.members[device] = member
+        rooms[name] = room
+        do {
+            if room.createdIn != generation {
+                try await create(room, on: bridge)
+                rooms[name]?.createdIn = generation
+            } else {
+                try await bridge.allowed(room: room.number, secret: room.secret, action: "add", tokens: [member.token])
+            }
+        } catch {
+            if rooms[name]?.members[device]?.token == member.token { rooms[name]?.members[device] = previous }
+            throw error
+        }
+        if let previous { await revoke(previous, in: room, on: bridge) }
+        return RoomMedia.Janus(url: settings.clientURL, room: room.number, token: member.token, participant: member.participant)
+    }
+
+    /// The device left (or its session expired): its token no longer admits, its participant is kicked.
+    func release(room name: RoomID, device: DeviceKey, roomIsEmpty: Bool) async {
+        guard var room = rooms[name], let member = room.members.removeValue(forKey: device) else { return }
+        if roomIsEmpty, room.members.isEmpty {
+            let grace = settings.emptyRoomGrace
+            room.destroyTimer = Task { [weak self] in
+                try? await Task.sleep(for: grace)
+                guard !Task.isCancelled else { return }
+                await self?.destroyIfEmpty(name)
+            }
+        }
+        rooms[name] = room
+        if let bridge, room.createdIn == generation { await revoke(member, in: room, on: bridge) }
+    }
+
+    /// Destroys every room and ends the Janus session (server shutdown).
+    func shutdown() async {
+        for room in rooms.values { room.destroyTimer?.cancel() }
+        if let bridge {
+            for room in rooms.values where room.createdIn == generation {
+                try? await bridge.destroy(room: room.number, secret: room.secret)
+            }
+            try? await bridge.client.destroy()
+            await bridge.client.close()
+        }
+        rooms.removeAll()
+        bridge = nil
+    }
+
+    /// The Janus room number of a room, while it exists (tests, metrics).
+    func janusRoom(_ name: RoomID) -> Int64? { rooms[name]?.number }
+
+    private func create(_ room: Room, on bridge: AudioBridge) async throws {
+        var options = AudioBridgeRoomOptions()
+        options.description = "parley"
+        options.secret = room.secret
+        options.isPrivate = true
+        options.allowed = room.members.values.map(\.token)
+        options.audioLevelEvent = true
+        options.audioActivePackets = settings.audioActivePackets
+        options.audioLevelAverage = settings.audioLevelAverage
+        do {
+            try await bridge.create(room: room.number, options: options)
+        } catch JanusError.audioBridge(.roomExists, _) {
+            // Created meanwhile (a concurrent join), or kept by Janus across our reconnect.
+            try await bridge.allowed(room: room.number, secret: room.secret, action: "add", tokens: options.allowed ?? [])
+        }
+    }
+
+    private func revoke(_ member: Member, in room: Room, on bridge: AudioBridge) async {
+        do {
+            try await bridge.allowed(room: room.number, secret: room.secret, action: "remove", tokens: [member.token])
+            try await bridge.kick(room: room.number, secret: room.secret, id: member.participant)
+        } catch JanusError.audioBridge(.noSuchUser, _) {
+            // Never joined Janus, or already left it.
+        } catch {
+            logger.notice("could not revoke an AudioBridge participant", metadata: ["room": "\(room.number)", "error": "\(error)"])
+        }
+    }
+
+    private func destroyIfEmpty(_ name: RoomID) async {
+        guard let room = rooms[name], room.members.isEmpty else { return }
+        rooms[name] = nil
+        guard let bridge, room.createdIn == generation else { return }
+        do {
+            try await bridge.destroy(room: room.number, secret: room.secret)
+        } catch {
+            logger.notice("could not destroy an empty AudioBridge room", metadata: ["room": "\(room.number)", "error": "\(error)"])
+        }
+    }
+
+    // MARK: The Janus session
+
+    private func connected() async throws -> AudioBridge {
+        if let bridge { return bridge }
+        if let connecting { return try await connecting.value }
+        let settings = self.settings
+        let task = Task { () throws -> AudioBridge in
+            let transport = try await JanusWebSocketTransport.connect(to: settings.url)
+            let client = JanusClient(transport: transport, requestTimeout: settings.requestTimeout)
+            try await client.createSession()
+            return try await AudioBridge.attach(client, opaqueID: "parley-server")
+        }
+        connecting = task
+        defer { connecting = nil }
+        do {
+            let bridge = try await task.value
+            generation += 1
+            self.bridge = bridge
+            let current = generation
+            Task { [weak self] in
+                for await reason in bridge.client.sessionEnded {
+                    await self?.lost(current, reason: reason)
+                    return
+                }
+                await self?.lost(current, reason: .disconnected)
+            }
+            logger.info("connected to Janus", metadata: ["janus.url": "\(settings.url)"])
+            return bridge
+        } catch {
+            logger.warning("cannot reach Janus", metadata: ["janus.url": "\(settings.url)", "error": "\(error)"])
+            throw error
+        }
+    }
+
+    private func lost(_ session: Int, reason: JanusError) {
+        guard session == generation, bridge != nil else { return }
+        logger.warning("lost the Janus session; rooms are created again on their next join", metadata: ["reason": "\(reason)"])
+        bridge = nil
+    }
+
+    static func randomID() -> Int64 { Int64.random(in: 1...((1 << 53) - 1)) }
+
+    static func randomToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<3).map { _ in String(generator.next() as UInt64, radix: 36) }.joined()
+    }
+}
