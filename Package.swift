@@ -110,7 +110,7 @@ let package = Package(
         ),
         .systemLibrary(
             name: "CGStreamer",
-            pkgConfig: "gstreamer-webrtc-1.0 gstreamer-sdp-1.0 gstreamer-1.0 nice",
+            pkgConfig: "gstreamer-webrtc-1.0 gstreamer-sdp-1.0 gstreamer-rtp-1.0 gstreamer-1.0 nice",
             providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev", "libnice-dev"])]
         ),
         .target(
@@ -131,6 +131,7 @@ let package = Package(
             name: "ParleySoftphone",
             dependencies: [
                 "ParleyGStreamer",
+                "ParleyJanus",
                 "ParleyKit",
                 "ParleyNIOTransport",
                 "ParleyProtocol",

@@ -3,8 +3,10 @@
 #define GST_USE_UNSTABLE_API 1
 #include <gst/gst.h>
 #include <gst/sdp/sdp.h>
+#include <gst/rtp/rtp.h>
 #include <gst/webrtc/webrtc.h>
 #include <nice/agent.h>
+#include <stdio.h>
 #include <string.h>
 
 int parley_gst_init(void) {
@@ -81,6 +83,37 @@ void *parley_bin_new(const char *description, char **error) {
     }
     if (gerror) g_clear_error(&gerror);
     return bin;
+}
+
+int parley_capsfilter_add_audio_level(void *bin, const char *capsfilter, unsigned id) {
+    GstElement *filter = gst_bin_get_by_name(GST_BIN(bin), capsfilter);
+    if (!filter) return -1;
+    GstCaps *caps = NULL;
+    g_object_get(filter, "caps", &caps, NULL);
+    if (!caps) {
+        gst_object_unref(filter);
+        return -2;
+    }
+    caps = gst_caps_make_writable(caps);
+    // The form the audio level extension itself writes (direction, URI, attributes), so the
+    // payloader's caps and these intersect, and webrtcbin offers `a=extmap:<id> … vad=on`.
+    GValue array = G_VALUE_INIT, item = G_VALUE_INIT;
+    g_value_init(&array, GST_TYPE_ARRAY);
+    g_value_init(&item, G_TYPE_STRING);
+    const char *parts[] = { "", "urn:ietf:params:rtp-hdrext:ssrc-audio-level", "vad=on" };
+    for (int i = 0; i < 3; i++) {
+        g_value_set_string(&item, parts[i]);
+        gst_value_array_append_value(&array, &item);
+    }
+    char field[32];
+    snprintf(field, sizeof field, "extmap-%u", id);
+    gst_structure_set_value(gst_caps_get_structure(caps, 0), field, &array);
+    g_value_unset(&item);
+    g_value_unset(&array);
+    g_object_set(filter, "caps", caps, NULL);
+    gst_caps_unref(caps);
+    gst_object_unref(filter);
+    return 0;
 }
 
 int parley_element_set_state_playing(void *element) {

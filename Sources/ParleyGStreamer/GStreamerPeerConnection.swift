@@ -113,6 +113,10 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             guard let bin = parley_bin_new(chain, &error) else {
                 throw MediaEngineError(.pipeline, Self.take(error) ?? "the send chain could not be built")
             }
+            if configuration.audioLevelIndication, chain == chains.first,
+               parley_capsfilter_add_audio_level(bin, PipelineDescription.audioCaps, PipelineDescription.audioLevelExtensionID) != 0 {
+                throw MediaEngineError(.pipeline, "the audio level extension could not be requested")
+            }
             guard parley_bin_add_and_link_to(pipeline, bin, webrtc) == 0 else {
                 throw MediaEngineError(.pipeline, "the send chain would not start (is the audio file or device missing?)")
             }

@@ -82,6 +82,9 @@ public struct MediaEngineConfiguration: Hashable, Sendable {
     public var opusBitrate = 32_000
     /// Discontinuous transmission: no packets during silence.
     public var dtx = false
+    /// Send each packet's audio level (RFC 6464, `ssrc-audio-level`, extension id 1) for a mixer's
+    /// talking detection (Janus AudioBridge). Only for offers this engine makes.
+    public var audioLevelIndication = false
     public var dataChannels: [DataChannelSpec] = []
     /// What our own offers number Opus with (tests use it to play a peer that numbers it otherwise).
     var opusOfferPayloadType = PipelineDescription.opusPayloadType

@@ -17,14 +17,23 @@ enum PipelineDescription {
         return parts.joined(separator: "  ")
     }
 
+    static let audioCaps = "audiocaps"
+
+    /// The SSRC a send chain uses, fixed in its caps so the SDP announces the one the packets carry
+    /// (Janus drops packets whose SSRC the SDP did not announce).
+    static func randomSSRC() -> UInt32 { UInt32.random(in: 1...UInt32.max) }
+    /// The RTP header extension id of the audio level (`audioLevelIndication`).
+    static let audioLevelExtensionID: UInt32 = 1
+
     /// The audio send chain, ending in RTP with Opus as `payloadType`.
     static func audioSender(_ configuration: MediaEngineConfiguration, payloadType: Int) -> String {
         audioInput(configuration)
             + " ! volume name=microphone"
+            + (configuration.audioLevelIndication ? " ! level audio-level-meta=true post-messages=false" : "")
             + " ! opusenc name=opusenc audio-type=voice bitrate=\(configuration.opusBitrate) inband-fec=true"
             + " packet-loss-percentage=5 dtx=\(configuration.dtx) frame-size=20"
             + " ! rtpopuspay pt=\(payloadType) ! queue"
-            + " ! capsfilter caps=\"application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,encoding-params=(string)2,useinbandfec=(string)1,minptime=(string)10,payload=\(payloadType)\""
+            + " ! capsfilter name=\(audioCaps) caps=\"application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,encoding-params=(string)2,useinbandfec=(string)1,minptime=(string)10,payload=\(payloadType),ssrc=(uint)\(randomSSRC())\""
     }
 
     /// The video send chain: a moving test pattern in VP8 as `payloadType`.
@@ -33,7 +42,7 @@ enum PipelineDescription {
         return "videotestsrc is-live=true pattern=ball ! video/x-raw,width=\(v.width),height=\(v.height),framerate=\(v.framesPerSecond)/1"
             + " ! videoconvert ! queue ! vp8enc deadline=1 cpu-used=8 keyframe-max-dist=60 target-bitrate=\(v.bitrateKbps * 1000)"
             + " ! rtpvp8pay pt=\(payloadType) ! queue"
-            + " ! capsfilter caps=\"application/x-rtp,media=video,encoding-name=VP8,clock-rate=90000,payload=\(payloadType)\""
+            + " ! capsfilter caps=\"application/x-rtp,media=video,encoding-name=VP8,clock-rate=90000,payload=\(payloadType),ssrc=(uint)\(randomSSRC())\""
     }
 
     /// The audio source up to 48 kHz mono raw audio, voice processing included.

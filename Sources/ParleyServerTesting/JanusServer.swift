@@ -48,7 +48,7 @@ public final class JanusServer: @unchecked Sendable {
         process = Process()
         process.executableURL = URL(fileURLWithPath: Self.executable)
         process.arguments = ["-C", directory.appendingPathComponent("janus.jcfg").path, "-F", directory.path, "-o", "-N",
-                             "-L", log.path, "-d", "4"]
+                             "-L", log.path, "-d", ProcessInfo.processInfo.environment["PARLEY_JANUS_DEBUG"] ?? "4"]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()

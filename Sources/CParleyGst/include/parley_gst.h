@@ -32,6 +32,9 @@ void parley_free(void *pointer);
 void *parley_pipeline_new(const char *description, char **error);
 /// A bin from a description, with ghost pads for its unlinked pads.
 void *parley_bin_new(const char *description, char **error);
+/// Asks for RFC 6464 audio levels as header extension `id` in the caps of the capsfilter named
+/// `capsfilter` in `bin`: the payloader before it then writes them (from GstAudioLevelMeta).
+int parley_capsfilter_add_audio_level(void *bin, const char *capsfilter, unsigned id);
 /// 0 on success.
 int parley_element_set_state_playing(void *element);
 /// webrtcbin accepts data channels from READY on.

@@ -1,0 +1,225 @@
+import Foundation
+import Logging
+import ParleyGStreamer
+import ParleyJanus
+import ParleyKit
+import ParleyProtocol
+
+/// What happens in a voice room, as `RoomSession` reports it.
+public enum RoomEvent: Hashable, Sendable {
+    /// Joined (again, after a reconnect): who is there, ourselves included.
+    case joined(room: RoomID, participants: [RoomMember])
+    case memberJoined(RoomMember)
+    case memberLeft(RoomMember)
+    case talking(RoomMember, Bool)
+    case muted(RoomMember, Bool)
+    /// Media to and from the mixer is up.
+    case connected
+    /// The first mixed audio was decoded.
+    case hearing
+    /// Janus went away; the session joins again by itself.
+    case reconnecting(reason: String)
+    /// Left, or removed (kicked, room destroyed).
+    case ended(reason: String)
+}
+
+/// A participant of an AudioBridge room.
+public struct RoomMember: Hashable, Sendable {
+    public var id: Int64
+    public var display: String
+    public var isSelf: Bool
+}
+
+/// One device in an AudioBridge room: `room.join` on the Parley server, then Janus directly —
+/// session, AudioBridge handle, join with the server's token, an offer that sends audio levels for
+/// talking detection, keepalives; it joins again by itself when Janus restarts.
+public actor RoomSession {
+    public nonisolated let events: AsyncStream<RoomEvent>
+    public let room: RoomID
+    public let display: String
+    private let sink: AsyncStream<RoomEvent>.Continuation
+    private let signaling: SignalingClient<ContinuousClock>
+    private let engine: GStreamerEngine
+    private let logger: Logger
+    private var bridge: AudioBridge?
+    private var peer: (any PeerConnection)?
+    private var participantID: Int64?
+    private var members: [Int64: RoomMember] = [:]
+    private var tasks: [Task<Void, Never>] = []
+    private var muted = false
+    private var leaving = false
+    private var attempt = 0
+
+    /// - Parameter media: the engine's settings; audio levels are turned on for the mixer.
+    public init(room: RoomID, display: String, signaling: SignalingClient<ContinuousClock>, media: MediaEngineConfiguration, logger: Logger) throws {
+        self.room = room
+        self.display = display
+        self.signaling = signaling
+        self.logger = logger
+        var media = media
+        media.audioLevelIndication = true
+        engine = try GStreamerEngine(configuration: media, logger: logger)
+        (events, sink) = AsyncStream.makeStream()
+    }
+
+    /// Who is in the room now.
+    public var participants: [RoomMember] { members.values.sorted { $0.display < $1.display } }
+
+    /// Joins: `room.join`, then Janus. Throws with a plain message when either refuses.
+    public func join() async throws {
+        let ack: Ack
+        let room = self.room, display = self.display
+        do {
+            ack = try await signaling.request { .roomJoin(RoomJoin(id: $0, room: room, display: display)) }
+        } catch {
+            throw SoftphoneError("the server refused to join room \(room): \(error)")
+        }
+        let joined = try ack.decodeResult(RoomJoinResult.self)
+        guard joined.media.mode == "audiobridge", let janus = joined.media.janus else {
+            throw SoftphoneError("room \(room) is a \(joined.media.mode) room; parley room join speaks AudioBridge rooms (start the server with --janus)")
+        }
+        do {
+            try await connect(janus)
+        } catch {
+            throw SoftphoneError("cannot join the voice room on Janus at \(janus.url): \(error)")
+        }
+    }
+
+    private func connect(_ ticket: RoomMedia.Janus) async throws {
+        let transport = try await JanusWebSocketTransport.connect(to: ticket.url)
+        let client = JanusClient(transport: transport)
+        try await client.createSession()
+        let bridge = try await AudioBridge.attach(client, opaqueID: "parley-\(room)")
+        self.bridge = bridge
+        tasks.append(Task { for await event in bridge.events { await self.handle(event) } })
+        tasks.append(Task {
+            for await reason in client.sessionEnded {
+                await self.lost("\(reason)")
+                return
+            }
+        })
+        let result = try await bridge.join(room: ticket.room, display: display, token: ticket.token, muted: muted, id: ticket.participant)
+        participantID = result.id
+        members = [result.id: RoomMember(id: result.id, display: display, isSelf: true)]
+        for participant in result.participants {
+            members[participant.id] = RoomMember(id: participant.id, display: participant.display ?? "\(participant.id)", isSelf: false)
+        }
+        sink.yield(.joined(room: room, participants: participants))
+
+        let iceServers = await signaling.session?.iceServers ?? []
+        let peer = try await engine.makePeerConnection(PeerConnectionConfiguration(iceServers: iceServers))
+        self.peer = peer
+        tasks.append(Task {
+            for await event in peer.events {
+                switch event {
+                case .localCandidate(let candidate):
+                    try? await client.trickle(bridge.handle, candidate: candidate?.candidate, sdpMid: candidate?.sdpMid,
+                                              sdpMLineIndex: candidate?.sdpMLineIndex)
+                case .remoteAudioStarted:
+                    self.sink.yield(.hearing)
+                default: break
+                }
+            }
+        })
+        let offer = try await peer.createOffer(iceRestart: false)
+        try await peer.setLocalDescription(offer)
+        guard let answer = try await bridge.configure(muted: muted, offer: JSEP(type: offer.type, sdp: offer.sdp)) else {
+            throw JanusError.malformed("configure: no SDP answer")
+        }
+        try await peer.setRemoteDescription(SessionDescription(type: answer.type, sdp: answer.sdp))
+        attempt = 0
+    }
+
+    private func handle(_ event: AudioBridgeEvent) {
+        switch event {
+        case .joined(_, let participants), .participantsUpdated(_, let participants):
+            for participant in participants where participant.id != participantID {
+                let member = RoomMember(id: participant.id, display: participant.display ?? "\(participant.id)", isSelf: false)
+                let known = members[participant.id]
+                if known == nil { sink.yield(.memberJoined(member)) }
+                members[participant.id] = member
+                if let was = mutedStates[participant.id], was != participant.muted {
+                    sink.yield(.muted(member, participant.muted))
+                }
+                mutedStates[participant.id] = participant.muted
+            }
+        case .leaving(_, let id), .kicked(_, let id?) where id != participantID:
+            if let member = members.removeValue(forKey: id) { sink.yield(.memberLeft(member)) }
+        case .kicked:
+            end("removed from the room")
+        case .talking(_, let id, let talking):
+            if let member = members[id] { sink.yield(.talking(member, talking)) }
+        case .destroyed:
+            end("the room was closed")
+        case .webrtcUp:
+            sink.yield(.connected)
+        case .hangup(let reason):
+            if !leaving { logger.notice("Janus hung up the room's media", metadata: ["reason": "\(reason)"]) }
+        default:
+            break
+        }
+    }
+
+    private var mutedStates: [Int64: Bool] = [:]
+
+    public func setMuted(_ muted: Bool) async throws {
+        self.muted = muted
+        await peer?.setMicrophoneMuted(muted)
+        try await bridge?.configure(muted: muted)
+    }
+
+    /// Leaves Janus (leave, hangup), then the room on the server.
+    public func leave() async {
+        leaving = true
+        if let bridge {
+            try? await bridge.leave()
+            try? await bridge.hangup()
+            try? await bridge.client.destroy()
+            await bridge.client.close()
+        }
+        let room = self.room
+        _ = try? await signaling.request { .roomLeave(RoomLeave(id: $0, room: room)) }
+        end("left")
+    }
+
+    private func lost(_ reason: String) async {
+        guard !leaving else { return }
+        await teardownMedia()
+        sink.yield(.reconnecting(reason: reason))
+        // Janus restarted or the connection dropped: join again (the server gives a new token and
+        // creates the room again when Janus lost it), with backoff.
+        while !leaving {
+            attempt += 1
+            try? await Task.sleep(for: .milliseconds(min(5000, 250 * (1 << min(attempt, 5)))))
+            do {
+                try await join()
+                return
+            } catch {
+                logger.info("rejoining the room failed; trying again", metadata: ["error": "\(error)"])
+                await teardownMedia()
+            }
+        }
+    }
+
+    private func teardownMedia() async {
+        for task in tasks { task.cancel() }
+        tasks.removeAll()
+        await peer?.close()
+        peer = nil
+        if let bridge { await bridge.client.close() }
+        bridge = nil
+    }
+
+    private func end(_ reason: String) {
+        sink.yield(.ended(reason: reason))
+        sink.finish()
+        let tasks = self.tasks
+        self.tasks.removeAll()
+        let peer = self.peer
+        self.peer = nil
+        Task {
+            for task in tasks { task.cancel() }
+            await peer?.close()
+        }
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import Logging
+import ParleyGStreamer
+import ParleyKit
+import ParleyProtocol
+import ParleyServer
+import ParleyServerTesting
+import ParleySoftphone
+import Testing
+
+/// A real Janus in the tests' network namespace, a Parley server that provisions its rooms there,
+/// and Linux clients joining them.
+final class RoomLab: @unchecked Sendable {
+    let janus: JanusServer
+    let server: LiveServer
+    let directory: URL
+    private var phones: [Softphone] = []
+    private var sessions: [RoomSession] = []
+
+    static let enabled: Bool = {
+        let reason = TestNetwork.unavailable ?? (FileManager.default.isExecutableFile(atPath: JanusServer.executable) ? nil : "janus is not installed")
+        guard let reason else { return true }
+        if ProcessInfo.processInfo.environment["PARLEY_REQUIRE_ALL_TESTS"] == "1" { return true }
+        print("◇ room tests skipped: \(reason)")
+        return false
+    }()
+
+    static func run(_ body: (RoomLab) async throws -> Void) async throws {
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        let server: LiveServer
+        do {
+            server = try await LiveServer.start {
+                var settings = JanusSettings(url: janus.url)
+                settings.emptyRoomGrace = .seconds(1)
+                $0.janus = settings
+            }
+        } catch {
+            janus.stop()
+            throw error
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-room-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let lab = RoomLab(janus: janus, server: server, directory: directory)
+        do {
+            try await body(lab)
+        } catch {
+            print("janus log:\n\(janus.output.suffix(ProcessInfo.processInfo.environment["PARLEY_JANUS_DEBUG"] == nil ? 2000 : 200_000))")
+            await lab.close()
+            throw error
+        }
+        await lab.close()
+    }
+
+    private init(janus: JanusServer, server: LiveServer, directory: URL) {
+        self.janus = janus
+        self.server = server
+        self.directory = directory
+    }
+
+    /// A signed-in softphone whose microphone plays `input`, recording what it hears when asked.
+    func phone(_ user: UserID, input: AudioInput, record: Bool = false) async throws -> Softphone {
+        var media = MediaEngineConfiguration()
+        media.input = input
+        media.output = record ? .file(recording(user)) : .null
+        media.localAddresses = [TestNetwork.clientAddress]
+        let phone = try Softphone(options: SoftphoneOptions(server: URL(string: server.baseURL)!, user: user, media: media), logger: testLogger)
+        try await phone.start()
+        phones.append(phone)
+        return phone
+    }
+
+    func recording(_ user: UserID) -> URL { directory.appendingPathComponent("\(user.rawValue).wav") }
+
+    /// Joins `room` as `phone`'s user; the session's events are recorded.
+    func join(_ phone: Softphone, room: RoomID = "lobby") async throws -> (RoomSession, RoomEvents) {
+        let signaling = try #require(await phone.signalingClient)
+        let session = try RoomSession(room: room, display: phone.options.user.rawValue, signaling: signaling, media: phone.options.media,
+                                      logger: testLogger)
+        let events = RoomEvents(session.events)
+        try await session.join()
+        sessions.append(session)
+        return (session, events)
+    }
+
+    func close() async {
+        for session in sessions { await session.leave() }
+        for phone in phones { await phone.stop() }
+        try? await server.stop()
+        janus.stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
+
+/// Everything a room session reported, for waiting on with a deadline.
+final class RoomEvents: @unchecked Sendable {
+    private let lock = NSLock()
+    private var events: [(at: ContinuousClock.Instant, event: RoomEvent)] = []
+
+    init(_ stream: AsyncStream<RoomEvent>) {
+        Task { [weak self] in
+            for await event in stream { self?.lock.withLock { self?.events.append((.now, event)) } }
+        }
+    }
+
+    var all: [RoomEvent] { lock.withLock { events.map(\.event) } }
+
+    /// When the first event matching came, waiting up to `timeout` for it.
+    @discardableResult
+    func wait(_ what: String, timeout: Duration = .seconds(10), _ matches: @escaping (RoomEvent) -> Bool) async throws -> ContinuousClock.Instant {
+        var found: ContinuousClock.Instant?
+        do {
+            try await eventually(timeout: timeout, what) {
+                found = self.lock.withLock { self.events.first { matches($0.event) }?.at }
+                return found != nil
+            }
+        } catch {
+            throw TestFailure("\(what): not among \(all)")
+        }
+        return found!
+    }
+
+    /// Talking changes of `display`, in order.
+    func talking(of display: String) -> [Bool] {
+        all.compactMap { if case .talking(let member, let talking) = $0, member.display == display { talking } else { nil } }
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+import ParleyGStreamer
+import ParleyProtocol
+import ParleyServerTesting
+import ParleySoftphone
+import Testing
+
+/// Voice rooms on a real Janus AudioBridge with Linux clients through the Parley server.
+@Suite("AudioBridge rooms with Linux clients", .serialized, .enabled(if: RoomLab.enabled))
+struct RoomTests {
+    @Test func talkingFollowsWhoSpeaksAndMuteSilencesThem() async throws {
+        try await RoomLab.run { lab in
+            // Alice speaks in bursts: one second of 440 Hz, two of silence, over and over.
+            let pattern = lab.directory.appendingPathComponent("bursts.wav")
+            let rate = 48_000
+            let samples = (0..<(rate * 3)).map { i -> Float in i < rate ? Float(0.5 * sin(2 * Double.pi * 440 * Double(i) / Double(rate))) : 0 }
+            try WAV.write(WAV.Audio(sampleRate: rate, channels: 1, samples: samples), to: pattern)
+            let alice = try await lab.phone("alice", input: .file(pattern, loop: true))
+            let bob = try await lab.phone("bob", input: .silence, record: true)
+
+            let (aliceRoom, aliceHears) = try await lab.join(alice)
+            try await aliceHears.wait("alice joined") { if case .joined(_, let people) = $0 { people.map(\.display) == ["alice"] } else { false } }
+            let (bobRoom, bobHears) = try await lab.join(bob)
+            try await bobHears.wait("bob sees alice") { if case .joined(_, let people) = $0 { Set(people.map(\.display)) == ["alice", "bob"] } else { false } }
+            try await aliceHears.wait("alice sees bob join") { if case .memberJoined(let member) = $0 { member.display == "bob" } else { false } }
+            try await bobHears.wait("bob's media up") { $0 == .connected }
+            try await bobHears.wait("bob hears the room") { $0 == .hearing }
+
+            // Talking starts and stops with alice's bursts; bob, silent, never talks.
+            do {
+                try await eventually(timeout: .seconds(15), "two bursts of alice talking") { bobHears.talking(of: "alice").count >= 4 }
+            } catch {
+                throw TestFailure("bob heard no talking bursts from alice: \(bobHears.all); alice: \(aliceHears.all)")
+            }
+            let changes = bobHears.talking(of: "alice")
+            #expect(changes.prefix(4) == [true, false, true, false], "\(changes)")
+            #expect(aliceHears.talking(of: "bob").allSatisfy { !$0 }, "bob sends silence")
+
+            // Alice mutes: bob is told, and hears silence from then on.
+            try await aliceRoom.setMuted(true)
+            let mutedAt = try await bobHears.wait("bob sees alice muted") { if case .muted(let member, true) = $0 { member.display == "alice" } else { false } }
+            try await Task.sleep(for: .seconds(4))
+            #expect(ContinuousClock.now - mutedAt >= .seconds(4))
+            await bobRoom.leave()
+            try await aliceHears.wait("alice sees bob leave") { if case .memberLeft(let member) = $0 { member.display == "bob" } else { false } }
+            await bob.stop()
+
+            let heard = try WAV.read(lab.recording("bob"))
+            let before = heard.mono(from: 0, length: max(0, heard.duration - 4.5))
+            #expect(AudioAnalysis.dominantFrequency(before, sampleRate: heard.sampleRate).map { abs($0 - 440) <= 2 } == true,
+                    "bob heard alice's 440 Hz through the mixer")
+            let after = heard.mono(from: heard.duration - 3)
+            #expect(AudioAnalysis.level(after) < -50, "muted alice is silent at bob's: \(AudioAnalysis.level(after)) dBFS")
+        }
+    }
+}
