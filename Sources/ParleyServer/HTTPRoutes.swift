@@ -28,7 +28,7 @@ struct HTTPRoutes: Sendable {
             Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                      body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
         }
-        BrowserClient.register(on: router)
+        BrowserClient.register(on: router, janusURL: configuration.janus?.clientURL)
         router.post("/v1/dev/tokens") { request, context in try await devToken(request, context: context) }
         router.on("/v1/dev/tokens", method: .options) { request, _ in
             guard configuration.developmentMode else { return Self.error(.notFound, .notFound, "not found") }

@@ -4,7 +4,7 @@ import { Signaling, SignInRequired, ProtocolError } from './signaling.js';
 import { Call } from './call.js';
 import { LevelMeter, audioContext } from './audio.js';
 import { drawQuality } from './graph.js';
-import { MeshRoom } from './rooms.js';
+import { MeshRoom, AudioBridgeRoom } from './rooms.js';
 
 const $ = (id) => document.getElementById(id);
 const base = location.origin;
@@ -480,19 +480,43 @@ class App {
       for (const track of stream.getTracks()) track.stop();
       return this.notify(words(error), true);
     }
-    if (ack.media?.mode !== 'mesh') {
+    const Kind = { mesh: MeshRoom, audiobridge: AudioBridgeRoom }[ack.media?.mode];
+    if (!Kind) {
       for (const track of stream.getTracks()) track.stop();
       await this.signaling.request('room.leave', { room: name }).catch(() => {});
-      return this.notify(`Room ${name} mixes audio on a Janus AudioBridge, which this page cannot join yet.`, true);
+      return this.notify(`Room ${name} carries audio in a way this page does not know (${ack.media?.mode}).`, true);
     }
-    const room = new MeshRoom({ name, signaling: this.signaling, self: { user: this.user, device: this.device, display: this.user }, stream });
+    const room = new Kind({ name, signaling: this.signaling, self: { user: this.user, device: this.device, display: this.user }, stream });
     this.room = room;
     room.addEventListener('changed', () => this.drawRoom());
-    room.joined(ack);
+    room.addEventListener('ended', (e) => { this.notify(e.detail, true); this.leaveRoom(); });
+    room.addEventListener('lost', () => this.rejoinRoom(name));
     $('room-title').textContent = name;
-    $('room-kind').textContent = '(peer-to-peer mesh)';
+    $('room-kind').textContent = room instanceof AudioBridgeRoom ? '(mixed on the voice server)' : '(peer-to-peer mesh)';
     $('room').hidden = false;
+    try {
+      await room.joined(ack);
+    } catch (error) {
+      this.room = undefined;
+      $('room').hidden = true;
+      await room.leave();
+      return this.notify(`Could not join the voice room: ${words(error)}`, true);
+    }
     $('room-leave').focus();
+  }
+
+  /** The voice server went away: join again (the server hands out a new token), with backoff. */
+  async rejoinRoom(name) {
+    const old = this.room;
+    if (!old) return;
+    this.room = undefined;
+    this.notify('Lost the voice server; joining the room again…');
+    old.pc?.close();
+    for (let attempt = 0; attempt < 8 && !this.room; attempt++) {
+      await new Promise((r) => setTimeout(r, Math.min(5000, 500 * 2 ** attempt)));
+      await this.joinRoom(name);
+    }
+    if (this.room) this.clearNotice();
   }
 
   async leaveRoom() {
@@ -536,7 +560,8 @@ class App {
                       qualitySamples: call.history.length, ice: call.pc?.iceConnectionState, quality: call.quality, remote: call.remote, muted: call.muted, held: call.held },
       remoteFrequency: this.remoteMeter?.dominantFrequency(),
       remoteLevelDb: this.remoteMeter?.levelDb(),
-      room: this.room && { name: this.room.name, participants: [...this.room.participants.values()] },
+      room: this.room && { name: this.room.name, kind: this.room.constructor.kind, participants: [...this.room.participants.values()],
+                           frequency: this.room.meter?.dominantFrequency() },
     };
   }
 }

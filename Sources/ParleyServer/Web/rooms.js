@@ -2,6 +2,7 @@
 // talking, muted, self}) and emits `changed`; the view draws any backend the same way, so the
 // AudioBridge kind (server-side mixing on Janus) plugs in beside the mesh kind.
 import { LevelMeter, play } from './audio.js';
+import { JanusSession } from './janus.js';
 
 const TALKING_DB = -45;
 
@@ -127,6 +128,110 @@ export class MeshRoom extends EventTarget {
   async leave() {
     clearInterval(this.meterTimer);
     for (const device of [...this.peers.keys()]) this.closePeer(device);
+    for (const track of this.stream.getTracks()) track.stop();
+    this.participants.clear();
+    this.changed();
+    await this.signaling.request('room.leave', { room: this.name }).catch(() => {});
+  }
+
+  changed() {
+    this.dispatchEvent(new Event('changed'));
+  }
+}
+
+/**
+ * AudioBridge room: one peer connection to Janus, which mixes everyone; who talks comes from
+ * Janus's talking events (the browser sends audio levels, RFC 6464, with every packet).
+ */
+export class AudioBridgeRoom extends EventTarget {
+  constructor({ name, signaling, self, stream }) {
+    super();
+    this.name = name;
+    this.signaling = signaling;
+    this.self = self;
+    this.stream = stream;
+    this.participants = new Map();     // Janus participant id → {user?, display, talking, muted, self}
+    this.muted = false;
+  }
+
+  static kind = 'audiobridge';
+
+  /** After the `room.join` ack: joins on Janus with the server's token. */
+  async joined(ack) {
+    const ticket = ack.media.janus;
+    this.janus = await JanusSession.open(ticket.url);
+    this.janus.onclose = (reason) => this.dispatchEvent(new CustomEvent('lost', { detail: reason }));
+    this.handle = await this.janus.attach('janus.plugin.audiobridge', (frame) => this.event(frame));
+    const joinBody = { request: 'join', room: ticket.room, display: this.self.display, token: ticket.token };
+    if (ticket.participant) joinBody.id = ticket.participant;
+    const answer = await this.handle.message(joinBody);
+    const data = answer.plugindata.data;
+    this.id = data.id;
+    this.participants.set(this.id, { display: this.self.display, device: this.self.device, self: true, talking: false, muted: false });
+    this.update(data.participants ?? []);
+
+    const pc = new RTCPeerConnection({ iceServers: this.signaling.iceServers });
+    this.pc = pc;
+    for (const track of this.stream.getAudioTracks()) pc.addTrack(track, this.stream);
+    pc.ontrack = (e) => { this.audio = play(e.streams[0] ?? new MediaStream([e.track])); this.meter = new LevelMeter(this.audio.srcObject); };
+    pc.onicecandidate = (e) => this.handle.trickle(e.candidate ? e.candidate.toJSON() : null).catch(() => {});
+    await pc.setLocalDescription(await pc.createOffer());
+    const configured = await this.handle.message({ request: 'configure', muted: false }, { type: 'offer', sdp: pc.localDescription.sdp });
+    await pc.setRemoteDescription(configured.jsep);
+    this.changed();
+  }
+
+  event(frame) {
+    const data = frame.plugindata?.data;
+    if (frame.janus === 'hangup') return;
+    if (!data) return;
+    switch (data.audiobridge) {
+    case 'joined':
+    case 'event':
+      if (data.participants) this.update(data.participants);
+      if (data.leaving !== undefined) { this.participants.delete(data.leaving); this.changed(); }
+      if (data.kicked !== undefined) {
+        if (data.kicked === this.id) this.dispatchEvent(new CustomEvent('ended', { detail: 'You were removed from the room.' }));
+        else { this.participants.delete(data.kicked); this.changed(); }
+      }
+      break;
+    case 'talking':
+    case 'stopped-talking': {
+      const p = this.participants.get(data.id);
+      if (p) { p.talking = data.audiobridge === 'talking'; this.changed(); }
+      break;
+    }
+    case 'destroyed':
+      this.dispatchEvent(new CustomEvent('ended', { detail: 'The room was closed.' }));
+      break;
+    }
+  }
+
+  update(list) {
+    for (const entry of list) {
+      const known = this.participants.get(entry.id);
+      this.participants.set(entry.id, { display: entry.display ?? String(entry.id), user: entry.display, device: String(entry.id),
+                                        self: entry.id === this.id, talking: known?.talking ?? false, muted: !!entry.muted });
+    }
+    this.changed();
+  }
+
+  async setMuted(muted) {
+    this.muted = muted;
+    for (const track of this.stream.getAudioTracks()) track.enabled = !muted;
+    const me = this.participants.get(this.id);
+    if (me) me.muted = muted;
+    this.changed();
+    await this.handle?.message({ request: 'configure', muted }).catch(() => {});
+  }
+
+  async leave() {
+    await this.handle?.message({ request: 'leave' }).catch(() => {});
+    await this.handle?.hangup().catch(() => {});
+    this.pc?.close();
+    this.meter?.close();
+    if (this.audio) this.audio.srcObject = null;
+    await this.janus?.close();
     for (const track of this.stream.getTracks()) track.stop();
     this.participants.clear();
     this.changed();

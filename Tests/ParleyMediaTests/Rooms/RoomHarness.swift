@@ -60,13 +60,18 @@ final class RoomLab: @unchecked Sendable {
 
     /// A signed-in softphone whose microphone plays `input`, recording what it hears when asked.
     func phone(_ user: UserID, input: AudioInput, record: Bool = false) async throws -> Softphone {
+        let phone = try await Self.phone(server, user, input: input, record: record ? recording(user) : nil)
+        phones.append(phone)
+        return phone
+    }
+
+    static func phone(_ server: LiveServer, _ user: UserID, input: AudioInput, record: URL?) async throws -> Softphone {
         var media = MediaEngineConfiguration()
         media.input = input
-        media.output = record ? .file(recording(user)) : .null
+        media.output = record.map { .file($0) } ?? .null
         media.localAddresses = [TestNetwork.clientAddress]
         let phone = try Softphone(options: SoftphoneOptions(server: URL(string: server.baseURL)!, user: user, media: media), logger: testLogger)
         try await phone.start()
-        phones.append(phone)
         return phone
     }
 
@@ -74,13 +79,25 @@ final class RoomLab: @unchecked Sendable {
 
     /// Joins `room` as `phone`'s user; the session's events are recorded.
     func join(_ phone: Softphone, room: RoomID = "lobby") async throws -> (RoomSession, RoomEvents) {
+        let joined = try await Self.join(phone, room: room)
+        sessions.append(joined.0)
+        return joined
+    }
+
+    static func join(_ phone: Softphone, room: RoomID = "lobby") async throws -> (RoomSession, RoomEvents) {
         let signaling = try #require(await phone.signalingClient)
         let session = try RoomSession(room: room, display: phone.options.user.rawValue, signaling: signaling, media: phone.options.media,
                                       logger: testLogger)
         let events = RoomEvents(session.events)
         try await session.join()
-        sessions.append(session)
         return (session, events)
+    }
+
+    /// One second of 440 Hz, then two of silence: a speaker in bursts.
+    static func writeBursts(to url: URL) throws {
+        let rate = 48_000
+        let samples = (0..<(rate * 3)).map { i -> Float in i < rate ? Float(0.5 * sin(2 * Double.pi * 440 * Double(i) / Double(rate))) : 0 }
+        try WAV.write(WAV.Audio(sampleRate: rate, channels: 1, samples: samples), to: url)
     }
 
     func close() async {

@@ -12,9 +12,7 @@ struct RoomTests {
         try await RoomLab.run { lab in
             // Alice speaks in bursts: one second of 440 Hz, two of silence, over and over.
             let pattern = lab.directory.appendingPathComponent("bursts.wav")
-            let rate = 48_000
-            let samples = (0..<(rate * 3)).map { i -> Float in i < rate ? Float(0.5 * sin(2 * Double.pi * 440 * Double(i) / Double(rate))) : 0 }
-            try WAV.write(WAV.Audio(sampleRate: rate, channels: 1, samples: samples), to: pattern)
+            try RoomLab.writeBursts(to: pattern)
             let alice = try await lab.phone("alice", input: .file(pattern, loop: true))
             let bob = try await lab.phone("bob", input: .silence, record: true)
 
