@@ -171,6 +171,7 @@ public actor RoomSession {
     /// Leaves Janus (leave, hangup), then the room on the server.
     public func leave() async {
         leaving = true
+        rejoining?.cancel()
         if let bridge {
             try? await bridge.leave()
             try? await bridge.hangup()
@@ -183,22 +184,31 @@ public actor RoomSession {
     }
 
     private func lost(_ reason: String) async {
-        guard !leaving else { return }
-        await teardownMedia()
+        guard !leaving, rejoining == nil else { return }
         sink.yield(.reconnecting(reason: reason))
-        // Janus restarted or the connection dropped: join again (the server gives a new token and
-        // creates the room again when Janus lost it), with backoff.
-        while !leaving {
+        // Its own task: the one that noticed the loss is among those the teardown cancels.
+        rejoining = Task { await self.rejoin() }
+    }
+
+    private var rejoining: Task<Void, Never>?
+
+    /// Janus restarted or the connection dropped: join again (the server gives a new token and
+    /// creates the room again when Janus lost it), with backoff.
+    private func rejoin() async {
+        await teardownMedia()
+        while !leaving, !Task.isCancelled {
             attempt += 1
             try? await Task.sleep(for: .milliseconds(min(5000, 250 * (1 << min(attempt, 5)))))
+            guard !leaving else { break }
             do {
                 try await join()
-                return
+                break
             } catch {
                 logger.info("rejoining the room failed; trying again", metadata: ["error": "\(error)"])
                 await teardownMedia()
             }
         }
+        rejoining = nil
     }
 
     private func teardownMedia() async {

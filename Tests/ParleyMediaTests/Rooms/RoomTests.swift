@@ -1,6 +1,7 @@
 import Foundation
 import ParleyGStreamer
 import ParleyProtocol
+import ParleyServer
 import ParleyServerTesting
 import ParleySoftphone
 import Testing
@@ -50,5 +51,46 @@ struct RoomTests {
             let after = heard.mono(from: heard.duration - 3)
             #expect(AudioAnalysis.level(after) < -50, "muted alice is silent at bob's: \(AudioAnalysis.level(after)) dBFS")
         }
+    }
+}
+
+@Suite("AudioBridge rooms survive a Janus restart", .serialized, .enabled(if: RoomLab.enabled))
+struct RoomRestartTests {
+    @Test func clientsRejoinByThemselvesWhenJanusRestarts() async throws {
+        try TestNetwork.janusLink()
+        var janus = try await JanusServer.start()
+        let port = janus.port
+        defer { janus.stop() }
+        let server = try await LiveServer.start { $0.janus = JanusSettings(url: janus.url) }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-restart-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let pattern = directory.appendingPathComponent("bursts.wav")
+        try RoomLab.writeBursts(to: pattern)
+        let alice = try await RoomLab.phone(server, "alice", input: .file(pattern, loop: true), record: nil)
+        let bob = try await RoomLab.phone(server, "bob", input: .silence, record: nil)
+        let (aliceRoom, aliceHears) = try await RoomLab.join(alice)
+        let (bobRoom, bobHears) = try await RoomLab.join(bob)
+        try await bobHears.wait("bob hears alice talk") { if case .talking(let member, true) = $0 { member.display == "alice" } else { false } }
+
+        janus.stop()
+        janus = try await JanusServer.start(port: port)
+        for (name, hears) in [("alice", aliceHears), ("bob", bobHears)] as [(String, RoomEvents)] {
+            try await hears.wait("\(name) notices", timeout: .seconds(15)) { if case .reconnecting = $0 { true } else { false } }
+        }
+        // Joined again on the new Janus: two `joined` events each, media up, talking detected anew.
+        try await eventually(timeout: .seconds(20), "both joined again") {
+            let joins = [aliceHears, bobHears].map { $0.all.filter { if case .joined = $0 { true } else { false } }.count }
+            return joins.allSatisfy { $0 >= 2 }
+        }
+        let rejoinedAt = ContinuousClock.now
+        try await eventually(timeout: .seconds(20), "bob hears alice talk after the restart") {
+            bobHears.talking(of: "alice").count >= 4 && ContinuousClock.now - rejoinedAt > .seconds(1)
+        }
+        await aliceRoom.leave()
+        await bobRoom.leave()
+        await alice.stop()
+        await bob.stop()
+        try await server.stop()
     }
 }
