@@ -54,6 +54,31 @@ struct RoomTests {
     }
 }
 
+extension RoomTests {
+    @Test func parleyRoomJoinPrintsWhoIsThereAndWhoTalks() async throws {
+        try await RoomLab.run { lab in
+            let bob = try await lab.phone("bob", input: .tone(hertz: 660))
+            let (_, _) = try await lab.join(bob)
+            let result = try SoftphoneCommandTests.run(["room", "join", "lobby", "--server", lab.server.baseURL, "--as", "dave",
+                                                        "--play", "tone:440", "--duration", "4", "--ice-address", TestNetwork.clientAddress])
+            #expect(result.status == 0, "\(result.output)\(result.errors)")
+            #expect(result.output.contains("joined room lobby: "), "\(result.output)")
+            #expect(result.output.contains("dave (you)"))
+            #expect(result.output.contains("audio connected to the room"))
+            #expect(result.output.contains("bob is talking"), "\(result.output)")
+            #expect(result.output.hasSuffix("left\n"), "\(result.output)")
+        }
+    }
+
+    @Test func parleyRoomJoinSaysWhenTheServerHasNoJanus() async throws {
+        let server = try await LiveServer.start()
+        let result = try SoftphoneCommandTests.run(["room", "join", "lobby", "--server", server.baseURL, "--as", "dave", "--play", "silence"])
+        #expect(result.status != 0)
+        #expect(result.errors.contains("room lobby is a mesh room; parley room join speaks AudioBridge rooms (start the server with --janus)"), "\(result.errors)")
+        try await server.stop()
+    }
+}
+
 @Suite("AudioBridge rooms survive a Janus restart", .serialized, .enabled(if: RoomLab.enabled))
 struct RoomRestartTests {
     @Test func clientsRejoinByThemselvesWhenJanusRestarts() async throws {
