@@ -103,6 +103,7 @@ public actor RoomSession {
         members = [result.id: RoomMember(id: result.id, display: display, isSelf: true)]
         for participant in result.participants {
             members[participant.id] = RoomMember(id: participant.id, display: participant.display ?? "\(participant.id)", isSelf: false)
+            mutedStates[participant.id] = participant.muted
         }
         sink.yield(.joined(room: room, participants: participants))
 
@@ -138,7 +139,7 @@ public actor RoomSession {
                 let known = members[participant.id]
                 if known == nil { sink.yield(.memberJoined(member)) }
                 members[participant.id] = member
-                if let was = mutedStates[participant.id], was != participant.muted {
+                if mutedStates[participant.id] ?? false != participant.muted {
                     sink.yield(.muted(member, participant.muted))
                 }
                 mutedStates[participant.id] = participant.muted

@@ -42,6 +42,19 @@ struct SoftphoneCommandTests {
         finish(try start(arguments, environment: environment))
     }
 
+    /// Waits for the process on a thread of its own: blocking a cooperative thread can starve the
+    /// in-process server the child talks to (two cores, two cooperative threads).
+    static func finish(_ started: (Process, Pipe, Pipe)) async -> Run {
+        nonisolated(unsafe) let started = started
+        return await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(returning: finish(started)) }
+        }
+    }
+
+    static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Run {
+        await finish(try start(arguments, environment: environment))
+    }
+
     @Test func demoMakesARealCallAndChecksTheAudio() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-demo-test-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -81,9 +94,9 @@ struct SoftphoneCommandTests {
         defer { if listener.0.isRunning { listener.0.terminate() } }
         try await eventually { (try? await server.http("GET", "/healthz")) != nil }
         try await Task.sleep(for: .seconds(1))  // bob registers
-        let caller = try Self.run(["call", "bob", "--server", server.baseURL, "--as", "alice", "--play", "tone:440",
+        let caller = try await Self.run(["call", "bob", "--server", server.baseURL, "--as", "alice", "--play", "tone:440",
                                    "--record", directory.appendingPathComponent("alice.wav").path, "--duration", "2"])
-        let callee = Self.finish(listener)
+        let callee = await Self.finish(listener)
         #expect(caller.status == 0, "\(caller.output)\(caller.errors)")
         #expect(callee.status == 0, "\(callee.output)\(callee.errors)")
         #expect(caller.output.contains("call with bob ended: hung up"))
@@ -99,8 +112,8 @@ struct SoftphoneCommandTests {
         defer { if listener.0.isRunning { listener.0.terminate() } }
         try await eventually { (try? await server.http("GET", "/healthz")) != nil }
         try await Task.sleep(for: .seconds(1))
-        let caller = try Self.run(["call", "bob", "--server", server.baseURL, "--as", "alice", "--play", "silence"])
-        let callee = Self.finish(listener)
+        let caller = try await Self.run(["call", "bob", "--server", server.baseURL, "--as", "alice", "--play", "silence"])
+        let callee = await Self.finish(listener)
         #expect(caller.status == 2)
         #expect(caller.output.contains("call with bob ended: declined by the callee"), "\(caller.output)")
         #expect(callee.status == 0)
@@ -116,7 +129,7 @@ struct SoftphoneCommandTests {
 
     @Test func callingAnOfflineUserExitsWithStatusTwo() async throws {
         let server = try await LiveServer.start()
-        let result = try Self.run(["call", "carol", "--server", server.baseURL, "--as", "alice", "--play", "silence"])
+        let result = try await Self.run(["call", "carol", "--server", server.baseURL, "--as", "alice", "--play", "silence"])
         #expect(result.status == 2)
         #expect(result.output.contains("carol is not online"))
         try await server.stop()
@@ -124,12 +137,12 @@ struct SoftphoneCommandTests {
 
     @Test func doctorChecksTheMachineAndTheServer() async throws {
         let server = try await LiveServer.start()
-        let healthy = try Self.run(["doctor", "--server", server.baseURL])
+        let healthy = try await Self.run(["doctor", "--server", server.baseURL])
         #expect(healthy.status == 0, "\(healthy.output)")
         #expect(healthy.output.contains("✓ a loopback call"))
         #expect(healthy.output.contains("gives development tokens"))
         try await server.stop()
-        let down = try Self.run(["doctor", "--server", server.baseURL])
+        let down = try await Self.run(["doctor", "--server", server.baseURL])
         #expect(down.status == 1)
         #expect(down.output.contains("✗ cannot reach the server"))
     }

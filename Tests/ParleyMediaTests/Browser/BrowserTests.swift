@@ -106,7 +106,7 @@ struct BrowserTests {
             try await alice.click("#hangup")
             try await alice.waitForCall("ended")
 
-            let result = SoftphoneCommandTests.finish(listener)
+            let result = await SoftphoneCommandTests.finish(listener)
             #expect(result.status == 0, "\(result.output)\(result.errors)")
             #expect(result.output.contains("incoming call from alice"))
             #expect(result.output.contains("hung up"), "\(result.output)")
@@ -132,7 +132,7 @@ struct BrowserTests {
             // The Linux side hangs up after its four seconds; the page says so.
             try await bob.waitForCall("ended", timeout: .seconds(20))
             #expect(try await bob.notice().hasPrefix("linus hung up."))
-            let result = SoftphoneCommandTests.finish(caller)
+            let result = await SoftphoneCommandTests.finish(caller)
             #expect(result.status == 0, "\(result.output)\(result.errors)")
             #expect(result.output.contains("strongest tone 990 Hz"), "linus hears the browser: \(result.output)")
         }

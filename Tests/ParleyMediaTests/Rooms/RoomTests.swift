@@ -31,8 +31,10 @@ struct RoomTests {
             } catch {
                 throw TestFailure("bob heard no talking bursts from alice: \(bobHears.all); alice: \(aliceHears.all)")
             }
+            // Bob may join mid-burst, so the first change he sees can be either; they alternate.
             let changes = bobHears.talking(of: "alice")
-            #expect(changes.prefix(4) == [true, false, true, false], "\(changes)")
+            #expect(zip(changes, changes.dropFirst()).allSatisfy { $0 != $1 }, "\(changes)")
+            #expect(changes.filter { $0 }.count >= 2 && changes.filter { !$0 }.count >= 2, "\(changes)")
             #expect(aliceHears.talking(of: "bob").allSatisfy { !$0 }, "bob sends silence")
 
             // Alice mutes: bob is told, and hears silence from then on.
@@ -59,7 +61,7 @@ extension RoomTests {
         try await RoomLab.run { lab in
             let bob = try await lab.phone("bob", input: .tone(hertz: 660))
             let (_, _) = try await lab.join(bob)
-            let result = try SoftphoneCommandTests.run(["room", "join", "lobby", "--server", lab.server.baseURL, "--as", "dave",
+            let result = try await SoftphoneCommandTests.run(["room", "join", "lobby", "--server", lab.server.baseURL, "--as", "dave",
                                                         "--play", "tone:440", "--duration", "4", "--ice-address", TestNetwork.clientAddress])
             #expect(result.status == 0, "\(result.output)\(result.errors)")
             #expect(result.output.contains("joined room lobby: "), "\(result.output)")
@@ -72,7 +74,7 @@ extension RoomTests {
 
     @Test func parleyRoomJoinSaysWhenTheServerHasNoJanus() async throws {
         let server = try await LiveServer.start()
-        let result = try SoftphoneCommandTests.run(["room", "join", "lobby", "--server", server.baseURL, "--as", "dave", "--play", "silence"])
+        let result = try await SoftphoneCommandTests.run(["room", "join", "lobby", "--server", server.baseURL, "--as", "dave", "--play", "silence"])
         #expect(result.status != 0)
         #expect(result.errors.contains("room lobby is a mesh room; parley room join speaks AudioBridge rooms (start the server with --janus)"), "\(result.errors)")
         try await server.stop()
