@@ -161,6 +161,7 @@ let package = Package(
             dependencies: [
                 "ParleyProtocol",
                 "ParleyServer",
+                "ParleyServerTesting",
                 "ParleyKit",
                 "ParleyGStreamer",
                 "ParleySoftphone",

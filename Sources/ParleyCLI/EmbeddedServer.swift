@@ -9,8 +9,9 @@ struct EmbeddedServer {
     private let group: ServiceGroup
     private let task: Task<Void, any Error>
 
-    static func start(database: String?, logger: Logger) async throws -> EmbeddedServer {
+    static func start(database: String?, janus: JanusSettings? = nil, logger: Logger) async throws -> EmbeddedServer {
         var configuration = ServerConfiguration()
+        configuration.janus = janus
         configuration.host = "127.0.0.1"
         configuration.port = 0
         configuration.developmentMode = true

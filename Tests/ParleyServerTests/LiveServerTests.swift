@@ -232,7 +232,7 @@ struct HeartbeatTests {
         _ = try await pinging.hello(device: "a1")
         let silent = try await WSTestClient.connect(url: server.signalURL, token: server.token("bob"))
         let session = try await silent.hello(device: "b1").session
-        #expect(await silent.closeCode(timeout: .seconds(6)) == 4002)
+        #expect(await silent.closeCode(timeout: .seconds(20)) == 4002, "silence (3 heartbeats) closes with 4002; generous under a loaded machine")
         #expect(!pinging.isClosed, "WebSocket pings count as heartbeats")
         #expect(try await pinging.request { .ping(Ping(id: $0)) }.isSuccess)
 

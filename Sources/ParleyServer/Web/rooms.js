@@ -28,7 +28,7 @@ export class MeshRoom extends EventTarget {
       this.participants.set(p.device, { ...p, talking: false, muted: false });
       this.peer(p.device, true);              // we are the newcomer: we offer
     }
-    this.meterTimer = setInterval(() => this.meter(), 200);
+    this.meterTimer = setInterval(() => this.measureTalking(), 200);
     this.changed();
   }
 
@@ -98,7 +98,7 @@ export class MeshRoom extends EventTarget {
     this.signaling.request('room.signal', { room: this.name, to: device, ...fields }).catch(() => {});
   }
 
-  meter() {
+  measureTalking() {
     let change = false;
     for (const [device, peer] of this.peers) {
       const p = this.participants.get(device);

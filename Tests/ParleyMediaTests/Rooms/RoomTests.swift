@@ -47,9 +47,10 @@ struct RoomTests {
             await bob.stop()
 
             let heard = try WAV.read(lab.recording("bob"))
-            let before = heard.mono(from: 0, length: max(0, heard.duration - 4.5))
-            #expect(AudioAnalysis.dominantFrequency(before, sampleRate: heard.sampleRate).map { abs($0 - 440) <= 2 } == true,
-                    "bob heard alice's 440 Hz through the mixer")
+            let bursts = stride(from: 0.0, to: max(0, heard.duration - 5), by: 0.5).filter { start in
+                AudioAnalysis.dominantFrequency(heard.mono(from: start, length: 0.5), sampleRate: heard.sampleRate).map { abs($0 - 440) <= 2 } == true
+            }
+            #expect(bursts.count >= 2, "bob heard alice's 440 Hz through the mixer")
             let after = heard.mono(from: heard.duration - 3)
             #expect(AudioAnalysis.level(after) < -50, "muted alice is silent at bob's: \(AudioAnalysis.level(after)) dBFS")
         }
@@ -67,7 +68,7 @@ extension RoomTests {
             #expect(result.output.contains("joined room lobby: "), "\(result.output)")
             #expect(result.output.contains("dave (you)"))
             #expect(result.output.contains("audio connected to the room"))
-            #expect(result.output.contains("bob is talking"), "\(result.output)")
+            #expect(result.output.contains("dave is talking"), "Janus hears dave's tone: \(result.output)")
             #expect(result.output.hasSuffix("left\n"), "\(result.output)")
         }
     }
