@@ -3,7 +3,8 @@
 #
 # The tests run in a network namespace of their own with only loopback up: headless Chromium
 # gathers ICE candidates on every interface it sees, and nothing a test starts may reach beyond
-# this machine. Browser tests fail (rather than skip) here if Chromium cannot run.
+# this machine. Browser and Janus tests fail (rather than skip) here if they cannot run. Tests run
+# one at a time: real calls, Chromium and Janus side by side on two cores starve each other's timers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,8 +15,8 @@ swift build --build-tests
 echo "== testing"
 export PARLEY_REQUIRE_ALL_TESTS=1
 if [ "$(id -u)" -eq 0 ] && unshare --net true 2>/dev/null; then
-  exec unshare --net sh -c 'ip link set lo up && exec swift test --skip-build --disable-xctest "$@"' sh "$@"
+  exec unshare --net sh -c 'ip link set lo up && exec swift test --skip-build --disable-xctest --no-parallel "$@"' sh "$@"
 fi
 echo "scripts/test.sh: cannot make a private network namespace (unshare --net needs root): the browser tests will fail and say why;" >&2
 echo "  run 'swift test' yourself to skip them instead" >&2
-exec swift test --skip-build --disable-xctest "$@"
+exec swift test --skip-build --disable-xctest --no-parallel "$@"

@@ -202,8 +202,10 @@ struct BrowserTests {
                     try await page.roomPeople().contains { $0["user"] as? String == other && $0["talking"] as? Bool == true }
                 }
             }
-            let people = try await alice.run("return [...document.querySelectorAll('#room-people li')].map(li => li.className + ':' + li.textContent)") as? [String]
-            #expect(people?.contains("talking:bob") == true, "\(people ?? [])")
+            try await eventually("the page marks bob talking") {
+                let people = try await alice.run("return [...document.querySelectorAll('#room-people li')].map(li => li.className + ':' + li.textContent)") as? [String]
+                return people?.contains("talking:bob") == true
+            }
 
             // Muted, alice goes quiet at bob's; leaving removes her.
             try await alice.click("#room-mute")
