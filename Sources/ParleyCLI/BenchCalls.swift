@@ -237,14 +237,7 @@ struct BenchCalls: AsyncParsableCommand {
     // MARK: Output
 
     private func table(_ sides: [Side]) -> String {
-        func median(_ values: [Double]) -> Double? {
-            guard !values.isEmpty else { return nil }
-            let sorted = values.sorted()
-            return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
-        }
-        func cell(_ value: Double?, _ format: String) -> String {
-            value.map { String(format: format, $0) } ?? String(repeating: " ", count: String(format: format, 0.0).count - 1) + "—"
-        }
+        let (median, cell) = (BenchTable.median, BenchTable.cell)
         var lines = ["", String(format: "%d timed calls per side (%.1f s each), then one steady call; medians; CPU in %% of one core", calls, talk)]
         lines.append("side                         invite→ICE   invite→audio   CPU/leg   RSS/leg   failed")
         for side in sides {
@@ -453,4 +446,18 @@ final class LockedText: @unchecked Sendable {
     private var buffer = ""
     func append(_ text: String) { lock.withLock { buffer += text } }
     var text: String { lock.withLock { buffer } }
+}
+
+/// Cells of the benchmark tables.
+enum BenchTable {
+    static func median(_ values: [Double]) -> Double? {
+        guard !values.isEmpty else { return nil }
+        let sorted = values.sorted()
+        return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+    }
+
+    /// `value` in `format`, or a dash aligned as the number would be.
+    static func cell(_ value: Double?, _ format: String) -> String {
+        value.map { String(format: format, $0) } ?? String(repeating: " ", count: String(format: format, 0.0).count - 1) + "—"
+    }
 }

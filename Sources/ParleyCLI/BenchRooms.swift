@@ -112,14 +112,7 @@ struct BenchRooms: AsyncParsableCommand {
     }
 
     private func table(_ rows: [Row]) -> String {
-        func median(_ values: [Double]) -> Double? {
-            guard !values.isEmpty else { return nil }
-            let sorted = values.sorted()
-            return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
-        }
-        func cell(_ value: Double?, _ format: String) -> String {
-            value.map { String(format: format, $0) } ?? String(repeating: " ", count: String(format: format, 0.0).count - 1) + "—"
-        }
+        let (median, cell) = (BenchTable.median, BenchTable.cell)
         var lines = ["", String(format: "rooms on Janus AudioBridge; medians over the room's joins; CPU over %.0f s with everyone in, in %% of one core", steady)]
         lines.append("clients   join→joined   join→webrtcup   Janus CPU   per client CPU   failed")
         for row in rows {

@@ -429,16 +429,29 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     // MARK: Rooms
 
     private func joinRoom(_ join: RoomJoin, key: DeviceKey) throws(ErrorMessage) -> [String: JSONValue] {
+        try checkJoin(join, key: key, limit: configuration.meshRoomLimit)
+        let others = admit(join, key: key)
+        return (try? JSONValue.fields(of: RoomJoinResult(room: join.room, participants: others, media: .mesh))) ?? [:]
+    }
+
+    /// A device id already in the room under another user is refused, and so is a newcomer to a full room.
+    private func checkJoin(_ join: RoomJoin, key: DeviceKey, limit: Int) throws(ErrorMessage) {
+        let members = rooms[join.room] ?? []
+        if let member = members.first(where: { $0.device == key.device }), member.user != key.user {
+            throw ErrorMessage(code: .badRequest, message: "device \(key.device) is already in the room under another user")
+        }
+        if !members.contains(where: { $0.device == key.device }), members.count >= limit {
+            throw ErrorMessage(code: .roomFull, message: "room \(join.room) is full (\(limit) devices)")
+        }
+    }
+
+    /// Puts the device in the room (or updates its display), tells the others it joined; answers
+    /// the other members.
+    private func admit(_ join: RoomJoin, key: DeviceKey) -> [RoomParticipant] {
         var members = rooms[join.room] ?? []
-        if let index = members.firstIndex(where: { $0.device == key.device }) {
-            guard members[index].user == key.user else {
-                throw ErrorMessage(code: .badRequest, message: "device \(key.device) is already in the room under another user")
-            }
+        if let index = members.firstIndex(where: { $0.device == key.device && $0.user == key.user }) {
             members[index].display = join.display ?? members[index].display
         } else {
-            guard members.count < configuration.meshRoomLimit else {
-                throw ErrorMessage(code: .roomFull, message: "room \(join.room) is full (\(configuration.meshRoomLimit) devices)")
-            }
             let participant = RoomParticipant(user: key.user, device: key.device, display: join.display)
             for member in members {
                 deliver(.roomParticipantJoined(RoomParticipantJoined(room: join.room, participant: participant)),
@@ -448,8 +461,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             roomsByDevice[key, default: []].insert(join.room)
         }
         rooms[join.room] = members
-        let result = RoomJoinResult(room: join.room, participants: members.filter { $0.device != key.device }, media: .mesh)
-        return (try? JSONValue.fields(of: result)) ?? [:]
+        return members.filter { $0.device != key.device }
     }
 
     private func leaveRoom(_ room: RoomID, key: DeviceKey) {
@@ -472,17 +484,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// answered from `finishAudioBridgeJoin`.
     private func beginAudioBridgeJoin(_ join: RoomJoin, requestID: String, session: Session, bridge: AudioBridgeRooms) {
         let key = session.key
-        let members = rooms[join.room] ?? []
-        let refusal: ErrorMessage?
-        if let member = members.first(where: { $0.device == key.device }), member.user != key.user {
-            refusal = ErrorMessage(code: .badRequest, message: "device \(key.device) is already in the room under another user")
-        } else if !members.contains(where: { $0.device == key.device }), members.count >= (configuration.janus?.roomLimit ?? 0) {
-            refusal = ErrorMessage(code: .roomFull, message: "room \(join.room) is full (\(configuration.janus?.roomLimit ?? 0) devices)")
-        } else {
-            refusal = nil
-        }
-        if let refusal {
-            let answer = ServerMessage.error(ErrorMessage(re: requestID, code: refusal.code, message: refusal.message))
+        do throws(ErrorMessage) {
+            try checkJoin(join, key: key, limit: configuration.janus?.roomLimit ?? 0)
+        } catch {
+            let answer = ServerMessage.error(ErrorMessage(re: requestID, code: error.code, message: error.message))
             session.remember(answer, for: requestID)
             send(answer, to: session)
             return
@@ -507,20 +512,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let answer: ServerMessage
         switch result {
         case .success(let janus):
-            var members = rooms[join.room] ?? []
-            if let index = members.firstIndex(where: { $0.device == key.device && $0.user == key.user }) {
-                members[index].display = join.display ?? members[index].display
-            } else {
-                let participant = RoomParticipant(user: key.user, device: key.device, display: join.display)
-                for member in members {
-                    deliver(.roomParticipantJoined(RoomParticipantJoined(room: join.room, participant: participant)),
-                            to: DeviceKey(user: member.user, device: member.device))
-                }
-                members.append(participant)
-                roomsByDevice[key, default: []].insert(join.room)
-            }
-            rooms[join.room] = members
-            let joined = RoomJoinResult(room: join.room, participants: members.filter { $0.device != key.device }, media: .audioBridge(janus))
+            let joined = RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .audioBridge(janus))
             answer = .ack(Ack(re: requestID, result: (try? JSONValue.fields(of: joined)) ?? [:]))
         case .failure(let error):
             logger.warning("AudioBridge admission failed", metadata: ["room": "\(join.room)", "error": "\(error)"])

@@ -69,7 +69,18 @@ public final class JanusServer: @unchecked Sendable {
         try? FileManager.default.removeItem(at: directory)
     }
 
-    /// Janus's resident memory and CPU seconds so far, from /proc.
+    /// Whether tests of `what` that need a real Janus can run here. Where they cannot, prints why and
+    /// answers false (the tests skip), except under `PARLEY_REQUIRE_ALL_TESTS=1` (set by
+    /// `scripts/test.sh`), where they run and fail with the reason.
+    public static func testsCanRun(_ what: String) -> Bool {
+        let reason = TestNetwork.unavailable ?? (FileManager.default.isExecutableFile(atPath: executable) ? nil : "janus is not installed")
+        guard let reason else { return true }
+        if ProcessInfo.processInfo.environment["PARLEY_REQUIRE_ALL_TESTS"] == "1" { return true }
+        print("◇ \(what) skipped: \(reason)")
+        return false
+    }
+
+    /// CPU seconds Janus has used so far, from /proc.
     public var cpuSeconds: Double {
         guard let stat = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
               let close = stat.lastIndex(of: ")") else { return 0 }

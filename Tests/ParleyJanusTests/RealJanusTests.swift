@@ -70,13 +70,7 @@ struct RealJanusTests {
 }
 
 enum JanusLab {
-    static let enabled: Bool = {
-        let reason = TestNetwork.unavailable ?? (FileManager.default.isExecutableFile(atPath: JanusServer.executable) ? nil : "janus is not installed")
-        guard let reason else { return true }
-        if ProcessInfo.processInfo.environment["PARLEY_REQUIRE_ALL_TESTS"] == "1" { return true }
-        print("◇ real-Janus tests skipped: \(reason)")
-        return false
-    }()
+    static let enabled = JanusServer.testsCanRun("real-Janus tests")
 
     static func run(sessionTimeout: Int = 60, _ body: (JanusServer) async throws -> Void) async throws {
         try TestNetwork.janusLink()

@@ -80,13 +80,7 @@ struct AudioBridgeRoomTests {
 }
 
 enum JanusAvailability {
-    static let enabled: Bool = {
-        let reason = TestNetwork.unavailable ?? (FileManager.default.isExecutableFile(atPath: JanusServer.executable) ? nil : "janus is not installed")
-        guard let reason else { return true }
-        if ProcessInfo.processInfo.environment["PARLEY_REQUIRE_ALL_TESTS"] == "1" { return true }
-        print("◇ AudioBridge room tests skipped: \(reason)")
-        return false
-    }()
+    static let enabled = JanusServer.testsCanRun("AudioBridge room tests")
 }
 
 final class EventLog: @unchecked Sendable {

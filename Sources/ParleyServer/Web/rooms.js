@@ -6,6 +6,14 @@ import { JanusSession } from './janus.js';
 
 const TALKING_DB = -45;
 
+/** The end of leaving, for any room: the microphone off, nobody listed, the server told. */
+async function leftRoom(room) {
+  for (const track of room.stream.getTracks()) track.stop();
+  room.participants.clear();
+  room.changed();
+  await room.signaling.request('room.leave', { room: room.name }).catch(() => {});
+}
+
 /** Mesh room: one peer connection per other member. The newcomer offers; the lower device id is polite. */
 export class MeshRoom extends EventTarget {
   constructor({ name, signaling, self, stream }) {
@@ -128,10 +136,7 @@ export class MeshRoom extends EventTarget {
   async leave() {
     clearInterval(this.meterTimer);
     for (const device of [...this.peers.keys()]) this.closePeer(device);
-    for (const track of this.stream.getTracks()) track.stop();
-    this.participants.clear();
-    this.changed();
-    await this.signaling.request('room.leave', { room: this.name }).catch(() => {});
+    await leftRoom(this);
   }
 
   changed() {
@@ -232,10 +237,7 @@ export class AudioBridgeRoom extends EventTarget {
     this.meter?.close();
     if (this.audio) this.audio.srcObject = null;
     await this.janus?.close();
-    for (const track of this.stream.getTracks()) track.stop();
-    this.participants.clear();
-    this.changed();
-    await this.signaling.request('room.leave', { room: this.name }).catch(() => {});
+    await leftRoom(this);
   }
 
   changed() {

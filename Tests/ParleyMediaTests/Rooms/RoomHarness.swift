@@ -17,13 +17,7 @@ final class RoomLab: @unchecked Sendable {
     private var phones: [Softphone] = []
     private var sessions: [RoomSession] = []
 
-    static let enabled: Bool = {
-        let reason = TestNetwork.unavailable ?? (FileManager.default.isExecutableFile(atPath: JanusServer.executable) ? nil : "janus is not installed")
-        guard let reason else { return true }
-        if ProcessInfo.processInfo.environment["PARLEY_REQUIRE_ALL_TESTS"] == "1" { return true }
-        print("◇ room tests skipped: \(reason)")
-        return false
-    }()
+    static let enabled = JanusServer.testsCanRun("room tests")
 
     static func run(_ body: (RoomLab) async throws -> Void) async throws {
         try TestNetwork.janusLink()
