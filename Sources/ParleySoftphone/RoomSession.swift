@@ -174,6 +174,7 @@ public actor RoomSession {
         leaving = true
         rejoining?.cancel()
         if let bridge {
+            self.bridge = nil
             try? await bridge.leave()
             try? await bridge.hangup()
             try? await bridge.client.destroy()
@@ -226,11 +227,17 @@ public actor RoomSession {
         sink.finish()
         let tasks = self.tasks
         self.tasks.removeAll()
-        let peer = self.peer
+        let peer = self.peer, bridge = self.bridge
         self.peer = nil
+        self.bridge = nil
         Task {
             for task in tasks { task.cancel() }
             await peer?.close()
+            // Removed by the server or the room closed: our Janus session goes too.
+            if let bridge {
+                try? await bridge.client.destroy()
+                await bridge.client.close()
+            }
         }
     }
 }

@@ -73,6 +73,27 @@ extension RoomTests {
         }
     }
 
+    /// The same device joins again (an app restarted): the server revokes the old admission and
+    /// kicks the old participant, whose session ends and says why; the others see one of it.
+    @Test func joiningAgainFromTheSameDeviceRemovesTheOldParticipant() async throws {
+        try await RoomLab.run { lab in
+            let alice = try await lab.phone("alice", input: .tone(hertz: 440))
+            let bob = try await lab.phone("bob", input: .silence)
+            let (_, bobHears) = try await lab.join(bob)
+            let (_, firstHears) = try await lab.join(alice)
+            try await bobHears.wait("bob sees alice") { if case .memberJoined(let member) = $0 { member.display == "alice" } else { false } }
+            let (_, secondHears) = try await lab.join(alice)
+            try await firstHears.wait("the old session is removed") { $0 == .ended(reason: "removed from the room") }
+            try await secondHears.wait("the new session is in") { if case .joined(_, let people) = $0 { Set(people.map(\.display)) == ["alice", "bob"] } else { false } }
+            try await bobHears.wait("bob sees the old alice leave") { if case .memberLeft(let member) = $0 { member.display == "alice" } else { false } }
+            try await eventually("one alice at bob's") {
+                let joins = bobHears.all.filter { if case .memberJoined(let m) = $0 { m.display == "alice" } else { false } }.count
+                let lefts = bobHears.all.filter { if case .memberLeft(let m) = $0 { m.display == "alice" } else { false } }.count
+                return joins - lefts == 1
+            }
+        }
+    }
+
     @Test func parleyRoomJoinSaysWhenTheServerHasNoJanus() async throws {
         let server = try await LiveServer.start()
         let result = try await SoftphoneCommandTests.run(["room", "join", "lobby", "--server", server.baseURL, "--as", "dave", "--play", "silence"])
