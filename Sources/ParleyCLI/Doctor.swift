@@ -16,7 +16,7 @@ struct Doctor: AsyncParsableCommand {
     )
 
     @Option(help: "A Parley server to check (its HTTP URL). [PARLEY_SERVER]")
-    var server: String? = Serve.env("PARLEY_SERVER")
+    var server: String?
 
     func run() async throws {
         var healthy = true
@@ -49,7 +49,7 @@ struct Doctor: AsyncParsableCommand {
             report(false, "a loopback call failed: \(error)")
         }
 
-        if let server {
+        if let server = server ?? Serve.env("PARLEY_SERVER") {
             guard let url = URL(string: server) else {
                 throw ValidationError("--server must be a URL like http://127.0.0.1:8080")
             }

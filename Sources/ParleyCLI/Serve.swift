@@ -26,7 +26,7 @@ struct Serve: AsyncParsableCommand {
     var tokenSecret: String?
 
     @Option(help: "Shared secret of the TURN server (coturn use-auth-secret). [PARLEY_TURN_SECRET]")
-    var turnSecret: String? = env("PARLEY_TURN_SECRET")
+    var turnSecret: String?
 
     @Option(help: "TURN URLs handed to clients, comma-separated, e.g. turn:host:3478?transport=udp. [PARLEY_TURN_URLS]")
     var turnUrls: String = env("PARLEY_TURN_URLS") ?? ""
@@ -52,7 +52,7 @@ struct Serve: AsyncParsableCommand {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
         guard ringTimeout > 0 else { throw ValidationError("--ring-timeout must be at least 1 second") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
-        if !turnUrls.isEmpty, turnSecret == nil { throw ValidationError("--turn-urls needs --turn-secret") }
+        if !turnUrls.isEmpty, turnSecret ?? Self.env("PARLEY_TURN_SECRET") == nil { throw ValidationError("--turn-urls needs --turn-secret") }
     }
 
     func run() async throws {
@@ -76,7 +76,8 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.tokenKey = .hs256(secret: secret ?? Self.developmentSecret)
         configuration.ringTimeout = .seconds(ringTimeout)
-        configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls), turnSecret: turnSecret)
+        configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls),
+                                                     turnSecret: turnSecret ?? Self.env("PARLEY_TURN_SECRET"))
 
         let host = self.host
         let databaseLabel = configuration.databasePath ?? "in memory"

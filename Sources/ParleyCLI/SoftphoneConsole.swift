@@ -12,7 +12,7 @@ struct SoftphoneArguments: ParsableArguments {
     var server: String = Serve.env("PARLEY_SERVER") ?? "http://127.0.0.1:8080"
 
     @Option(help: "Access token; without one, a development token is asked for (development mode servers only). [PARLEY_TOKEN]")
-    var token: String? = Serve.env("PARLEY_TOKEN")
+    var token: String?
 
     @Option(name: .customLong("as"), help: "Your user id, for a development token.")
     var user: String = Serve.env("USER").flatMap { UserID(rawValue: $0) != nil ? $0 : nil } ?? "cli"
@@ -78,7 +78,7 @@ struct SoftphoneArguments: ParsableArguments {
         let host = serverURL.host ?? ""
         let loopbackServer = host == "127.0.0.1" || host == "localhost" || host == "::1"
         media.localAddresses = iceAddresses.isEmpty && loopbackServer ? ["127.0.0.1"] : iceAddresses
-        let token = self.token
+        let token = self.token ?? Serve.env("PARLEY_TOKEN")
         return SoftphoneOptions(server: serverURL, user: UserID(rawValue: user)!, name: nil, token: token, media: media)
     }
 }

@@ -63,6 +63,21 @@ struct CallStateMachine {
         self.expiresAt = expiresAt
     }
 
+    /// A call that had not ended when the previous server process stopped, as its store kept it.
+    init(restoring stored: StoredCall) {
+        let record = stored.record
+        self.init(id: record.call, caller: Party(user: record.caller, device: record.callerDevice, name: stored.callerName),
+                  callee: record.callee, media: record.media, metadata: stored.metadata, createdAt: record.createdAt,
+                  expiresAt: stored.expiresAt)
+        quality = record.quality
+        if let device = record.calleeDevice, let answeredAt = record.answeredAt {
+            state = .active(callee: device, answeredAt: answeredAt)
+            answeredDevice = device
+            self.answeredAt = answeredAt
+            rungDevices = [device]
+        }
+    }
+
     var phase: CallPhase {
         switch state {
         case .ringing: .ringing
@@ -101,6 +116,11 @@ struct CallStateMachine {
         return record
     }
 
+    /// What the store keeps: the record, and what a restart needs to go on with the call.
+    var stored: StoredCall {
+        StoredCall(record: record, expiresAt: expiresAt, callerName: caller.name, metadata: metadata)
+    }
+
     private func duration(endedAt: Int64) -> Double? {
         answeredAt.map { max(0, Double(endedAt - $0) / 1000) }
     }
@@ -136,6 +156,9 @@ struct CallStateMachine {
         try checkCallee(sender)
         switch state {
         case .ended: throw ended()
+        case .active(let device, _) where device == sender.device:
+            // The device that answered asks again (its answer was lost to a server restart): same answer.
+            return []
         case .active: throw ErrorMessage(code: .callAlreadyAnswered, message: "the call was already answered")
         case .ringing:
             let others = rungDevices.subtracting([sender.device]).sorted()
@@ -219,12 +242,6 @@ struct CallStateMachine {
         case .ringing, .active:
             return end(reason: .connectionLost, by: device, now: now)
         }
-    }
-
-    /// The server is stopping: every party hears the call is over.
-    mutating func shutdown(now: Int64) -> [Delivery] {
-        guard phase != .ended else { return [] }
-        return end(reason: .serverShutdown, by: nil, now: now)
     }
 
     // MARK: Helpers

@@ -15,34 +15,45 @@ public struct ServerMetrics: Sendable {
     private let outcomes: [EndReason: Counter]
     private let otherOutcomes: Counter
     let callsStarted: Counter
+    let callsRestored: Counter
+    let slowConnections: Counter
 
     static let knownOutcomes: [EndReason] = [
-        .hangup, .cancelled, .declined, .busy, .noAnswer, .connectionLost, .serverShutdown,
+        .hangup, .cancelled, .declined, .busy, .noAnswer, .connectionLost,
     ]
 
     public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
         self.registry = registry
-        connections = registry.makeGauge(name: "parley_connections", help: "Open WebSocket connections")
-        sessions = registry.makeGauge(name: "parley_sessions", help: "Signaling sessions, live or held for resume")
-        ringingCalls = registry.makeGauge(name: "parley_calls", labels: [("state", "ringing")], help: "Calls by state")
-        activeCalls = registry.makeGauge(name: "parley_calls", labels: [("state", "active")], help: "Calls by state")
-        framesIn = registry.makeCounter(name: "parley_frames_in_total", help: "Frames received from clients")
-        framesOut = registry.makeCounter(name: "parley_frames_out_total", help: "Frames sent to clients")
+        // Counters carry the unit `total`; gauges have none.
+        func name(_ metric: String, unit: String = "", _ help: String) -> MetricNameDescriptor {
+            MetricNameDescriptor(namespace: "parley", metricName: metric, unitName: unit, helpText: help)
+        }
+        let callsByState = name("calls", "Calls by state")
+        let errorsByCode = name("errors", unit: "total", "Error frames sent, by code")
+        let endedByOutcome = name("calls_ended", unit: "total", "Calls ended, by outcome")
+        connections = registry.makeGauge(descriptor: name("connections", "Open WebSocket connections"))
+        sessions = registry.makeGauge(descriptor: name("sessions", "Signaling sessions, live or held for resume"))
+        ringingCalls = registry.makeGauge(descriptor: callsByState, labels: [("state", "ringing")])
+        activeCalls = registry.makeGauge(descriptor: callsByState, labels: [("state", "active")])
+        framesIn = registry.makeCounter(descriptor: name("frames_in", unit: "total", "Frames received from clients"))
+        framesOut = registry.makeCounter(descriptor: name("frames_out", unit: "total", "Frames sent to clients"))
         var errors: [ErrorCode: Counter] = [:]
         for code in ErrorCode.all {
-            errors[code] = registry.makeCounter(name: "parley_errors_total", labels: [("code", code.rawValue)], help: "Error frames sent, by code")
+            errors[code] = registry.makeCounter(descriptor: errorsByCode, labels: [("code", code.rawValue)])
         }
         self.errors = errors
-        otherErrors = registry.makeCounter(name: "parley_errors_total", labels: [("code", "other")], help: "Error frames sent, by code")
+        otherErrors = registry.makeCounter(descriptor: errorsByCode, labels: [("code", "other")])
         var outcomes: [EndReason: Counter] = [:]
         for reason in Self.knownOutcomes {
-            outcomes[reason] = registry.makeCounter(name: "parley_calls_ended_total", labels: [("outcome", reason.rawValue)],
-                                                    help: "Calls ended, by outcome")
+            outcomes[reason] = registry.makeCounter(descriptor: endedByOutcome, labels: [("outcome", reason.rawValue)])
         }
         self.outcomes = outcomes
-        otherOutcomes = registry.makeCounter(name: "parley_calls_ended_total", labels: [("outcome", "other")],
-                                             help: "Calls ended, by outcome")
-        callsStarted = registry.makeCounter(name: "parley_calls_started_total", help: "Calls invited")
+        otherOutcomes = registry.makeCounter(descriptor: endedByOutcome, labels: [("outcome", "other")])
+        callsStarted = registry.makeCounter(descriptor: name("calls_started", unit: "total", "Calls invited"))
+        callsRestored = registry.makeCounter(descriptor: name("calls_restored", unit: "total",
+                                                              "Unfinished calls taken over from the store at start"))
+        slowConnections = registry.makeCounter(descriptor: name("slow_connections_closed", unit: "total",
+                                                                "Connections closed for falling behind their outbound buffer"))
     }
 
     func error(_ code: ErrorCode) { (errors[code] ?? otherErrors).increment() }

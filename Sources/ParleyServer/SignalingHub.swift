@@ -15,6 +15,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     public nonisolated let clock: C
     private nonisolated let origin: C.Instant
     private let store: any SignalingStore
+    private let records: CallRecordWriter
     private let metrics: ServerMetrics
     private let logger: Logger
     private let wallClock: @Sendable () -> Int64
@@ -51,6 +52,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 wallClock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
         self.configuration = configuration
         self.store = store
+        self.records = CallRecordWriter(store: store, logger: logger)
         self.metrics = metrics
         self.clock = clock
         self.origin = clock.now
@@ -68,6 +70,36 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         while !Task.isCancelled {
             do { try await clock.sleep(for: interval) } catch { return }
             sweep()
+        }
+    }
+
+    // MARK: Restart
+
+    /// Takes over the calls a previous process left unfinished (`SignalingStore.unfinishedCalls()`),
+    /// before any connection: they go on as if every party had just disconnected. Each party's
+    /// device is held as a session without a connection for the resume window; a device that
+    /// connects again gets `resumed: false`, asks `call.state` and hears `active`; one that does not
+    /// come back ends its calls with `connection-lost` when the window closes. A ringing call keeps
+    /// its expiry, and the callee's devices get `call.incoming` when they connect.
+    public func restore(_ unfinished: [StoredCall]) {
+        for stored in unfinished where calls[stored.record.call] == nil {
+            let call = CallStateMachine(restoring: stored)
+            calls[call.id] = call
+            liveCallsByUser[call.caller.user, default: []].insert(call.id)
+            liveCallsByUser[call.callee, default: []].insert(call.id)
+            metrics.callsRestored.increment()
+            if call.phase == .active { metrics.activeCalls.increment() } else { metrics.ringingCalls.increment() }
+            for key in call.participants where sessions[key] == nil {
+                let session = Session(id: Self.newSessionID(), key: key, bufferLimit: configuration.limits.resumeBufferFrames,
+                                      answerLimit: configuration.limits.rememberedRequests)
+                sessions[key] = session
+                devicesByUser[key.user, default: []].insert(key.device)
+                held[key] = now()
+                metrics.sessions.increment()
+            }
+        }
+        if !unfinished.isEmpty {
+            logger.notice("restored calls left unfinished by the previous run", metadata: ["calls.count": "\(unfinished.count)"])
         }
     }
 
@@ -313,7 +345,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         liveCallsByUser[invite.to, default: []].insert(invite.call)
         metrics.callsStarted.increment()
         metrics.ringingCalls.increment()
-        persist(call)
+        records.save(call.stored)
         for device in online {
             deliver(.callIncoming(call.incoming), to: DeviceKey(user: invite.to, device: device))
         }
@@ -366,7 +398,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         calls[callID] = call
         for delivery in deliveries { deliver(delivery.message, to: delivery.to) }
         guard call.phase != before else { return }
-        persist(call)
+        records.save(call.stored)
         if before == .ringing { metrics.ringingCalls.decrement() }
         if call.phase == .active { metrics.activeCalls.increment() }
         if call.phase == .ended {
@@ -392,7 +424,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 try call.report(report.quality, from: sender, now: now, window: window)
                 return []
             }
-            if let call = calls[report.call] { persist(call) }
+            if let call = calls[report.call] { records.save(call.stored) }
             return
         }
         guard var record = try? store.call(report.call), record.caller == sender.user || record.callee == sender.user else {
@@ -402,7 +434,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             throw ErrorMessage(code: .callEnded, message: "the call ended too long ago to report on")
         }
         record.quality = report.quality
-        do { try store.saveCall(record) } catch { throw ErrorMessage(code: .internal, message: "the report could not be stored") }
+        // Old calls keep the expiry and caller name they were stored with (those columns are set once).
+        records.save(StoredCall(record: record, expiresAt: record.createdAt))
     }
 
     private func callState(_ callID: CallID, asker: UserID) throws(ErrorMessage) -> [String: JSONValue] {
@@ -418,12 +451,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         return (try? JSONValue.fields(of: result)) ?? [:]
     }
 
-    private func persist(_ call: CallStateMachine) {
-        do {
-            try store.saveCall(call.record)
-        } catch {
-            logger.error("could not store a call record", metadata: ["call.id": "\(call.id)", "error": "\(error)"])
-        }
+    /// Returns once every call change so far is in the store.
+    public func flushRecords() async {
+        await records.flush()
     }
 
     // MARK: Rooms
@@ -496,7 +526,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         Task {
             let result: Result<RoomMedia.Janus, any Error>
             do { result = .success(try await bridge.admit(room: join.room, device: key)) } catch { result = .failure(error) }
-            await self.finishAudioBridgeJoin(join, requestID: requestID, key: key, result: result)
+            self.finishAudioBridgeJoin(join, requestID: requestID, key: key, result: result)
         }
     }
 
@@ -588,7 +618,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         for (callID, call) in calls where call.phase == .ringing && call.expiresAt <= wallNow {
             update(callID) { call, now in call.ringTimeout(now: now) }
         }
-        while let oldest = endedCalls.first, now - oldest.at >= configuration.endedCallRetention {
+        // An ended call leaves memory only once its record is stored: until then the store cannot answer for it.
+        while let oldest = endedCalls.first, now - oldest.at >= configuration.endedCallRetention, !records.isPending(oldest.call) {
             endedCalls.removeFirst()
             calls[oldest.call] = nil
         }
@@ -596,12 +627,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     // MARK: Shutdown
 
-    /// Ends every call with `server-shutdown`, records it, and closes every connection with 1001.
+    /// Stops taking connections and closes every one with 1001 (reconnect and resume). No call
+    /// ends: their media does not run through the server, and the next start restores them from the
+    /// store (`flushRecords()` makes sure they are there).
     public func shutdown() {
         shuttingDown = true
-        for callID in calls.keys {
-            update(callID) { call, now in call.shutdown(now: now) }
-        }
         for id in Array(connections.keys) {
             close(id, code: .goingAway, reason: "the server is going away")
         }

@@ -34,8 +34,7 @@ public final class SignalingServer: Sendable {
         self.logger = logger
         let store = try store ?? SQLiteStore(path: configuration.databasePath)
         self.store = store
-        let ended = try store.endUnfinishedCalls(reason: .serverShutdown, at: Int64(Date().timeIntervalSince1970 * 1000))
-        if ended > 0 { logger.notice("ended calls left unfinished by the previous run", metadata: ["calls.count": "\(ended)"]) }
+        let unfinished = try store.unfinishedCalls()
         self.metrics = ServerMetrics()
         self.tokens = try await TokenAuthority(key: configuration.tokenKey)
         let (pushes, pushContinuation) = AsyncStream<VoIPPush>.makeStream()
@@ -44,6 +43,8 @@ public final class SignalingServer: Sendable {
         self.onRunning = onRunning
         self.hub = SignalingHub(configuration: configuration, store: store, metrics: metrics, clock: ContinuousClock(),
                                 logger: logger, pushes: pushContinuation)
+        // Before the first connection: a restart, graceful or a crash, ends no call.
+        await hub.restore(unfinished)
     }
 
     /// Mints an access token this server accepts (with the configured key).
@@ -51,7 +52,8 @@ public final class SignalingServer: Sendable {
         try await tokens.mint(user: user, name: name, lifetime: lifetime).token
     }
 
-    /// Serves until SIGTERM or SIGINT, then closes clients with 1001, records every open call, and returns.
+    /// Serves until SIGTERM or SIGINT, then closes clients with 1001 (they reconnect and resume, here or
+    /// at the next start), stores every call, and returns. Calls go on: the next start restores them.
     public func run() async throws {
         try await makeServiceGroup(signals: [.sigterm, .sigint]).run()
     }
@@ -76,7 +78,7 @@ public final class SignalingServer: Sendable {
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
             logger: logger
         )
-        // Graceful shutdown runs in reverse: the hub first (1001 to clients, calls recorded), then
+        // Graceful shutdown runs in reverse: the hub first (1001 to clients, calls stored), then
         // the push queue drains, then the HTTP server stops.
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: app),
@@ -98,6 +100,7 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
             group.addTask { await hub.run() }
             try? await gracefulShutdown()
             await hub.shutdown()
+            await hub.flushRecords()
             await open.drained(within: .seconds(5))
             await hub.closeRooms()
             group.cancelAll()

@@ -2,11 +2,31 @@ import Foundation
 import GRDB
 import ParleyProtocol
 
-/// Where the server keeps what must outlive a process: devices and call records.
+/// A call as the store keeps it: its record, and while it has not ended, what the hub needs to go
+/// on with it after a restart.
+public struct StoredCall: Hashable, Sendable {
+    public var record: CallRecord
+    /// When the invite stops ringing (Unix milliseconds).
+    public var expiresAt: Int64
+    /// The caller's display name, for `call.incoming` to devices that connect later.
+    public var callerName: String?
+    public var metadata: JSONValue?
+
+    public init(record: CallRecord, expiresAt: Int64, callerName: String? = nil, metadata: JSONValue? = nil) {
+        self.record = record
+        self.expiresAt = expiresAt
+        self.callerName = callerName
+        self.metadata = metadata
+    }
+}
+
+/// Where the server keeps what must outlive a process: devices, call records, and the calls that
+/// have not ended (restored after a restart, so a restart ends no call).
 ///
 /// SQLite (`SQLiteStore`) is the embedded default; a shared store such as PostgreSQL lets several
-/// nodes serve one deployment. Calls are synchronous: the SQLite implementation writes in WAL
-/// mode in tens of microseconds, which keeps call records ordered with the frames that caused them.
+/// nodes serve one deployment. Methods are synchronous and may block: the hub never calls the
+/// writing ones itself but hands calls to a `CallRecordWriter`, which writes them in batches on a
+/// thread of its own.
 public protocol SignalingStore: Sendable {
     func upsertDevice(_ device: DeviceRecord) throws
     /// Removes a device; answers whether it existed.
@@ -15,18 +35,21 @@ public protocol SignalingStore: Sendable {
     /// Drops the VoIP token of a device (APNs said it is no longer valid).
     func removeVoIPToken(user: UserID, device: DeviceID) throws
 
-    /// Inserts a call record, or updates what can change of it (answer, end, quality).
-    func saveCall(_ record: CallRecord) throws
+    /// Inserts calls, or updates what can change of them (answer, end, quality), in one transaction.
+    func saveCalls(_ calls: [StoredCall]) throws
     func call(_ id: CallID) throws -> CallRecord?
     /// The user's calls as caller or callee, newest first.
     func calls(of user: UserID, limit: Int) throws -> [CallRecord]
-    /// Ends every call left ringing or active (by a crash): they cannot go on without their server.
-    func endUnfinishedCalls(reason: EndReason, at endedAt: Int64) throws -> Int
+    /// Every call that has not ended (ringing or active), oldest first.
+    func unfinishedCalls() throws -> [StoredCall]
 }
 
 /// The embedded store: one SQLite file (or memory, for tests), migrated on open.
+///
+/// A file is opened as a WAL pool, so reads (the hub's look-ups of old calls and push devices) never
+/// wait for the writer's transactions.
 public final class SQLiteStore: SignalingStore {
-    private let database: DatabaseQueue
+    private let database: any DatabaseWriter
 
     /// Opens (creating it if needed) the database at `path`; `nil` keeps it in memory.
     public init(path: String?) throws {
@@ -36,10 +59,7 @@ public final class SQLiteStore: SignalingStore {
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
         }
         if let path {
-            database = try DatabaseQueue(path: path, configuration: configuration)
-            try database.writeWithoutTransaction { db in
-                _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
-            }
+            database = try DatabasePool(path: path, configuration: configuration)
         } else {
             database = try DatabaseQueue(configuration: configuration)
         }
@@ -74,6 +94,14 @@ public final class SQLiteStore: SignalingStore {
                 t.column("duration", .double)
                 t.column("quality", .text)
             }
+        }
+        migrator.registerMigration("v2: unfinished calls outlive a restart") { db in
+            try db.alter(table: "call") { t in
+                t.add(column: "expiresAt", .integer)
+                t.add(column: "callerName", .text)
+                t.add(column: "metadata", .text)
+            }
+            try db.execute(sql: "CREATE INDEX call_unfinished ON call(createdAt) WHERE endedAt IS NULL")
         }
         return migrator
     }
@@ -111,20 +139,29 @@ public final class SQLiteStore: SignalingStore {
         }
     }
 
-    public func saveCall(_ record: CallRecord) throws {
-        let quality = try record.quality.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
+    public func saveCalls(_ calls: [StoredCall]) throws {
+        let encoder = JSONEncoder()
+        let rows = try calls.map { stored in
+            (stored, try stored.record.quality.map { String(decoding: try encoder.encode($0), as: UTF8.self) },
+             try stored.metadata.map { String(decoding: try encoder.encode($0), as: UTF8.self) })
+        }
         try database.write { db in
             // Cached: this runs several times per call, and compiling the statement cost more than running it.
-            try db.cachedStatement(sql: """
+            let statement = try db.cachedStatement(sql: """
                 INSERT INTO call (call, caller, callee, callerDevice, calleeDevice, audio, video, createdAt,
-                  answeredAt, endedAt, reason, duration, quality)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  answeredAt, endedAt, reason, duration, quality, expiresAt, callerName, metadata)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(call) DO UPDATE SET calleeDevice = excluded.calleeDevice, answeredAt = excluded.answeredAt,
                   endedAt = excluded.endedAt, reason = excluded.reason, duration = excluded.duration, quality = excluded.quality
-                """).execute(arguments: [record.call.rawValue, record.caller.rawValue, record.callee.rawValue,
-                                 record.callerDevice.rawValue, record.calleeDevice?.rawValue, record.media.audio,
-                                 record.media.video, record.createdAt, record.answeredAt, record.endedAt,
-                                 record.reason?.rawValue, record.duration, quality])
+                """)
+            for (stored, quality, metadata) in rows {
+                let record = stored.record
+                try statement.execute(arguments: [record.call.rawValue, record.caller.rawValue, record.callee.rawValue,
+                                                  record.callerDevice.rawValue, record.calleeDevice?.rawValue, record.media.audio,
+                                                  record.media.video, record.createdAt, record.answeredAt, record.endedAt,
+                                                  record.reason?.rawValue, record.duration, quality, stored.expiresAt,
+                                                  stored.callerName, metadata])
+            }
         }
     }
 
@@ -142,14 +179,15 @@ public final class SQLiteStore: SignalingStore {
         }
     }
 
-    public func endUnfinishedCalls(reason: EndReason, at endedAt: Int64) throws -> Int {
-        try database.write { db in
-            try db.execute(sql: """
-                UPDATE call SET endedAt = ?, reason = ?,
-                  duration = CASE WHEN answeredAt IS NULL THEN NULL ELSE MAX(0, (? - answeredAt) / 1000.0) END
-                WHERE endedAt IS NULL
-                """, arguments: [endedAt, reason.rawValue, endedAt])
-            return db.changesCount
+    public func unfinishedCalls() throws -> [StoredCall] {
+        try database.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM call WHERE endedAt IS NULL ORDER BY createdAt, rowid").compactMap { row in
+                guard let record = Self.callRecord(row) else { return nil }
+                let metadata = (row["metadata"] as String?).flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) }
+                // Rows written before v2 have no expiry: they ring no longer.
+                return StoredCall(record: record, expiresAt: row["expiresAt"] ?? record.createdAt,
+                                  callerName: row["callerName"], metadata: metadata)
+            }
         }
     }
 

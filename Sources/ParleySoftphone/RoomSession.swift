@@ -91,7 +91,7 @@ public actor RoomSession {
         try await client.createSession()
         let bridge = try await AudioBridge.attach(client, opaqueID: "parley-\(room)")
         self.bridge = bridge
-        tasks.append(Task { for await event in bridge.events { await self.handle(event) } })
+        tasks.append(Task { for await event in bridge.events { self.handle(event) } })
         tasks.append(Task {
             for await reason in client.sessionEnded {
                 await self.lost("\(reason)")
@@ -144,7 +144,10 @@ public actor RoomSession {
                 }
                 mutedStates[participant.id] = participant.muted
             }
-        case .leaving(_, let id), .kicked(_, let id?) where id != participantID:
+        case .leaving(_, let id):
+            // Our own leaving finds no member: only others are in `members`.
+            if let member = members.removeValue(forKey: id) { sink.yield(.memberLeft(member)) }
+        case .kicked(_, let id?) where id != participantID:
             if let member = members.removeValue(forKey: id) { sink.yield(.memberLeft(member)) }
         case .kicked:
             end("removed from the room")

@@ -105,16 +105,21 @@ struct CallFlowTests {
         try await server.stop()
     }
 
-    @Test func aServerRestartMidCallIsRecoveredWithCallState() async throws {
-        let server = try await LiveServer.start()
+    @Test func aServerRestartMidCallEndsNothing() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let server = try await LiveServer.start(databasePath: path)
         let port = server.port
         let (alice, bob, call) = try await Self.connectedCall(server)
         try await server.stop()
-        let restarted = try await LiveServer.start { $0.port = port }
-        // The new server knows nothing; the records say the call ended with the old one.
-        try await eventually("alice learns the call is over") { alice.provider.endReason(of: call) != nil }
-        try await eventually("bob too") { bob.provider.endReason(of: call) != nil }
-        #expect(await alice.phase(call) == .ended(.serverShutdown))
+        let restarted = try await LiveServer.start(databasePath: path) { $0.port = port }
+        // Both reconnect to a server that restored the call; bob's hangup reaches alice through it.
+        let end = bob.provider.perform { .end($0, call: call) }
+        try await eventually("bob's end action is fulfilled") { bob.provider.outcome(of: end) == true }
+        try await eventually("alice hears bob hung up") { await alice.phase(call) == .ended(.hangup) }
+        #expect(alice.provider.endReason(of: call) == .remoteEnded)
+        let calls = try await restarted.http("GET", "/v1/calls", token: restarted.token("alice")).decode(CallList.self).calls
+        #expect(calls.map(\.reason) == [.hangup])
         await alice.stop(); await bob.stop()
         try await restarted.stop()
     }

@@ -199,29 +199,6 @@ struct LiveServerTests {
         #expect(await client.closeCode() == 4001)
         try await server.stop()
     }
-
-    @Test func shutdownClosesWith1001AndARestartLosesNoCallRecord() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-\(UUID().uuidString).sqlite").path
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
-        let server = try await LiveServer.start(databasePath: path)
-        let alice = try await server.device("alice", "a1")
-        let bob = try await server.device("bob", "b1")
-        let answered: CallID = "0b8a5f3e-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
-        _ = try await alice.request { .callInvite(CallInvite(id: $0, call: answered, to: "bob")) }
-        _ = try await bob.request { .callAccept(CallRequest(id: $0, call: answered)) }
-        _ = try await alice.request { .callHangup(CallHangup(id: $0, call: answered)) }
-        _ = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
-        try await server.stop()
-        #expect(await alice.closeCode() == 1001)
-        let ended = try await bob.expect { if case .callEnded(let m) = $0.message, m.call == call { m } else { nil } }
-        #expect(ended.reason == .serverShutdown)
-
-        let restarted = try await LiveServer.start(databasePath: path)
-        let calls = try await restarted.http("GET", "/v1/calls", token: restarted.token("alice")).decode(CallList.self).calls
-        #expect(calls.map(\.call) == [call, answered])
-        #expect(calls.map(\.reason) == [.serverShutdown, .hangup])
-        try await restarted.stop()
-    }
 }
 
 @Suite("Live server: heartbeat")

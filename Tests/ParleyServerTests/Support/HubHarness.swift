@@ -37,19 +37,23 @@ final class RecordingSink: ConnectionSink, @unchecked Sendable {
 
 /// A hub on a manual clock with an in-memory store, and devices that talk to it directly.
 struct HubHarness {
-    let clock = ManualClock()
+    let clock: ManualClock
     let store: SQLiteStore
     let hub: SignalingHub<ManualClock>
     let configuration: ServerConfiguration
     private let ids = Counter()
 
     init(configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
+        try self.init(store: SQLiteStore(path: nil), clock: ManualClock(), configure: configure)
+    }
+
+    private init(store: SQLiteStore, clock: ManualClock, configure: (inout ServerConfiguration) -> Void) {
         var configuration = ServerConfiguration()
         configuration.databasePath = nil
         configure(&configuration)
         self.configuration = configuration
-        store = try SQLiteStore(path: nil)
-        let clock = self.clock
+        self.store = store
+        self.clock = clock
         var logger = Logger(label: "test.hub")
         logger.logLevel = .critical
         hub = SignalingHub(configuration: configuration, store: store, clock: clock, logger: logger,
@@ -83,6 +87,16 @@ struct HubHarness {
         client.pending = frames
         client.device = device
         return client
+    }
+
+    /// A new hub on the same store, as after the process died: the old hub is simply abandoned
+    /// (only what its writer had stored survives), and the new one restores the unfinished calls.
+    func restarted(after downtime: Duration = .seconds(2), configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> HubHarness {
+        await hub.flushRecords()
+        clock.advance(by: downtime)
+        let next = HubHarness(store: store, clock: clock, configure: configure)
+        await next.hub.restore(try store.unfinishedCalls())
+        return next
     }
 
     func advance(_ duration: Duration) async {

@@ -1,0 +1,115 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import ParleyProtocol
+
+/// Writes the hub's calls to the store off the hub's path.
+///
+/// The hub hands over a call each time it changes (`save`) and goes on at once; a thread of the
+/// writer's own writes what has gathered, one transaction a batch, so a slow or locked database
+/// delays records, never signaling. Only the newest state of a call is written: a call that rang,
+/// was answered and ended while the previous batch was being written is one row in the next.
+/// A failed batch stays queued and is retried with backoff, merged with newer states; `flush()`
+/// waits until everything handed over is in the store (graceful shutdown, tests).
+///
+/// What a crash can lose is the batch being written at that instant: milliseconds of changes, and
+/// never a call's existence once it has been written once.
+public final class CallRecordWriter: Sendable {
+    private struct State {
+        var pending: [CallID: StoredCall] = [:]
+        /// First-handed-over order, so calls are written in the order they started.
+        var order: [CallID] = []
+        var writing = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        var inFlight: Set<CallID> = []
+    }
+
+    private let store: any SignalingStore
+    private let logger: Logger
+    private let state = NIOLockedValueBox(State())
+    private let maxBackoff: Duration
+
+    public init(store: any SignalingStore, logger: Logger, maxBackoff: Duration = .seconds(5)) {
+        self.store = store
+        self.logger = logger
+        self.maxBackoff = maxBackoff
+    }
+
+    /// Queues the newest state of a call; returns at once.
+    public func save(_ call: StoredCall) {
+        let start: Bool = state.withLockedValue { state in
+            if state.pending.updateValue(call, forKey: call.record.call) == nil { state.order.append(call.record.call) }
+            guard !state.writing else { return false }
+            state.writing = true
+            return true
+        }
+        if start { startWriting() }
+    }
+
+    /// Whether a call has changes not yet in the store.
+    public func isPending(_ call: CallID) -> Bool {
+        state.withLockedValue { $0.pending[call] != nil || $0.inFlight.contains(call) }
+    }
+
+    /// Returns once everything saved before the call is in the store.
+    public func flush() async {
+        await withCheckedContinuation { continuation in
+            let done: Bool = state.withLockedValue { state in
+                guard state.writing else { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    private func startWriting() {
+        // A thread of its own: the store blocks (a locked SQLite file waits up to its busy timeout),
+        // and blocking the cooperative pool would stall every connection.
+        let thread = Thread { [self] in writeUntilDrained() }
+        thread.name = "parley.records"
+        thread.start()
+    }
+
+    private func writeUntilDrained() {
+        var backoff = Duration.milliseconds(50)
+        while true {
+            let batch: [StoredCall] = state.withLockedValue { state in
+                let batch = state.order.compactMap { state.pending[$0] }
+                state.inFlight = Set(state.order)
+                state.pending = [:]
+                state.order = []
+                return batch
+            }
+            if batch.isEmpty {
+                let waiters: [CheckedContinuation<Void, Never>]? = state.withLockedValue { state in
+                    // Something may have arrived since the batch was taken: keep going then.
+                    guard state.pending.isEmpty else { return nil }
+                    state.writing = false
+                    state.inFlight = []
+                    defer { state.waiters = [] }
+                    return state.waiters
+                }
+                guard let waiters else { continue }
+                for waiter in waiters { waiter.resume() }
+                return
+            }
+            do {
+                try store.saveCalls(batch)
+                backoff = .milliseconds(50)
+                state.withLockedValue { $0.inFlight = [] }
+            } catch {
+                logger.error("could not store call records; retrying", metadata: ["calls.count": "\(batch.count)", "error": "\(error)"])
+                state.withLockedValue { state in
+                    // Newer states handed over meanwhile win over the failed batch's.
+                    for call in batch where state.pending[call.record.call] == nil {
+                        state.pending[call.record.call] = call
+                        state.order.append(call.record.call)
+                    }
+                }
+                Thread.sleep(forTimeInterval: Double(backoff.components.seconds) + Double(backoff.components.attoseconds) / 1e18)
+                backoff = min(backoff * 2, maxBackoff)
+            }
+        }
+    }
+}
