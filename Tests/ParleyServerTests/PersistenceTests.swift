@@ -1,0 +1,76 @@
+import Foundation
+import GRDB
+import ParleyProtocol
+@testable import ParleyServer
+import ParleyServerTesting
+import Testing
+
+@Suite("Persistence off the hub's path")
+struct PersistenceTests {
+    let call: CallID = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b9a"
+
+    /// Another process holds the database's write lock (a backup, a migration, a stuck writer).
+    final class WriteLockHolder: @unchecked Sendable {
+        private let release = DispatchSemaphore(value: 0)
+        private let taken = DispatchSemaphore(value: 0)
+        private let thread: Thread
+
+        init(path: String) {
+            let (release, taken) = (release, taken)
+            thread = Thread {
+                do {
+                    let queue = try DatabaseQueue(path: path)
+                    try queue.write { db in
+                        try db.execute(sql: "INSERT INTO device (user, device, platform, updatedAt) VALUES ('lock', 'lock', 'linux', 0)")
+                        taken.signal()
+                        release.wait()
+                    }
+                } catch {
+                    Issue.record("could not take the write lock: \(error)")
+                    taken.signal()
+                }
+            }
+            thread.start()
+            taken.wait()
+        }
+
+        func unlock() { release.signal() }
+    }
+
+    @Test func aLockedDatabaseDelaysRecordsNeverSignalingAndLosesNone() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let server = try await LiveServer.start(databasePath: path)
+        let alice = try await server.device("alice", "a1")
+        let bob = try await server.device("bob", "b1")
+
+        let lock = WriteLockHolder(path: path)
+        // Each of these changes the call's record; none may wait for the database (5 s busy timeout).
+        #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+        #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+        #expect(try await alice.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
+        #expect(try await server.http("GET", "/v1/calls", token: server.token("alice")).decode(CallList.self).calls.isEmpty,
+                "nothing could be written yet")
+        lock.unlock()
+
+        await server.server.hub.flushRecords()
+        let calls = try await server.http("GET", "/v1/calls", token: server.token("alice")).decode(CallList.self).calls
+        #expect(calls.map(\.call) == [call])
+        #expect(calls.first?.reason == .hangup)
+        #expect(calls.first?.answeredAt != nil)
+        try await server.stop()
+    }
+
+    @Test func theWriterWritesOnlyTheNewestStateOfACall() async throws {
+        let store = try SQLiteStore(path: nil)
+        let writer = CallRecordWriter(store: store, logger: .init(label: "test"))
+        var record = CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1", media: .audioOnly, createdAt: 1)
+        for step in 0..<100 {
+            record.answeredAt = Int64(step)
+            writer.save(StoredCall(record: record, expiresAt: 2))
+        }
+        await writer.flush()
+        #expect(!writer.isPending(call))
+        #expect(try store.call(call)?.answeredAt == 99)
+    }
+}
