@@ -197,11 +197,14 @@ public enum CloseCode: UInt16, Sendable, CaseIterable {
     case tokenInvalid = 4003
     case rateLimited = 4008
     case replaced = 4009
+    /// The client read too slowly: its frames filled the server's outbound buffer. Reconnect and
+    /// resume: the frames it missed are in the session's resume buffer.
+    case tooSlow = 4010
 
     /// Whether a client should reconnect and resume its session after this close.
     public var shouldResume: Bool {
         switch self {
-        case .goingAway, .heartbeatTimeout, .tokenInvalid: return true
+        case .goingAway, .heartbeatTimeout, .tokenInvalid, .tooSlow: return true
         case .normal, .unsupportedData, .policy, .tooBig, .helloTimeout, .rateLimited, .replaced: return false
         }
     }

@@ -43,6 +43,9 @@ public struct ServerConfiguration: Sendable {
         public var resumeBufferFrames: Int = 4096
         /// Answers remembered per session for idempotent request ids.
         public var rememberedRequests: Int = 1024
+        /// Bytes of frames waiting to be written to one connection; a client that falls further
+        /// behind is closed with 4010 and resumes (its frames wait in the session's resume buffer).
+        public var outboundBufferBytes: Int = 4 << 20
 
         public init() {}
     }

@@ -226,7 +226,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
         if resumed, let lastSeq = hello.resume?.lastSeq {
             for frame in session.frames(after: lastSeq) {
-                entry.connection.outbound.write(.text(frame.text))
+                entry.connection.outbound.replay(frame.text)
                 metrics.framesOut.increment()
             }
         } else {

@@ -65,7 +65,7 @@ public final class SignalingServer: Sendable {
                    wallClock: { Int64(Date().timeIntervalSince1970 * 1000) },
                    isShuttingDown: { [hub] in await hub.isShuttingDown }).register(on: router)
         let openConnections = OpenConnections()
-        let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, open: openConnections, logger: logger)
+        let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, metrics: metrics, open: openConnections, logger: logger)
         let onRunning = self.onRunning
         let app = Application(
             router: router,

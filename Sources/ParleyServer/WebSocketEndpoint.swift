@@ -12,17 +12,20 @@ import ParleyProtocol
 struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     static var path: String { "/v1/signal" }
     static var subprotocol: String { "parley.v1" }
+    static var closeHandshakeTimeout: Duration { .seconds(3) }
 
     let hub: SignalingHub<C>
     let tokens: TokenAuthority
+    let metrics: ServerMetrics
     let logger: Logger
     /// Connections whose reader or writer still runs; shutdown waits for them to drain.
     let open: OpenConnections
     private let connectionIDs = NIOLockedValueBox<UInt64>(0)
 
-    init(hub: SignalingHub<C>, tokens: TokenAuthority, open: OpenConnections, logger: Logger) {
+    init(hub: SignalingHub<C>, tokens: TokenAuthority, metrics: ServerMetrics, open: OpenConnections, logger: Logger) {
         self.hub = hub
         self.tokens = tokens
+        self.metrics = metrics
         self.open = open
         self.logger = logger
     }
@@ -61,20 +64,33 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
                        inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async {
         open.opened()
         defer { open.closed() }
-        let (frames, continuation) = AsyncStream<OutboundFrame>.makeStream()
-        let connection = Connection(id: id, identity: identity, outbound: continuation, now: hub.now())
+        let limits = hub.configuration.limits
+        let outboundQueue = BoundedOutbound(limit: limits.outboundBufferBytes) { [logger, metrics] in
+            logger.notice("closing a connection that reads too slowly", metadata: ["connection.id": "\(id)"])
+            metrics.slowConnections.increment()
+        }
+        let connection = Connection(id: id, identity: identity, outbound: outboundQueue, now: hub.now())
         await Self.observeActivity(on: channel) { [hub] in connection.touch(now: hub.now()) }
         await hub.connect(connection)
-        let limits = hub.configuration.limits
 
+        let inboundEnded = NIOLockedValueBox(false)
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await frame in frames {
+                for await frame in outboundQueue.frames {
                     switch frame {
-                    case .text(let text):
+                    case .text(let text, let counted):
+                        guard !outboundQueue.overflowed else { continue }
                         do { try await outbound.write(.text(text)) } catch { return }
+                        if counted { outboundQueue.written(text.utf8.count) }
                     case .close(let code, let reason):
                         try? await outbound.close(.init(codeNumber: Int(code.rawValue)), reason: reason)
+                        // A client that does not answer the close (it stopped reading) must not hold
+                        // the connection, or a graceful shutdown, forever.
+                        let deadline = ContinuousClock.now + Self.closeHandshakeTimeout
+                        while !inboundEnded.withLockedValue({ $0 }), ContinuousClock.now < deadline {
+                            try? await Task.sleep(for: .milliseconds(20))
+                        }
+                        try? await channel.close()
                         return
                     }
                 }
@@ -111,6 +127,7 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
             } catch {
                 logger.debug("websocket read ended", metadata: ["connection.id": "\(id)", "error": "\(error)"])
             }
+            inboundEnded.withLockedValue { $0 = true }
             await hub.disconnected(id)
             await group.waitForAll()
         }
