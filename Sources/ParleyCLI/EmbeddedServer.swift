@@ -16,7 +16,7 @@ struct EmbeddedServer {
         configuration.port = 0
         configuration.developmentMode = true
         configuration.databasePath = database
-        configuration.tokenKey = .hs256(secret: Serve.developmentSecret)
+        configuration.tokenKey = .hs256(secret: ServerConfiguration.developmentSecret)
         let (ports, portSink) = AsyncStream<Int>.makeStream()
         let server = try await SignalingServer(configuration: configuration, logger: logger) { port in
             portSink.yield(port)

@@ -43,10 +43,14 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Seconds a call rings before it ends with no-answer. [PARLEY_RING_TIMEOUT]")
     var ringTimeout: Int = env("PARLEY_RING_TIMEOUT").flatMap(Int.init) ?? 45
 
+    @Option(help: "Browser origins allowed to open signaling connections besides the server's own, comma-separated, e.g. https://app.example.com. [PARLEY_ALLOWED_ORIGINS]")
+    var allowedOrigins: String = env("PARLEY_ALLOWED_ORIGINS") ?? ""
+
+    @Option(help: "Bearer token for GET /metrics; without one, metrics are served to loopback only. [PARLEY_METRICS_TOKEN]")
+    var metricsToken: String?
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error. [PARLEY_LOG_LEVEL]")
     var logLevel: String = env("PARLEY_LOG_LEVEL") ?? "info"
-
-    static let developmentSecret = "parley-development-secret-not-for-production"
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
@@ -56,25 +60,28 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let loopback = ["127.0.0.1", "::1", "localhost"].contains(host)
+        var configuration = ServerConfiguration()
+        configuration.host = host
+        let loopback = configuration.isLoopback
         let development = dev ?? Self.env("PARLEY_DEV").map { ["1", "true", "yes"].contains($0.lowercased()) } ?? loopback
         let secret = tokenSecret ?? Self.env("PARLEY_TOKEN_SECRET")
         if secret == nil, !development {
             throw ValidationError("outside development mode the server needs --token-secret (or PARLEY_TOKEN_SECRET)")
         }
+        configuration.tokenKey = .hs256(secret: secret ?? ServerConfiguration.developmentSecret)
+        do { try configuration.validate() } catch { throw ValidationError(error.description) }
         var logger = Logger(label: "parley.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
 
-        var configuration = ServerConfiguration()
-        configuration.host = host
         configuration.port = port
+        configuration.allowedOrigins = Self.list(allowedOrigins)
+        configuration.metricsToken = metricsToken ?? Self.env("PARLEY_METRICS_TOKEN")
         configuration.databasePath = database == ":memory:" ? nil : database
         configuration.developmentMode = development
         if !janus.isEmpty {
             guard janus.hasPrefix("ws://") || janus.hasPrefix("wss://") else { throw ValidationError("--janus takes a ws:// or wss:// URL") }
             configuration.janus = JanusSettings(url: janus, clientURL: janusClientUrl.isEmpty ? nil : janusClientUrl)
         }
-        configuration.tokenKey = .hs256(secret: secret ?? Self.developmentSecret)
         configuration.ringTimeout = .seconds(ringTimeout)
         configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls),
                                                      turnSecret: turnSecret ?? Self.env("PARLEY_TURN_SECRET"))

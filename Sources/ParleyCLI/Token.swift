@@ -24,7 +24,7 @@ struct Token: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let secret = secret ?? Serve.env("PARLEY_TOKEN_SECRET") ?? Serve.developmentSecret
+        let secret = secret ?? Serve.env("PARLEY_TOKEN_SECRET") ?? ServerConfiguration.developmentSecret
         let authority = try await TokenAuthority(key: .hs256(secret: secret))
         let minted = try await authority.mint(user: UserID(rawValue: user)!, name: name, lifetime: .seconds(ttl))
         print(minted.token)

@@ -30,7 +30,7 @@ enum BrowserClient {
             + "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
     }
 
-    static func register(on router: Router<BasicRequestContext>, janusURL: String?) {
+    static func register(on router: Router<ParleyRequestContext>, janusURL: String?) {
         let policy = contentSecurityPolicy(janusURL: janusURL)
         router.get("/") { _, _ in response(for: "index.html", policy: policy) }
         router.get("/index.html") { _, _ in response(for: "index.html", policy: policy) }

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import NIOCore
 import ParleyProtocol
 
 /// The HTTP endpoints of protocol v1 beside the WebSocket.
@@ -16,7 +17,7 @@ struct HTTPRoutes: Sendable {
     static let maxBody = 64 * 1024
     static let maxCallsLimit = 200
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ParleyRequestContext>) {
         router.get("/healthz") { _, _ in
             guard await !isShuttingDown() else {
                 return Response(status: .serviceUnavailable, headers: [.contentType: "text/plain; charset=utf-8"],
@@ -24,9 +25,16 @@ struct HTTPRoutes: Sendable {
             }
             return Response(status: .ok, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
         }
-        router.get("/metrics") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                     body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
+        router.get("/metrics") { request, context in
+            // Metrics tell who is busy and how much: loopback scrapers only, unless a token is configured.
+            if let expected = configuration.metricsToken {
+                let given = WebSocketEndpoint<ContinuousClock>.bearerToken(headers: request.headers, path: nil, allowQuery: false)
+                guard let given, Self.constantTimeEqual(given, expected) else { return Self.unauthorized }
+            } else if !context.isFromLoopback {
+                return Self.error(.forbidden, .forbidden, "metrics are served on loopback only (or with --metrics-token)")
+            }
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                            body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
         }
         BrowserClient.register(on: router, janusURL: configuration.janus?.clientURL)
         router.post("/v1/dev/tokens") { request, context in try await devToken(request, context: context) }
@@ -106,7 +114,7 @@ struct HTTPRoutes: Sendable {
         }
     }
 
-    private func devToken(_ request: Request, context: BasicRequestContext) async throws -> Response {
+    private func devToken(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         guard configuration.developmentMode else { return Self.error(.notFound, .notFound, "not found") }
         var response: Response
         switch await Self.decode(DevTokenRequest.self, from: request) {
@@ -129,6 +137,12 @@ struct HTTPRoutes: Sendable {
         guard let token = WebSocketEndpoint<ContinuousClock>.bearerToken(headers: request.headers, path: request.uri.string,
                                                                           allowQuery: allowQuery) else { return nil }
         return try? await tokens.verify(token)
+    }
+
+    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let (x, y) = (Array(a.utf8), Array(b.utf8))
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
     // MARK: Responses
@@ -169,3 +183,19 @@ struct HTTPRoutes: Sendable {
     }
 }
 
+
+/// The request context of Parley's routes: Hummingbird's, and where the request came from.
+struct ParleyRequestContext: RequestContext, RemoteAddressRequestContext {
+    var coreContext: CoreRequestContextStorage
+    let remoteAddress: SocketAddress?
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        remoteAddress = source.channel.remoteAddress
+    }
+
+    var isFromLoopback: Bool {
+        guard let address = remoteAddress?.ipAddress else { return false }
+        return address.hasPrefix("127.") || address == "::1" || address.hasPrefix("::ffff:127.")
+    }
+}

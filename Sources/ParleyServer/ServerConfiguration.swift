@@ -1,14 +1,27 @@
+import Foundation
+
 /// Everything a signaling server can be told. The defaults serve a developer's machine: loopback,
 /// development mode, protocol v1's default limits.
 public struct ServerConfiguration: Sendable {
     public var host: String = "127.0.0.1"
+    /// Browser pages (`Origin`) that may open signaling connections besides the server's own.
+    /// Clients that send no `Origin` (native apps, the CLI) are not affected. In development mode
+    /// on loopback, any loopback origin may connect too (local pages on other ports).
+    public var allowedOrigins: [String] = []
+    /// A bearer token for `GET /metrics`; without one, metrics are served on loopback only.
+    public var metricsToken: String?
     /// 0 picks a free port (tests).
     public var port: Int = 8080
     /// The SQLite file; `nil` keeps everything in memory.
     public var databasePath: String? = "parley.sqlite"
     /// Development mode serves `POST /v1/dev/tokens`.
     public var developmentMode: Bool = true
-    public var tokenKey: TokenKey = .hs256(secret: "parley-development-secret-not-for-production")
+    /// The default signs with a public constant: fine for a developer's loopback server, refused by
+    /// `validate()` anywhere else.
+    public var tokenKey: TokenKey = .hs256(secret: ServerConfiguration.developmentSecret)
+    public static let developmentSecret = "parley-development-secret-not-for-production"
+    /// The shortest HS256 secret a server off loopback accepts (RFC 7518 §3.2: at least the hash size).
+    public static let minimumSecretBytes = 32
     /// How long tokens minted by `POST /v1/dev/tokens` live.
     public var devTokenLifetime: Duration = .seconds(24 * 3600)
     public var iceServers = IceServerProvider()
@@ -51,6 +64,60 @@ public struct ServerConfiguration: Sendable {
     }
 
     public init() {}
+
+    /// Whether the server listens on loopback only.
+    public var isLoopback: Bool { Self.isLoopback(host: host) }
+
+    static func isLoopback(host: String) -> Bool {
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
+    }
+
+    /// Refuses what would be unsafe to serve: off loopback, tokens signed with the public development
+    /// secret or a secret shorter than 32 bytes (anyone could mint tokens for any user).
+    public func validate() throws(ConfigurationError) {
+        guard !isLoopback else { return }
+        if case .hs256(let secret) = tokenKey {
+            if secret == Self.developmentSecret {
+                throw ConfigurationError("serving on \(host) (not loopback) needs a token secret of your own (--token-secret, PARLEY_TOKEN_SECRET)")
+            }
+            if secret.utf8.count < Self.minimumSecretBytes {
+                throw ConfigurationError("the token secret must be at least \(Self.minimumSecretBytes) bytes when serving on \(host); it is \(secret.utf8.count)")
+            }
+        }
+    }
+}
+
+/// A configuration the server refuses to run with, and why.
+public struct ConfigurationError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Which browser pages may open a signaling connection: the server's own origin, the configured
+/// ones, and in development mode on loopback any loopback page. Native clients send no `Origin`.
+struct OriginPolicy: Sendable {
+    let allowed: Set<String>
+    let anyLoopback: Bool
+
+    init(configuration: ServerConfiguration) {
+        allowed = Set(configuration.allowedOrigins.map(Self.normalised))
+        anyLoopback = configuration.developmentMode && configuration.isLoopback
+    }
+
+    func allows(origin: String?, host: String?) -> Bool {
+        guard let origin else { return true }
+        let normalised = Self.normalised(origin)
+        if allowed.contains(normalised) { return true }
+        guard let url = URL(string: normalised), let originHost = url.host else { return false }
+        let originAuthority = url.port.map { "\(originHost):\($0)" } ?? originHost
+        if let host, originAuthority.lowercased() == host.lowercased() { return true }
+        return anyLoopback && ServerConfiguration.isLoopback(host: originHost)
+    }
+
+    static func normalised(_ origin: String) -> String {
+        origin.trimmingCharacters(in: .whitespaces).lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+    }
 }
 
 /// Where the server finds Janus, and how it runs AudioBridge rooms there.

@@ -30,6 +30,11 @@ public final class SignalingServer: Sendable {
     ///   - onRunning: told the port the server listens on, once it does.
     public init(configuration: ServerConfiguration, logger: Logger, store: (any SignalingStore)? = nil,
                 pushSender: (any VoIPPushSender)? = nil, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
+        try configuration.validate()
+        if configuration.developmentMode, !configuration.isLoopback {
+            logger.warning("development mode off loopback: anyone who can reach this server can mint tokens for any user",
+                           metadata: ["server.host": "\(configuration.host)"])
+        }
         self.configuration = configuration
         self.logger = logger
         let store = try store ?? SQLiteStore(path: configuration.databasePath)
@@ -60,7 +65,7 @@ public final class SignalingServer: Sendable {
 
     /// The server's services, for a caller that runs its own `ServiceGroup` (tests do).
     public func makeServiceGroup(signals: [UnixSignal]) -> ServiceGroup {
-        let router = Router(context: BasicRequestContext.self)
+        let router = Router(context: ParleyRequestContext.self)
         HTTPRoutes(configuration: configuration, store: store, tokens: tokens, metrics: metrics,
                    wallClock: { Int64(Date().timeIntervalSince1970 * 1000) },
                    isShuttingDown: { [hub] in await hub.isShuttingDown }).register(on: router)

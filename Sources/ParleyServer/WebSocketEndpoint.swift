@@ -4,6 +4,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOHTTP1
 import NIOWebSocket
 import ParleyProtocol
 
@@ -16,6 +17,7 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
 
     let hub: SignalingHub<C>
     let tokens: TokenAuthority
+    let originPolicy: OriginPolicy
     let metrics: ServerMetrics
     let logger: Logger
     /// Connections whose reader or writer still runs; shutdown waits for them to drain.
@@ -25,6 +27,7 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     init(hub: SignalingHub<C>, tokens: TokenAuthority, metrics: ServerMetrics, open: OpenConnections, logger: Logger) {
         self.hub = hub
         self.tokens = tokens
+        self.originPolicy = OriginPolicy(configuration: hub.configuration)
         self.metrics = metrics
         self.open = open
         self.logger = logger
@@ -39,14 +42,22 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         return query.first { $0.name == "access_token" }?.value
     }
 
-    /// Decides on an upgrade. Anything refused here falls through to the HTTP router, which answers
-    /// `/v1/signal` with 401 for a bad token.
+    /// Decides on an upgrade: 401 for a missing, forged or expired token, 403 for a page whose
+    /// origin may not connect, 503 while shutting down (protocol v1: answered before the upgrade).
     func shouldUpgrade(_ request: HTTPRequest, channel: any Channel) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
-        guard let path = request.path, path.split(separator: "?", maxSplits: 1).first == Substring(Self.path),
-              let token = Self.bearerToken(headers: request.headerFields, path: path, allowQuery: true),
-              let identity = try? await tokens.verify(token),
-              await !hub.isShuttingDown
-        else { return .dontUpgrade }
+        guard let path = request.path, path.split(separator: "?", maxSplits: 1).first == Substring(Self.path) else {
+            return await refuse(.notFound, .notFound, "WebSocket is served at \(Self.path) only", on: channel)
+        }
+        if await hub.isShuttingDown {
+            return await refuse(.serviceUnavailable, .unavailable, "the server is shutting down; reconnect in a moment", on: channel)
+        }
+        guard let token = Self.bearerToken(headers: request.headerFields, path: path, allowQuery: true),
+              let identity = try? await tokens.verify(token) else {
+            return await refuse(.unauthorized, .unauthorized, "a valid access token is required", on: channel)
+        }
+        guard originPolicy.allows(origin: request.headerFields[.origin], host: request.authority) else {
+            return await refuse(.forbidden, .forbidden, "pages from this origin may not connect (see --allowed-origins)", on: channel)
+        }
         var headers = HTTPFields()
         let offered = request.headerFields[values: .secWebSocketProtocol]
             .flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }
@@ -58,6 +69,23 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         return .upgrade(headers) { inbound, outbound, _ in
             await serve(id: id, identity: identity, channel: channel, inbound: inbound, outbound: outbound)
         }
+    }
+
+    /// Answers a refused upgrade with its own status and protocol v1's error body, and closes.
+    /// (Hummingbird answers every refused upgrade with a bare 400, which tells a client nothing.)
+    private func refuse(_ status: HTTPResponse.Status, _ code: ErrorCode, _ message: String,
+                        on channel: any Channel) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
+        let body = ByteBuffer(bytes: (try? JSONEncoder().encode(HTTPErrorBody(code: code, message: message))) ?? Data())
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "application/json")
+        headers.add(name: "Content-Length", value: "\(body.readableBytes)")
+        headers.add(name: "Connection", value: "close")
+        let head = HTTPResponseHead(version: .http1_1, status: .init(statusCode: status.code), headers: headers)
+        try? await channel.writeAndFlush(HTTPServerResponsePart.head(head)).get()
+        try? await channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(body))).get()
+        try? await channel.writeAndFlush(HTTPServerResponsePart.end(nil)).get()
+        try? await channel.close().get()
+        return .dontUpgrade
     }
 
     private func serve(id: UInt64, identity: Identity, channel: any Channel,

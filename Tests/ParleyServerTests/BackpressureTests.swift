@@ -13,14 +13,14 @@ struct BackpressureTests {
         }
         let codec = WireCodec()
         // bob joins a mesh room over a raw socket, then stops reading.
-        let (bob, status, _) = try RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(try await server.token("bob"))"])
+        let (bob, status, _) = try await RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(try await server.token("bob"))"])
         #expect(status == 101)
         try bob.sendText(#"{"type":"hello","id":"h","device":"b1"}"#)
-        guard case .text(let welcomeText) = try bob.next(), case .welcome(let welcome) = try codec.decodeServerFrame(welcomeText).message else {
+        guard case .text(let welcomeText) = try await bob.next(), case .welcome(let welcome) = try codec.decodeServerFrame(welcomeText).message else {
             Issue.record("no welcome"); return
         }
         try bob.sendText(#"{"type":"room.join","id":"j","room":"lobby"}"#)
-        guard case .text = try bob.next() else { Issue.record("no join ack"); return }
+        guard case .text = try await bob.next() else { Issue.record("no join ack"); return }
 
         let alice = try await server.device("alice", "a1")
         #expect(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby")) }.isSuccess)
@@ -40,7 +40,7 @@ struct BackpressureTests {
         var seen: [Int] = []
         var lastSeq = 1
         reading: while true {
-            switch try bob.next() {
+            switch try await bob.next() {
             case .text(let text):
                 let frame = try codec.decodeServerFrame(text)
                 lastSeq = frame.seq ?? lastSeq

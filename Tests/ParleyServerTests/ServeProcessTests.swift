@@ -122,5 +122,12 @@ struct TokenCommandTests {
         let badPort = try run(["serve", "--port", "70000"])
         #expect(badPort.status != 0)
         #expect(badPort.error.contains("--port"))
+        // Off loopback, development mode would sign tokens with a public constant: refused before listening.
+        let publicDev = try run(["serve", "--host", "0.0.0.0", "--dev", "true", "--port", "0", "--database", ":memory:"])
+        #expect(publicDev.status != 0)
+        #expect(publicDev.error.contains("token secret"))
+        let shortProduction = try run(["serve", "--host", "0.0.0.0", "--token-secret", "short", "--port", "0", "--database", ":memory:"])
+        #expect(shortProduction.status != 0)
+        #expect(shortProduction.error.contains("at least 32 bytes"))
     }
 }

@@ -4,6 +4,14 @@ import ParleyServerTesting
 import Glibc
 #endif
 
+/// Runs blocking socket work on a thread of its own: blocking the cooperative pool (two threads
+/// here) would starve the in-process server the socket talks to.
+func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try work() }) }.start()
+    }
+}
+
 /// A WebSocket client on a plain blocking socket, for what a library client hides: an upgrade's
 /// exact HTTP answer, and a client that stops reading (so TCP pushes back on the server).
 final class RawWebSocket: @unchecked Sendable {
@@ -12,7 +20,11 @@ final class RawWebSocket: @unchecked Sendable {
 
     /// Connects to 127.0.0.1:`port` and sends an upgrade request for `path` with `headers`.
     /// Answers the socket and the HTTP status line and headers of the answer.
-    static func upgrade(port: Int, path: String = "/v1/signal", headers: [String: String]) throws -> (RawWebSocket, status: Int, head: String) {
+    static func upgrade(port: Int, path: String = "/v1/signal", headers: [String: String]) async throws -> (RawWebSocket, status: Int, head: String) {
+        try await offThePool { try blockingUpgrade(port: port, path: path, headers: headers) }
+    }
+
+    private static func blockingUpgrade(port: Int, path: String, headers: [String: String]) throws -> (RawWebSocket, status: Int, head: String) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestFailure("socket() failed") }
         var address = sockaddr_in()
@@ -89,13 +101,17 @@ final class RawWebSocket: @unchecked Sendable {
         return nil
     }
 
-    enum Frame: Equatable {
+    enum Frame: Equatable, Sendable {
         case text(String)
         case close(code: UInt16)
     }
 
     /// The next text or close frame from the server (it sends them unmasked).
-    func next() throws -> Frame {
+    func next() async throws -> Frame {
+        try await offThePool { try self.blockingNext() }
+    }
+
+    private func blockingNext() throws -> Frame {
         while true {
             if let frame = try parse() { return frame }
             try fill()
