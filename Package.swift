@@ -4,7 +4,8 @@ import PackageDescription
 // Modules are split by what they depend on, so the heavy parts stay optional:
 //   ParleyProtocol  the wire protocol v1: Codable messages, no networking
 //   ParleyServer    the signaling server (Hummingbird, WebSocket, JWT, SQLite, metrics)
-//   ParleyServerTesting  the real server on an ephemeral port, for tests
+//   ParleyServerTesting  the real server on an ephemeral port, for tests (never linked into `parley`)
+//   ParleyLocalServices  Debian's Janus run privately on a veth pair, for the room benchmark and tests
 //   ParleyKit       the client SDK core: signaling client, calls, negotiation, quality; no platform framework
 //   ParleyNIOTransport  the SDK's WebSocket signaling transport on SwiftNIO (Linux, macOS)
 //   ParleyGStreamer the Linux media engine: the SDK's PeerConnection on GStreamer webrtcbin (C shim in CParleyGst)
@@ -79,9 +80,14 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "ParleyLocalServices",
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "ParleyServerTesting",
             dependencies: [
                 "ParleyServer",
+                "ParleyLocalServices",
                 "ParleyProtocol",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -162,7 +168,7 @@ let package = Package(
             dependencies: [
                 "ParleyProtocol",
                 "ParleyServer",
-                "ParleyServerTesting",
+                "ParleyLocalServices",
                 "ParleyKit",
                 "ParleyGStreamer",
                 "ParleySoftphone",

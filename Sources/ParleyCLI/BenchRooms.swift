@@ -4,7 +4,7 @@ import Logging
 import ParleyGStreamer
 import ParleyProtocol
 import ParleyServer
-import ParleyServerTesting
+import ParleyLocalServices
 import ParleySoftphone
 #if canImport(Glibc)
 import Glibc

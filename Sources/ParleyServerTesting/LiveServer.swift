@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Logging
+@_exported import ParleyLocalServices
 import ParleyProtocol
 import ParleyServer
 import ServiceLifecycle
@@ -90,20 +91,3 @@ public final class LiveServer: Sendable {
     }
 }
 
-public struct TestFailure: Error, CustomStringConvertible {
-    public var description: String
-    public init(_ description: String) { self.description = description }
-}
-
-
-/// Waits until `condition` holds, checking every 5 ms; throws `TestFailure` naming `message` when
-/// `timeout` passes first.
-public func eventually(timeout: Duration = .seconds(10), _ message: @autoclosure () -> String = "condition",
-                       _ condition: () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(5))
-    }
-    throw TestFailure("\(message()) did not become true in time")
-}
