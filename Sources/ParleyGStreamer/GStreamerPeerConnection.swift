@@ -47,6 +47,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private let video: Bool
     /// Whether the send chains are linked into webrtcbin yet.
     private var sending = false
+    private var microphone = MicrophoneSwitches()
 
     init(configuration: MediaEngineConfiguration, connection: PeerConnectionConfiguration, logger: Logger) throws {
         self.logger = logger
@@ -103,7 +104,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private func startSending(numberedAs offer: String?) throws {
         guard !lock.withLock({ sending }) else { return }
         let opus = offer.flatMap { SDPText.payloadType(of: "opus", in: $0) } ?? configuration.opusOfferPayloadType
-        var chains = [PipelineDescription.audioSender(configuration, payloadType: opus)]
+        var chains = [PipelineDescription.audioSender(configuration, payloadType: opus, muted: !sendsMicrophone)]
         if video {
             let vp8 = offer.flatMap { SDPText.payloadType(of: "VP8", in: $0) } ?? PipelineDescription.vp8PayloadType
             chains.append(PipelineDescription.videoSender(configuration, payloadType: vp8))
@@ -122,6 +123,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             }
         }
         lock.withLock { sending = true }
+        // The chain started muted if the microphone was; a switch flipped while it was linked counts too.
+        updateMicrophone()
     }
 
     deinit { teardown() }
@@ -234,13 +237,16 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     }
 
     public func setMicrophoneMuted(_ muted: Bool) async {
-        set(bool: muted, property: "mute", on: "microphone")
+        updateMicrophone { $0.muted = muted }
     }
 
     public func setOnHold(_ held: Bool) async {
-        set(bool: held, property: "mute", on: "microphone")
+        updateMicrophone { $0.held = held }
         bridge.setSpeakerMuted(held)
     }
+
+    /// Whether the microphone is sent: neither muted nor held.
+    public var sendsMicrophone: Bool { lock.withLock { microphone.sends } }
 
     public func setAudioEncoding(_ setting: BitrateController.Setting) async {
         guard let encoder = parley_bin_get(pipeline, "opusenc") else { return }
@@ -317,10 +323,15 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         parley_ice_restart(webrtc)
     }
 
-    private func set(bool value: Bool, property: String, on name: String) {
-        guard !isClosed, let element = parley_bin_get(pipeline, name) else { return }
-        parley_set_bool(element, property, value ? 1 : 0)
-        parley_object_unref(element)
+    /// One `mute` property carries both switches, so it is always set from both, under the lock so
+    /// that a mute and a hold at once cannot leave the older value behind.
+    private func updateMicrophone(_ change: (inout MicrophoneSwitches) -> Void = { _ in }) {
+        lock.withLock {
+            change(&microphone)
+            guard !closed, let element = parley_bin_get(pipeline, "microphone") else { return }
+            parley_set_bool(element, "mute", microphone.sends ? 0 : 1)
+            parley_object_unref(element)
+        }
     }
 
     private func apply(_ description: SessionDescription, local: Bool) async throws {

@@ -41,7 +41,8 @@ struct DecodingTests {
         #expect(failure(#"{"type":"ping","id":""}"#)?.kind == .invalidField)
         #expect(failure(#"{"type":"ping","id":"\#(String(repeating: "x", count: 65))"}"#)?.requestID == nil, "an over-long id is not echoed")
         #expect(failure(#"{"type":"call.decline","id":"d","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","reason":"bored"}"#)?.kind == .invalidField)
-        #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"}"#)?.message == "a signal needs 'description' or 'candidate'")
+        #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"}"#)?.message == "a signal needs 'description', 'candidate' or 'restartIce'")
+        #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","restartIce":false}"#)?.message == "a signal needs 'description', 'candidate' or 'restartIce'")
         #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","candidate":"x"}"#)?.kind == .invalidField)
     }
 
