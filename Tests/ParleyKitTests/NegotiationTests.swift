@@ -628,3 +628,44 @@ struct NegotiatorTests {
         #expect(await peer.signalingState() == .stable, "answered")
     }
 }
+
+@Suite("ICE restarts through the real server")
+struct ServerICERestartTests {
+    @Test func bothNetworksChangingAtOnceConvergeAndTheCallGoesOn() async throws {
+        let server = try await LiveServer.start()
+        let (alice, bob, call) = try await CallFlowTests.connectedCall(server)
+        let alicePeer = try #require(alice.peers.connections.first)
+        let bobPeer = try #require(bob.peers.connections.first)
+        async let a: Void = alice.manager.networkChanged()
+        async let b: Void = bob.manager.networkChanged()
+        _ = await (a, b)
+        try await eventually("both sides stable on the caller's restart offer") {
+            let aliceState = await alicePeer.signalingState()
+            let bobState = await bobPeer.signalingState()
+            return aliceState == .stable && bobState == .stable && bobPeer.remote?.sdp.contains("restart") == true
+        }
+        #expect(bobPeer.offersMade.isEmpty, "the callee made no offer to collide with the caller's")
+        #expect(await alice.phase(call) == .connected)
+        #expect(await bob.phase(call) == .connected)
+        _ = bob.provider.perform { .end($0, call: call) }
+        try await eventually("alice's call ends") { alice.provider.endReason(of: call) == .remoteEnded }
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+
+    @Test func theCalleesRequestCrossesTheServerAndTheCallerRestarts() async throws {
+        let server = try await LiveServer.start()
+        let (alice, bob, call) = try await CallFlowTests.connectedCall(server)
+        let alicePeer = try #require(alice.peers.connections.first)
+        let bobPeer = try #require(bob.peers.connections.first)
+        bobPeer.failIce()
+        try await eventually("alice restarted ICE at bob's request") { alicePeer.offersMade == [false, true] }
+        try await eventually("bob took the restart offer") { bobPeer.remote?.sdp.contains("restart") == true }
+        #expect(bobPeer.offersMade.isEmpty)
+        try await eventually("bob's ICE connected again") { bobPeer.currentIceState == .connected }
+        _ = alice.provider.perform { .end($0, call: call) }
+        try await eventually("bob's call ends") { bob.provider.endReason(of: call) == .remoteEnded }
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+}
