@@ -26,6 +26,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public var receivedVideoFrames: Int { bridge.receivedVideoFrames }
     /// How many ICE restarts this connection went through, started by either side.
     public var iceRestartCount: Int { lock.withLock { restarts } }
+    /// The ICE username fragments in force, ours and the far side's: each ICE restart changes both.
+    public var iceUfrags: (local: String?, remote: String?) { lock.withLock { (localUfrag, remoteUfrag) } }
     /// The received audio's RMS level (0…1) in the last buffer.
     public var receivedAudioLevel: Double? { bridge.receivedLevel }
 
