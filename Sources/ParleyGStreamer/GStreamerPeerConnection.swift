@@ -222,8 +222,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     }
 
     public func rollback() async throws {
-        // webrtcbin 1.22 marks rollback untested and it fails on a live offer; the SDK's callee is
-        // the polite side and Parley's callers never offer while a remote offer is pending.
+        // webrtcbin 1.22 marks rollback untested and it fails on a live offer. Parley's negotiation
+        // never needs one: only the caller makes offers (`NegotiationStateMachine`).
         throw MediaEngineError(.unsupported, "webrtcbin 1.22 cannot roll back a local offer")
     }
 
