@@ -58,6 +58,20 @@ struct DecodingTests {
         #expect(signal.signal.description == nil)
     }
 
+    @Test func aRestartRequestNeedsNothingElseAndSurvivesTheRelay() throws {
+        let request = try codec.decodeClientMessage(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","restartIce":true}"#)
+        guard case .callSignal(let signal) = request else { Issue.record("not a signal"); return }
+        #expect(signal.signal == SignalPayload(restartIce: true))
+        // What the hub sends on: the same payload, from the sender.
+        let relayed = ServerFrame(seq: 1, message: .callSignal(CallSignalled(call: signal.call, from: Party(user: "bob", device: "b1"), signal: signal.signal)))
+        let text = String(decoding: codec.encode(relayed), as: UTF8.self)
+        #expect(text.contains(#""restartIce":true"#))
+        #expect(try codec.decodeServerFrame(Data(text.utf8)) == relayed)
+        let plain = String(decoding: codec.encode(ClientMessage.callSignal(CallSignal(id: "c", call: signal.call, signal: SignalPayload(candidate: .endOfCandidates)))), as: UTF8.self)
+        #expect(!plain.contains("restartIce"), "v1 peers never see the field unless it is asked for")
+        #expect(failure(#"{"type":"room.signal","id":"s","room":"r","to":"d","restartIce":true}"#)?.message == "a signal needs 'description' or 'candidate'")
+    }
+
     @Test func serverFramesWithUnknownFieldsStillDecode() throws {
         let frame = try codec.decodeServerFrame(#"{"type":"call.ringing","seq":3,"call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","newField":true}"#)
         #expect(frame.seq == 3)
