@@ -26,6 +26,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public var receivedVideoFrames: Int { bridge.receivedVideoFrames }
     /// How many ICE restarts this connection went through, started by either side.
     public var iceRestartCount: Int { lock.withLock { restarts } }
+    /// The ICE username fragments in force, ours and the far side's: each ICE restart changes both.
+    public var iceUfrags: (local: String?, remote: String?) { lock.withLock { (localUfrag, remoteUfrag) } }
     /// The received audio's RMS level (0…1) in the last buffer.
     public var receivedAudioLevel: Double? { bridge.receivedLevel }
 
@@ -47,6 +49,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private let video: Bool
     /// Whether the send chains are linked into webrtcbin yet.
     private var sending = false
+    private var microphone = MicrophoneSwitches()
 
     init(configuration: MediaEngineConfiguration, connection: PeerConnectionConfiguration, logger: Logger) throws {
         self.logger = logger
@@ -103,7 +106,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private func startSending(numberedAs offer: String?) throws {
         guard !lock.withLock({ sending }) else { return }
         let opus = offer.flatMap { SDPText.payloadType(of: "opus", in: $0) } ?? configuration.opusOfferPayloadType
-        var chains = [PipelineDescription.audioSender(configuration, payloadType: opus)]
+        var chains = [PipelineDescription.audioSender(configuration, payloadType: opus, muted: !sendsMicrophone)]
         if video {
             let vp8 = offer.flatMap { SDPText.payloadType(of: "VP8", in: $0) } ?? PipelineDescription.vp8PayloadType
             chains.append(PipelineDescription.videoSender(configuration, payloadType: vp8))
@@ -122,6 +125,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             }
         }
         lock.withLock { sending = true }
+        // The chain started muted if the microphone was; a switch flipped while it was linked counts too.
+        updateMicrophone()
     }
 
     deinit { teardown() }
@@ -217,8 +222,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     }
 
     public func rollback() async throws {
-        // webrtcbin 1.22 marks rollback untested and it fails on a live offer; the SDK's callee is
-        // the polite side and Parley's callers never offer while a remote offer is pending.
+        // webrtcbin 1.22 marks rollback untested and it fails on a live offer. Parley's negotiation
+        // never needs one: only the caller makes offers (`NegotiationStateMachine`).
         throw MediaEngineError(.unsupported, "webrtcbin 1.22 cannot roll back a local offer")
     }
 
@@ -234,13 +239,16 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     }
 
     public func setMicrophoneMuted(_ muted: Bool) async {
-        set(bool: muted, property: "mute", on: "microphone")
+        updateMicrophone { $0.muted = muted }
     }
 
     public func setOnHold(_ held: Bool) async {
-        set(bool: held, property: "mute", on: "microphone")
+        updateMicrophone { $0.held = held }
         bridge.setSpeakerMuted(held)
     }
+
+    /// Whether the microphone is sent: neither muted nor held.
+    public var sendsMicrophone: Bool { lock.withLock { microphone.sends } }
 
     public func setAudioEncoding(_ setting: BitrateController.Setting) async {
         guard let encoder = parley_bin_get(pipeline, "opusenc") else { return }
@@ -317,10 +325,15 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         parley_ice_restart(webrtc)
     }
 
-    private func set(bool value: Bool, property: String, on name: String) {
-        guard !isClosed, let element = parley_bin_get(pipeline, name) else { return }
-        parley_set_bool(element, property, value ? 1 : 0)
-        parley_object_unref(element)
+    /// One `mute` property carries both switches, so it is always set from both, under the lock so
+    /// that a mute and a hold at once cannot leave the older value behind.
+    private func updateMicrophone(_ change: (inout MicrophoneSwitches) -> Void = { _ in }) {
+        lock.withLock {
+            change(&microphone)
+            guard !closed, let element = parley_bin_get(pipeline, "microphone") else { return }
+            parley_set_bool(element, "mute", microphone.sends ? 0 : 1)
+            parley_object_unref(element)
+        }
     }
 
     private func apply(_ description: SessionDescription, local: Bool) async throws {

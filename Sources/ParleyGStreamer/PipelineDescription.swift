@@ -25,10 +25,10 @@ enum PipelineDescription {
     /// The RTP header extension id of the audio level (`audioLevelIndication`).
     static let audioLevelExtensionID: UInt32 = 1
 
-    /// The audio send chain, ending in RTP with Opus as `payloadType`.
-    static func audioSender(_ configuration: MediaEngineConfiguration, payloadType: Int) -> String {
+    /// The audio send chain, ending in RTP with Opus as `payloadType`; `muted` until told otherwise.
+    static func audioSender(_ configuration: MediaEngineConfiguration, payloadType: Int, muted: Bool = false) -> String {
         audioInput(configuration)
-            + " ! volume name=microphone"
+            + " ! volume name=microphone mute=\(muted)"
             + (configuration.audioLevelIndication ? " ! level audio-level-meta=true post-messages=false" : "")
             + " ! opusenc name=opusenc audio-type=voice bitrate=\(configuration.opusBitrate) inband-fec=true"
             + " packet-loss-percentage=5 dtx=\(configuration.dtx) frame-size=20"

@@ -132,7 +132,8 @@ public struct CallStateMachine: Sendable {
 
     public mutating func peerConnectionReady() -> [Action] {
         peerReady = true
-        return answerIfReady()
+        // A mute (or hold) set before the peer connection existed, while ringing, reaches it now.
+        return (muted ? [.setPeerMuted(true)] : []) + (held ? [.setPeerHeld(true)] : []) + answerIfReady()
     }
 
     private mutating func answerIfReady() -> [Action] {

@@ -1,10 +1,10 @@
 import Logging
 import ParleyProtocol
 
-/// Perfect negotiation (W3C WebRTC 1.0, §10.7) over the `PeerConnection` port, with protocol v1's
-/// roles: the callee is polite, and makes no offer before its first answer. Remote candidates wait
-/// until a remote description is set. ICE failure (or a network change) leads to an ICE restart,
-/// at most `maxIceRestarts` times before the negotiator gives up.
+/// Drives a `NegotiationStateMachine` over the `PeerConnection` port: it feeds the machine the peer
+/// connection's events, the other party's signals and the app's network changes, and performs the
+/// actions the machine returns, one at a time and in order, so that the engine sees one operation
+/// at a time and the far side gets our signals in the order the machine chose.
 public actor Negotiator {
     public enum Outcome: Hashable, Sendable {
         /// ICE connected (again).
@@ -17,142 +17,109 @@ public actor Negotiator {
     private let peer: any PeerConnection
     private let sendSignal: @Sendable (SignalPayload) async -> Void
     private let report: @Sendable (Outcome) async -> Void
-    private let maxIceRestarts: Int
     private let logger: Logger
-
-    private var makingOffer = false
-    private var ignoreOffer = false
-    private var remoteDescriptionSet = false
-    private var pendingCandidates: [IceCandidate?] = []
-    /// The callee may not offer before its first answer; negotiation asked for before that waits.
-    private var mayOffer: Bool
-    private var negotiationDeferred = false
-    private var restartPending = false
-    private(set) var iceRestarts = 0
-    private var closed = false
+    private var machine: NegotiationStateMachine
+    /// Actions decided but not yet performed; whoever finds it idle performs them all.
+    private var queue: [NegotiationStateMachine.Action] = []
+    private var performing = false
 
     public init(peer: any PeerConnection, polite: Bool, maxIceRestarts: Int = 3, logger: Logger,
                 send: @escaping @Sendable (SignalPayload) async -> Void,
                 report: @escaping @Sendable (Outcome) async -> Void) {
         self.peer = peer
         self.polite = polite
-        self.mayOffer = !polite
-        self.maxIceRestarts = maxIceRestarts
+        self.machine = NegotiationStateMachine(polite: polite, maxIceRestarts: maxIceRestarts)
         self.logger = logger
         self.sendSignal = send
         self.report = report
     }
 
+    /// ICE restarts since ICE last connected.
+    var iceRestarts: Int { machine.iceRestarts }
+
     /// Feeds the peer connection's events until it closes.
     public func run() async {
         for await event in peer.events {
-            guard !closed else { return }
+            guard !machine.isClosed else { return }
             switch event {
             case .negotiationNeeded(let id):
-                if await peer.shouldNegotiate(id) { await negotiate() }
+                if await peer.shouldNegotiate(id) { await perform(machine.negotiationNeeded()) }
             case .localCandidate(let candidate):
-                await sendSignal(SignalPayload(candidate: candidate.map(CandidateSignal.candidate) ?? .endOfCandidates))
-            case .iceConnectionState(.connected), .iceConnectionState(.completed):
-                iceRestarts = 0
-                await report(.connected)
-            case .iceConnectionState(.failed):
-                await restartIce()
-            case .iceConnectionState, .remoteAudioStarted:
+                await perform(machine.localCandidate(candidate))
+            case .iceConnectionState(let state):
+                await perform(machine.iceConnectionChanged(state))
+            case .remoteAudioStarted:
                 break
             }
         }
     }
 
-    public func close() { closed = true }
+    public func close() {
+        _ = machine.close()
+        queue = []
+    }
 
-    /// A description or candidate from the other party.
+    /// A description, a candidate or a restart request from the other party.
     public func receive(_ signal: SignalPayload) async {
-        do {
-            if let description = signal.description { try await receive(description) }
-            switch signal.candidate {
-            case .candidate(let candidate)?: try await addCandidate(candidate)
-            case .endOfCandidates?: try await addCandidate(nil)
-            case nil: break
-            }
-        } catch {
-            logger.debug("negotiation step failed", metadata: ["error": "\(error)"])
-        }
+        await perform(machine.received(signal))
     }
 
-    /// Restarts ICE (after ICE failed, or when the network changed); gives up after `maxIceRestarts`.
+    /// The network changed: ICE restarts (the polite side asks the impolite one to restart it).
+    /// After `maxIceRestarts` restarts without connecting, negotiation fails.
     public func restartIce() async {
-        guard !closed else { return }
-        guard iceRestarts < maxIceRestarts else {
-            closed = true
-            await report(.failed(reason: "ice-failed"))
-            return
-        }
-        iceRestarts += 1
-        restartPending = true
-        await negotiate()
+        await perform(machine.networkChanged())
     }
 
-    private func negotiate() async {
-        // The callee's first answer covers what it wanted to send; an ICE restart asked for before
-        // that waits for it.
-        guard mayOffer else {
-            if restartPending { negotiationDeferred = true }
-            return
-        }
-        guard !makingOffer else {
-            negotiationDeferred = true
-            return
-        }
-        makingOffer = true
-        defer { makingOffer = false }
-        do {
-            let offer = try await peer.createOffer(iceRestart: restartPending)
-            // The state may have moved on while the offer was made (a remote offer arrived).
-            guard await peer.signalingState() == .stable else { return }
-            try await peer.setLocalDescription(offer)
-            restartPending = false
-            await sendSignal(SignalPayload(description: offer))
-        } catch {
-            logger.debug("could not make an offer", metadata: ["error": "\(error)"])
+    private func perform(_ actions: [NegotiationStateMachine.Action]) async {
+        queue += actions
+        guard !performing else { return }
+        performing = true
+        defer { performing = false }
+        while !queue.isEmpty {
+            let action = queue.removeFirst()
+            queue += await execute(action)
         }
     }
 
-    private func receive(_ description: SessionDescription) async throws {
-        let state = await peer.signalingState()
-        let collision = description.type == "offer" && (makingOffer || state != .stable)
-        ignoreOffer = !polite && collision
-        if ignoreOffer {
-            logger.debug("ignoring a colliding offer (impolite peer)")
-            return
-        }
-        if collision { try await peer.rollback() }
-        try await peer.setRemoteDescription(description)
-        remoteDescriptionSet = true
-        for candidate in pendingCandidates { try? await peer.addRemoteCandidate(candidate) }
-        pendingCandidates = []
-        guard description.type == "offer" else { return }
-        let answer = try await peer.createAnswer()
-        try await peer.setLocalDescription(answer)
-        await sendSignal(SignalPayload(description: answer))
-        if !mayOffer {
-            mayOffer = true
-            if negotiationDeferred {
-                negotiationDeferred = false
-                await negotiate()
+    /// Performs one action; answers what the machine makes of its result.
+    private func execute(_ action: NegotiationStateMachine.Action) async -> [NegotiationStateMachine.Action] {
+        switch action {
+        case .createOffer(let iceRestart):
+            return await step("could not make an offer") { try await peer.createOffer(iceRestart: iceRestart) } then: { $0.offerCreated($1) }
+        case .createAnswer:
+            return await step("could not make an answer") { try await peer.createAnswer() } then: { $0.answerCreated($1) }
+        case .setLocalDescription(let description):
+            return await step("local description refused") { try await peer.setLocalDescription(description) } then: { machine, _ in machine.localDescriptionSet() }
+        case .setRemoteDescription(let description):
+            return await step("remote description refused") { try await peer.setRemoteDescription(description) } then: { machine, _ in machine.remoteDescriptionSet() }
+        case .addRemoteCandidate(let candidate):
+            do {
+                try await peer.addRemoteCandidate(candidate)
+            } catch {
+                // Candidates of an offer this peer ignored (glare) are expected to be refused.
+                logger.debug("remote candidate refused", metadata: ["error": "\(error)"])
             }
+            return []
+        case .send(let signal):
+            await sendSignal(signal)
+            return []
+        case .reportConnected:
+            await report(.connected)
+            return []
+        case .reportFailed(let reason):
+            await report(.failed(reason: reason))
+            return []
         }
     }
 
-    private func addCandidate(_ candidate: IceCandidate?) async throws {
-        guard remoteDescriptionSet else {
-            pendingCandidates.append(candidate)
-            return
-        }
+    private func step<Result>(_ failure: Logger.Message, _ operation: () async throws -> Result,
+                              then: (inout NegotiationStateMachine, Result) -> [NegotiationStateMachine.Action]) async -> [NegotiationStateMachine.Action] {
         do {
-            try await peer.addRemoteCandidate(candidate)
+            let result = try await operation()
+            return then(&machine, result)
         } catch {
-            // Candidates of an offer this peer ignored are expected to fail.
-            if !ignoreOffer { throw error }
+            logger.debug(failure, metadata: ["error": "\(error)"])
+            return machine.stepFailed()
         }
     }
 }

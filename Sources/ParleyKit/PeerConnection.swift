@@ -38,6 +38,20 @@ public struct PeerConnectionConfiguration: Hashable, Sendable {
     }
 }
 
+/// The microphone's two independent switches: the user's mute and the call's hold. It sends only
+/// when neither is on, so resuming a held call leaves a muted microphone muted.
+public struct MicrophoneSwitches: Hashable, Sendable {
+    public var muted = false
+    public var held = false
+
+    public init(muted: Bool = false, held: Bool = false) {
+        self.muted = muted
+        self.held = held
+    }
+
+    public var sends: Bool { !muted && !held }
+}
+
 /// A WebRTC peer connection: the GStreamer engine on Linux, the WebRTC framework on Apple.
 /// Platform types never cross this port.
 public protocol PeerConnection: Sendable {
@@ -49,13 +63,15 @@ public protocol PeerConnection: Sendable {
     func createAnswer() async throws -> SessionDescription
     func setLocalDescription(_ description: SessionDescription) async throws
     func setRemoteDescription(_ description: SessionDescription) async throws
-    /// Returns from `have-local-offer` to `stable`, dropping the local offer.
+    /// Returns from `have-local-offer` to `stable`, dropping the local offer. webrtcbin cannot, so
+    /// `Negotiator` never needs it (see `NegotiationStateMachine`).
     func rollback() async throws
     /// A remote candidate; nil for end of candidates.
     func addRemoteCandidate(_ candidate: IceCandidate?) async throws
-    /// Stops or resumes sending the microphone (mute).
+    /// Stops or resumes sending the microphone (mute), whether or not the call is held.
     func setMicrophoneMuted(_ muted: Bool) async
-    /// Stops or resumes sending and playing media (hold).
+    /// Stops or resumes sending and playing media (hold). Resuming sends the microphone again only
+    /// if it is not muted (`MicrophoneSwitches`).
     func setOnHold(_ held: Bool) async
     func setAudioEncoding(_ setting: BitrateController.Setting) async
     /// Sends DTMF tones (RFC 4733 telephone-events) on the audio stream: 0-9, *, #, A-D, and ',' for a pause.

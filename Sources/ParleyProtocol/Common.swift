@@ -54,19 +54,24 @@ public enum CandidateSignal: Hashable, Sendable {
     case endOfCandidates
 }
 
-/// What `call.signal` and `room.signal` carry: a description, a candidate, or both.
+/// What `call.signal` and `room.signal` carry: a description, a candidate, or both; in a call, the
+/// polite peer's request for an ICE restart (`restartIce: true`, an addition to protocol v1).
 public struct SignalPayload: Hashable, Sendable {
     public var description: SessionDescription?
     public var candidate: CandidateSignal?
+    /// The polite peer asks the impolite one to restart ICE: only the impolite peer makes restart
+    /// offers, so two restarts never collide (webrtcbin cannot roll an offer back).
+    public var restartIce: Bool
 
-    public init(description: SessionDescription? = nil, candidate: CandidateSignal? = nil) {
+    public init(description: SessionDescription? = nil, candidate: CandidateSignal? = nil, restartIce: Bool = false) {
         self.description = description
         self.candidate = candidate
+        self.restartIce = restartIce
     }
 
-    public var isEmpty: Bool { description == nil && candidate == nil }
+    public var isEmpty: Bool { description == nil && candidate == nil && !restartIce }
 
-    enum CodingKeys: String, CodingKey { case description, candidate }
+    enum CodingKeys: String, CodingKey { case description, candidate, restartIce }
 
     init(from container: KeyedDecodingContainer<CodingKeys>) throws {
         description = try container.decodeIfPresent(SessionDescription.self, forKey: .description)
@@ -77,6 +82,7 @@ public struct SignalPayload: Hashable, Sendable {
                 candidate = .candidate(try container.decode(IceCandidate.self, forKey: .candidate))
             }
         }
+        restartIce = try container.decodeIfPresent(Bool.self, forKey: .restartIce) ?? false
     }
 
     func encode(to container: inout KeyedEncodingContainer<CodingKeys>) throws {
@@ -86,6 +92,8 @@ public struct SignalPayload: Hashable, Sendable {
         case .endOfCandidates?: try container.encodeNil(forKey: .candidate)
         case nil: break
         }
+        // Only when asked: a v1 peer that does not know the field never sees it.
+        if restartIce { try container.encode(true, forKey: .restartIce) }
     }
 }
 

@@ -164,9 +164,10 @@ public struct WireCodec: Sendable {
                 throw invalid("'reason' must be at most \(maxReasonLength) characters")
             }
         case .callSignal(let signal):
-            if signal.signal.isEmpty { throw invalid("a signal needs 'description' or 'candidate'") }
+            if signal.signal.isEmpty { throw invalid("a signal needs 'description', 'candidate' or 'restartIce'") }
         case .roomSignal(let signal):
-            if signal.signal.isEmpty { throw invalid("a signal needs 'description' or 'candidate'") }
+            // Asking for an ICE restart is a call's business; a room signal still needs SDP or a candidate.
+            if signal.signal.description == nil, signal.signal.candidate == nil { throw invalid("a signal needs 'description' or 'candidate'") }
         case .roomJoin(let join):
             if let display = join.display, display.count > maxDisplayLength {
                 throw invalid("'display' must be at most \(maxDisplayLength) characters")

@@ -3,9 +3,10 @@ import ParleyKit
 import ParleyProtocol
 
 /// A peer connection without media, for tests: it keeps WebRTC's signaling states (and refuses what
-/// a real one refuses), hands out a host candidate after each local description, and reports ICE
-/// connected once a negotiation round is complete. `failIce()` simulates a network failure; the next
-/// completed round (an ICE restart) connects again.
+/// the GStreamer engine refuses, rollback included), hands out a host candidate after each local
+/// description, and reports ICE connected once a negotiation round is complete. `failIce()` simulates
+/// a network failure; the next completed round (an ICE restart) connects again. Mute and hold act on
+/// the microphone as the engine's do: `sendingAudio` is what goes out.
 public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     public struct Failure: Error, CustomStringConvertible {
         public var description: String
@@ -22,12 +23,12 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     private var remoteDescription: SessionDescription?
     private var remoteCandidates: [IceCandidate?] = []
     private var startedAt = ContinuousClock.now
-    public private(set) var muted = false
-    public private(set) var held = false
+    private var microphone = MicrophoneSwitches()
     public private(set) var closed = false
     public private(set) var encoding: BitrateController.Setting?
     public private(set) var offersMade: [Bool] = []
     private var networkDown = false
+    private let offerGate = Gate()
     /// Loss to report in statistics, in percent.
     public var simulatedLossPct: Double = 0
 
@@ -46,13 +47,18 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     }
 
     public var candidates: [IceCandidate?] { lock.withLock { remoteCandidates } }
+    public var muted: Bool { lock.withLock { microphone.muted } }
+    public var held: Bool { lock.withLock { microphone.held } }
+    /// Whether the microphone goes out: neither muted nor held, as in the engine.
+    public var sendingAudio: Bool { lock.withLock { microphone.sends } }
     public var currentIceState: IceConnectionState { lock.withLock { iceState } }
     public var remote: SessionDescription? { lock.withLock { remoteDescription } }
 
     public func signalingState() async -> PeerSignalingState { lock.withLock { state } }
 
     public func createOffer(iceRestart: Bool) async throws -> SessionDescription {
-        try lock.withLock {
+        await offerGate.pass()
+        return try lock.withLock {
             guard !closed else { throw Failure(description: "closed") }
             offersMade.append(iceRestart)
             version += 1
@@ -99,11 +105,10 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         if completed { connect() }
     }
 
+    /// webrtcbin cannot roll back a local offer, and neither can this fake: a test cannot pass on a
+    /// rollback that a real call would never get.
     public func rollback() async throws {
-        try lock.withLock {
-            guard state == .haveLocalOffer else { throw Failure(description: "rollback in \(state.rawValue)") }
-            state = .stable
-        }
+        throw Failure(description: "rollback is not supported (webrtcbin cannot roll back)")
     }
 
     public func addRemoteCandidate(_ candidate: IceCandidate?) async throws {
@@ -113,8 +118,8 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         }
     }
 
-    public func setMicrophoneMuted(_ muted: Bool) async { lock.withLock { self.muted = muted } }
-    public func setOnHold(_ held: Bool) async { lock.withLock { self.held = held } }
+    public func setMicrophoneMuted(_ muted: Bool) async { lock.withLock { microphone.muted = muted } }
+    public func setOnHold(_ held: Bool) async { lock.withLock { microphone.held = held } }
     public func setAudioEncoding(_ setting: BitrateController.Setting) async { lock.withLock { encoding = setting } }
 
     /// Tones sent with `sendDTMF`, in order.
@@ -133,7 +138,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
             let packets = Int(elapsed.components.seconds * 50 + elapsed.components.attoseconds / 20_000_000_000_000_000)
             let lost = Int(Double(packets) * simulatedLossPct / 100)
             return MediaStatsSample(at: elapsed, roundTripTimeMs: 20, jitterMs: 2, packetsReceived: packets - lost, packetsLost: lost,
-                                    bytesSent: packets * 160, bytesReceived: (packets - lost) * 160, audioLevel: held || muted ? 0 : 0.3)
+                                    bytesSent: packets * 160, bytesReceived: (packets - lost) * 160, audioLevel: microphone.sends ? 0.3 : 0)
         }
     }
 
@@ -145,6 +150,12 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         }
         sink.finish()
     }
+
+    /// Holds `createOffer` until `resumeOfferCreation()`, to let a test act while an offer is being made.
+    public func pauseOfferCreation() { offerGate.close() }
+    public func resumeOfferCreation() { offerGate.open() }
+    /// How many `createOffer` calls wait at a paused gate.
+    public var offersWaiting: Int { offerGate.waiting }
 
     /// Simulates the network dropping: ICE fails.
     public func failIce() {
@@ -178,6 +189,36 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
 
     private func sdp(ufrag: String) -> String {
         "v=0\r\no=- \(name.hashValue & 0xFFFF) \(version) IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=ice-ufrag:\(ufrag)\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n"
+    }
+}
+
+/// Lets callers through while open; while closed, holds them until it opens.
+private final class Gate: @unchecked Sendable {
+    private let lock = NSLock()
+    private var isOpen = true
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    var waiting: Int { lock.withLock { waiters.count } }
+
+    func pass() async {
+        await withCheckedContinuation { continuation in
+            let passNow = lock.withLock {
+                if !isOpen { waiters.append(continuation) }
+                return isOpen
+            }
+            if passNow { continuation.resume() }
+        }
+    }
+
+    func close() { lock.withLock { isOpen = false } }
+
+    func open() {
+        let released = lock.withLock {
+            isOpen = true
+            defer { waiters = [] }
+            return waiters
+        }
+        for continuation in released { continuation.resume() }
     }
 }
 

@@ -13,8 +13,9 @@ struct DirectCall {
     var a: GStreamerPeerConnection { connection.a }
     var b: GStreamerPeerConnection { connection.b }
 
+    /// `prepare` acts on both peer connections before they negotiate.
     init(_ configure: (inout MediaEngineConfiguration, inout MediaEngineConfiguration) -> Void = { _, _ in },
-         media: MediaSpec = .audioOnly) async throws {
+         media: MediaSpec = .audioOnly, prepare: (GStreamerPeerConnection, GStreamerPeerConnection) async -> Void = { _, _ in }) async throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-engine-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var a = MediaEngineConfiguration()
@@ -28,6 +29,7 @@ struct DirectCall {
         let connection = PeerConnectionConfiguration(iceServers: [], media: media)
         let alice = try await GStreamerEngine(configuration: a, logger: testLogger).makePeerConnection(connection) as! GStreamerPeerConnection
         let bob = try await GStreamerEngine(configuration: b, logger: testLogger).makePeerConnection(connection) as! GStreamerPeerConnection
+        await prepare(alice, bob)
         self.connection = try await DirectConnection(alice, bob)
     }
 
@@ -58,6 +60,24 @@ struct EngineTests {
         #expect(stats.roundTripTimeMs != nil, "RTT from the remote-inbound-rtp report")
         #expect(stats.jitterMs != nil)
         #expect((stats.audioLevel ?? 0) > 0.05)
+    }
+
+    @Test func aMicrophoneMutedBeforeTheCallConnectsStaysMutedUntilUnmuted() async throws {
+        // Muted (and held then resumed) before the send chains exist: they start muted.
+        let call = try await DirectCall(prepare: { a, _ in
+            await a.setMicrophoneMuted(true)
+            await a.setOnHold(true)
+            await a.setOnHold(false)
+        })
+        try await Task.sleep(for: .seconds(1.5))
+        let unmutedAt = try call.recordings().b.duration
+        await call.a.setMicrophoneMuted(false)
+        try await Task.sleep(for: .seconds(1.5))
+        await call.close()
+        let heard = try call.recordings()
+        #expect(AudioAnalysis.level(heard.b.mono(from: 0, length: unmutedAt)) < -50, "nothing of A's tone while muted")
+        #expect(tone(heard.b, from: unmutedAt + 0.5) == 440)
+        #expect(tone(heard.a) == 880, "B was never muted")
     }
 
     @Test func answerTakesTheOffersOpusPayloadType() async throws {

@@ -69,6 +69,55 @@ struct Recording {
     func dominantFrequency(from start: Double, length: Double? = nil) -> Double? {
         AudioAnalysis.dominantFrequency(audio.mono(from: start, length: length), sampleRate: audio.sampleRate)
     }
+
+    /// Looks at every whole half second from `start` to `end` (the end of the recording if nil):
+    /// each must carry `hertz` (within 2 Hz) and be loud throughout, so a gap anywhere shows.
+    func toneInEveryWindow(_ hertz: Double, from start: Double, to end: Double? = nil) -> ToneCheck {
+        let end = min(end ?? audio.duration, audio.duration)
+        let windows = stride(from: start, through: end - ToneCheck.window, by: ToneCheck.window).map { from in
+            let samples = audio.mono(from: from, length: ToneCheck.window)
+            let tenths = stride(from: 0, to: samples.count, by: samples.count / 5).map { Array(samples[$0..<min(samples.count, $0 + samples.count / 5)]) }
+            return ToneCheck.Window(start: from, heard: AudioAnalysis.dominantFrequency(samples, sampleRate: audio.sampleRate),
+                                    quietestTenth: tenths.map(AudioAnalysis.level).min() ?? -120)
+        }
+        return ToneCheck(hertz: hertz, windows: windows)
+    }
+}
+
+/// What `Recording.toneInEveryWindow` found: which half seconds lacked the tone, or went quiet.
+struct ToneCheck: CustomStringConvertible {
+    static let window = 0.5
+    /// A tenth of a second more than 6 dB below the tone's -13.5 dBFS (a sine of amplitude 0.3) has a gap.
+    static let quietest = -20.0
+
+    struct Window {
+        var start: Double
+        var heard: Double?
+        /// The level of the window's quietest tenth of a second, in dBFS.
+        var quietestTenth: Double
+    }
+
+    let hertz: Double
+    let windows: [Window]
+
+    var failures: [Window] {
+        windows.filter { window in
+            !(window.heard.map { abs($0 - hertz) <= 2 } ?? false) || window.quietestTenth < Self.quietest
+        }
+    }
+
+    /// At least one window, and no failure.
+    var passed: Bool { !windows.isEmpty && failures.isEmpty }
+
+    var description: String {
+        guard !windows.isEmpty else { return "no whole \(Self.window) s window to look at" }
+        let failed = failures.map { window in
+            let heard = window.heard.map { "\(Int($0)) Hz" } ?? "silence"
+            return String(format: "%.1f-%.1f s: ", window.start, window.start + Self.window) + heard
+                + String(format: ", quietest tenth %.0f dBFS", window.quietestTenth)
+        }
+        return "\(hertz) Hz in \(windows.count - failed.count) of \(windows.count) windows" + (failed.isEmpty ? "" : "; missing in " + failed.joined(separator: "; "))
+    }
 }
 
 func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, aliceThrough proxy: TCPProxy? = nil,

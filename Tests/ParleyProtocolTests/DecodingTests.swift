@@ -41,7 +41,8 @@ struct DecodingTests {
         #expect(failure(#"{"type":"ping","id":""}"#)?.kind == .invalidField)
         #expect(failure(#"{"type":"ping","id":"\#(String(repeating: "x", count: 65))"}"#)?.requestID == nil, "an over-long id is not echoed")
         #expect(failure(#"{"type":"call.decline","id":"d","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","reason":"bored"}"#)?.kind == .invalidField)
-        #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"}"#)?.message == "a signal needs 'description' or 'candidate'")
+        #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"}"#)?.message == "a signal needs 'description', 'candidate' or 'restartIce'")
+        #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","restartIce":false}"#)?.message == "a signal needs 'description', 'candidate' or 'restartIce'")
         #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","candidate":"x"}"#)?.kind == .invalidField)
     }
 
@@ -55,6 +56,20 @@ struct DecodingTests {
         guard case .callSignal(let signal) = end else { Issue.record("not a signal"); return }
         #expect(signal.signal.candidate == .endOfCandidates)
         #expect(signal.signal.description == nil)
+    }
+
+    @Test func aRestartRequestNeedsNothingElseAndSurvivesTheRelay() throws {
+        let request = try codec.decodeClientMessage(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","restartIce":true}"#)
+        guard case .callSignal(let signal) = request else { Issue.record("not a signal"); return }
+        #expect(signal.signal == SignalPayload(restartIce: true))
+        // What the hub sends on: the same payload, from the sender.
+        let relayed = ServerFrame(seq: 1, message: .callSignal(CallSignalled(call: signal.call, from: Party(user: "bob", device: "b1"), signal: signal.signal)))
+        let text = String(decoding: codec.encode(relayed), as: UTF8.self)
+        #expect(text.contains(#""restartIce":true"#))
+        #expect(try codec.decodeServerFrame(Data(text.utf8)) == relayed)
+        let plain = String(decoding: codec.encode(ClientMessage.callSignal(CallSignal(id: "c", call: signal.call, signal: SignalPayload(candidate: .endOfCandidates)))), as: UTF8.self)
+        #expect(!plain.contains("restartIce"), "v1 peers never see the field unless it is asked for")
+        #expect(failure(#"{"type":"room.signal","id":"s","room":"r","to":"d","restartIce":true}"#)?.message == "a signal needs 'description' or 'candidate'")
     }
 
     @Test func serverFramesWithUnknownFieldsStillDecode() throws {

@@ -1,5 +1,7 @@
 // One one-to-one call: an RTCPeerConnection driven by perfect negotiation (the callee is polite
 // and makes no offer before its first answer), ICE restarts when ICE fails, quality sampling.
+// Only the caller restarts ICE: the callee asks for a restart with `call.signal {restartIce: true}`,
+// because a Linux peer (webrtcbin) cannot roll back an offer that crosses its own.
 import { QualityMonitor, sampleFromStats, callQuality } from './quality.js';
 
 const MAX_ICE_RESTARTS = 3;
@@ -70,7 +72,7 @@ export class Call extends EventTarget {
   }
 
   /** A `call.signal` from the far side. */
-  async received({ description, candidate }) {
+  async received({ description, candidate, restartIce }) {
     const pc = this.pc;
     if (!pc || this.state === 'ended') return;
     if (description) {
@@ -90,6 +92,8 @@ export class Call extends EventTarget {
       if (!pc.remoteDescription) this.pendingCandidates.push(candidate);
       else await this.addCandidate(candidate);
     }
+    // The callee asks; the browser runs the restart once any offer in flight is answered.
+    if (restartIce && !this.polite) this.restartIce();
   }
 
   async addCandidate(candidate) {
@@ -121,15 +125,21 @@ export class Call extends EventTarget {
     }
   }
 
-  /** Restarts ICE (after it failed, or after the network changed); gives up after three tries. */
+  /**
+   * Restarts ICE (after it failed, or after the network changed); gives up after three tries. The
+   * caller restarts; the callee asks the caller to, once it has answered (before that, its first
+   * answer gathers afresh anyway).
+   */
   restartIce() {
     if (!this.pc || this.state === 'ended') return;
+    if (this.polite && !this.answered) return;
     if (this.iceRestarts >= MAX_ICE_RESTARTS) {
       this.dispatchEvent(new CustomEvent('failed', { detail: 'ice-failed' }));
       return;
     }
     this.iceRestarts += 1;
-    this.pc.restartIce();
+    if (this.polite) this.signal({ restartIce: true });
+    else this.pc.restartIce();
   }
 
   setMuted(muted) {
