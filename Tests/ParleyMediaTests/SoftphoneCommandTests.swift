@@ -21,7 +21,8 @@ struct SoftphoneCommandTests {
     static func start(_ arguments: [String], environment: [String: String] = [:]) throws -> (Process, Pipe, Pipe) {
         let process = Process()
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        process.executableURL = try #require(executable, "swift build --build-tests builds the parley executable")
+        guard let executable else { throw TestFailure("swift build --build-tests builds the parley executable") }
+        process.executableURL = executable
         process.arguments = arguments
         let output = Pipe(), errors = Pipe()
         process.standardOutput = output
@@ -45,7 +46,6 @@ struct SoftphoneCommandTests {
     /// Waits for the process on a thread of its own: blocking a cooperative thread can starve the
     /// in-process server the child talks to (two cores, two cooperative threads).
     static func finish(_ started: (Process, Pipe, Pipe)) async -> Run {
-        nonisolated(unsafe) let started = started
         return await withCheckedContinuation { continuation in
             DispatchQueue.global().async { continuation.resume(returning: finish(started)) }
         }

@@ -1,0 +1,114 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import ParleyProtocol
+import ParleyServerTesting
+import Testing
+
+/// Protocol v1, "Restarts and several nodes", as users live it: two `parley` softphones in a call,
+/// and the `parley serve` between them dies (`kill -9`) or is restarted for a deploy (SIGTERM).
+@Suite("A server restart mid-call", .serialized)
+struct ServerRestartCallTests {
+    /// `parley serve` as a process; answers once it listens.
+    final class ServeProcess: @unchecked Sendable {
+        let process = Process()
+        let port: Int
+
+        init(port: Int, database: String) async throws {
+            guard let executable = SoftphoneCommandTests.executable else { throw TestFailure("swift build --build-tests builds parley") }
+            process.executableURL = executable
+            process.arguments = ["serve", "--port", "\(port)", "--database", database, "--log-level", "error"]
+            let output = Pipe()
+            process.standardOutput = output
+            try process.run()
+            let printed: String = try await offThePool {
+                var printed = ""
+                while !printed.contains("/v1/dev/tokens") {
+                    let chunk = output.fileHandleForReading.availableData
+                    if chunk.isEmpty { break }
+                    printed += String(decoding: chunk, as: UTF8.self)
+                }
+                return printed
+            }
+            guard let range = printed.range(of: #"127\.0\.0\.1:(\d+)"#, options: .regularExpression),
+                  let listening = Int(printed[range].split(separator: ":").last!) else {
+                throw TestFailure("parley serve did not say where it listens: \(printed)")
+            }
+            self.port = listening
+        }
+
+        func stop(_ signal: Int32) async {
+            kill(process.processIdentifier, signal)
+            await offThePool { self.process.waitUntilExit() }
+        }
+    }
+
+    static func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread { continuation.resume(with: Result { try work() }) }.start()
+        }
+    }
+
+    static func offThePool(_ work: @escaping @Sendable () -> Void) async {
+        await withCheckedContinuation { continuation in
+            Thread { work(); continuation.resume() }.start()
+        }
+    }
+
+    func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T { try await Self.offThePool(work) }
+
+    @Test(arguments: [SIGKILL, SIGTERM])
+    func theCallGoesOnWithAudioInEveryWindowAndEndsOnceRecorded(_ stopSignal: Int32) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-restart-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = directory.appendingPathComponent("parley.sqlite").path
+        var server = try await ServeProcess(port: 0, database: database)
+        defer { if server.process.isRunning { server.process.terminate() } }
+        let base = "http://127.0.0.1:\(server.port)"
+        let seconds = 14.0
+
+        let listener = try SoftphoneCommandTests.start(["listen", "--server", base, "--as", "bob", "--play", "tone:660",
+                                                        "--record", directory.appendingPathComponent("bob.wav").path, "--once", "--answer", "auto"])
+        defer { if listener.0.isRunning { listener.0.terminate() } }
+        try await Task.sleep(for: .seconds(1))  // bob registers
+        let caller = try SoftphoneCommandTests.start(["call", "bob", "--server", base, "--as", "alice", "--play", "tone:440",
+                                                      "--record", directory.appendingPathComponent("alice.wav").path,
+                                                      "--duration", "\(Int(seconds))"])
+        defer { if caller.0.isRunning { caller.0.terminate() } }
+
+        try await Task.sleep(for: .seconds(4))  // the call is connected and talking
+        await server.stop(stopSignal)
+        try await Task.sleep(for: .seconds(1))
+        server = try await ServeProcess(port: server.port, database: database)
+
+        let alice = await SoftphoneCommandTests.finish(caller)
+        let bob = await SoftphoneCommandTests.finish(listener)
+        #expect(alice.status == 0, "\(alice.output)\(alice.errors)")
+        #expect(bob.status == 0, "\(bob.output)\(bob.errors)")
+        #expect(alice.output.contains("call with bob ended: hung up"), "\(alice.output)")
+
+        // Audio went on through the restart: every half second of both recordings, to the end.
+        let aliceHeard = try Recording(directory.appendingPathComponent("alice.wav"))
+        let bobHeard = try Recording(directory.appendingPathComponent("bob.wav"))
+        for (recording, hertz, who) in [(aliceHeard, 660.0, "alice"), (bobHeard, 440.0, "bob")] {
+            #expect(recording.audio.duration >= seconds - 3, "\(who)'s recording spans the call")
+            let check = recording.toneInEveryWindow(hertz, from: 1.0, to: recording.audio.duration - 0.5)
+            #expect(check.passed, "\(who): \(check)")
+        }
+
+        // One call, ended once, with the whole duration.
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)/v1/dev/tokens")!)
+        request.httpMethod = "POST"
+        request.httpBody = Data(#"{"user":"alice"}"#.utf8)
+        let token = try JSONDecoder().decode(DevTokenResponse.self, from: try await URLSession.shared.data(for: request).0).token
+        var list = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)/v1/calls")!)
+        list.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        let calls = try JSONDecoder().decode(CallList.self, from: try await URLSession.shared.data(for: list).0).calls
+        #expect(calls.count == 1)
+        #expect(calls.first?.reason == .hangup)
+        #expect((calls.first?.duration ?? 0) >= seconds - 1, "answered before the restart, ended after it")
+        await server.stop(SIGTERM)
+    }
+}
