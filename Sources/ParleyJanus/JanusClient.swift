@@ -175,7 +175,7 @@ public actor JanusClient {
         return try await withCheckedThrowingContinuation { continuation in
             pending[transaction] = continuation
             Task {
-                do { try await transport.send(text) } catch { await self.fail(transaction, throwing: error) }
+                do { try await transport.send(text) } catch { self.fail(transaction, throwing: error) }
             }
         }
     }

@@ -472,7 +472,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             while !Task.isCancelled {
                 guard let sample = try? await peer.statistics() else { return }
                 if let report = monitor.add(sample) {
-                    await self.record(report, for: call)
+                    self.record(report, for: call)
                     if let setting = controller.update(lossPct: report.lossPct, rttMs: report.rttMs, now: sample.at) {
                         await peer.setAudioEncoding(setting)
                         await self.emit(.bitrate(call.uuid, setting))

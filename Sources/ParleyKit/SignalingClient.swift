@@ -269,7 +269,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
                                                                    client: configuration.client, resume: resume))), as: UTF8.self))
         let welcomeDeadline = Task { [clock, timeout = configuration.welcomeTimeout] in
             do { try await clock.sleep(for: timeout) } catch { return }
-            await self.closeIfNoWelcome(connection)
+            self.closeIfNoWelcome(connection)
         }
         defer { welcomeDeadline.cancel() }
         var heartbeat: Task<Void, Never>?

@@ -127,7 +127,7 @@ struct Browser: Sendable {
             "type": "key", "id": "keyboard",
             "actions": [["type": "keyDown", "value": key], ["type": "keyUp", "value": key]],
         ]]])
-        try await driver.command("DELETE", "/session/\(session)/actions")
+        _ = try await driver.command("DELETE", "/session/\(session)/actions")
     }
 
     /// Runs `script` (a function body) in the page and answers its return value.
