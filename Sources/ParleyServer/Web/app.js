@@ -21,6 +21,7 @@ const END_REASONS = {
   'answered-elsewhere': () => 'You answered this call on another device.',
   'declined-elsewhere': () => 'You declined this call on another device.',
   'server-shutdown': () => 'The server stopped, which ended the call.',
+  'server-lost-call': () => 'The server restarted without a record of this call, so it had to end.',
   'ice-failed': () => 'The call\'s network connection failed and could not be restored.',
   local: () => 'Call ended.',
 };
@@ -197,15 +198,20 @@ class App {
     }
   }
 
-  /** The session was lost (resume refused): ask the server what became of the current call. */
+  /**
+   * The session was lost (resume refused, as after a server restart): ask the server what became of
+   * the current call. `active` or `ringing`: it goes on (its media never went through the server).
+   */
   async sessionLost() {
     const call = this.call;
-    if (!call) return;
+    if (!call || call.state === 'ended') return;
     try {
       const ack = await this.signaling.request('call.state', { call: call.id });
       if (ack.state === 'ended') this.ended(call, ack.reason ?? 'connection-lost');
     } catch (error) {
-      this.ended(call, 'connection-lost');
+      // The server no longer knows the call (it restarted without its store): nobody can signal it.
+      if (error.code === 'call_not_found') this.ended(call, 'server-lost-call');
+      // Anything else (no answer in time) is asked again at the next new session.
     }
   }
 
