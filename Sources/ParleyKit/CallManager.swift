@@ -40,12 +40,23 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
     private let logger: Logger
     private let configuration: Configuration
 
+    /// A request for a call, waiting in the call's outbox.
+    private struct Outgoing: Sendable {
+        var make: @Sendable (String) -> ClientMessage
+        /// What the answer means to the call (nil: nothing).
+        var onSuccess: (@Sendable (inout CallStateMachine, Ack) -> [CallStateMachine.Action])?
+        var onFailure: (@Sendable (inout CallStateMachine, SignalingError) -> [CallStateMachine.Action])?
+    }
+
     private struct Live {
         var machine: CallStateMachine
         var peer: (any PeerConnection)?
         var negotiator: Negotiator?
         var pendingSignals: [SignalPayload] = []
-        /// Requests in flight; they finish on their own.
+        /// The call's requests in the order its state machine and negotiator asked for them: one
+        /// task hands them to the signaling client one after another (without waiting for answers).
+        var outbox: AsyncStream<Outgoing>.Continuation
+        /// The outbox's task, and the tasks waiting for answers; cancelled when the call is forgotten.
         var requests: [Task<Void, Never>] = []
         /// The negotiator and the stats loop; cancelled with the peer connection.
         var media: [Task<Void, Never>] = []
@@ -53,6 +64,46 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
     }
 
     private var calls: [CallID: Live] = [:]
+
+    private func makeLive(_ machine: CallStateMachine) -> Live {
+        let (outgoing, outbox) = AsyncStream<Outgoing>.makeStream()
+        let call = machine.id
+        let drain = Task { [signaling] in
+            for await request in outgoing {
+                let pending = await signaling.submit(request.make)
+                guard request.onSuccess != nil || request.onFailure != nil else { continue }
+                self.awaitAnswer(pending, of: request, for: call)
+            }
+        }
+        return Live(machine: machine, outbox: outbox, requests: [drain])
+    }
+
+    private func awaitAnswer(_ pending: PendingRequest, of request: Outgoing, for call: CallID) {
+        let task = Task {
+            do throws(SignalingError) {
+                let ack = try await pending.answer()
+                if let onSuccess = request.onSuccess { await self.perform(call) { onSuccess(&$0, ack) } }
+            } catch where error.code == .cancelled {
+                return
+            } catch {
+                if let onFailure = request.onFailure { await self.perform(call) { onFailure(&$0, error) } }
+            }
+        }
+        calls[call]?.requests.append(task)
+    }
+
+    /// Queues a request of a call behind the ones it asked for before.
+    private func send(_ call: CallID, _ make: @escaping @Sendable (String) -> ClientMessage,
+                      onSuccess: (@Sendable (inout CallStateMachine, Ack) -> [CallStateMachine.Action])? = nil,
+                      onFailure: (@Sendable (inout CallStateMachine, SignalingError) -> [CallStateMachine.Action])? = nil) {
+        calls[call]?.outbox.yield(Outgoing(make: make, onSuccess: onSuccess, onFailure: onFailure))
+    }
+
+    /// A description, candidate or restart request from the negotiator: queued, not awaited, so
+    /// candidates leave back to back behind their description.
+    private func sendSignal(_ signal: SignalPayload, for call: CallID) {
+        send(call) { .callSignal(CallSignal(id: $0, call: call, signal: signal)) }
+    }
     /// Route and interruption policy while a call is in progress.
     private var route: AudioRoutePolicy?
     private var iceServers: [IceServer] = []
@@ -178,7 +229,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         if calls[body.call] == nil {
             let (machine, _) = CallStateMachine.incoming(body.call, from: body.from.user, name: body.from.name,
                                                          media: body.media, alreadyReported: true)
-            calls[body.call] = Live(machine: machine)
+            calls[body.call] = makeLive(machine)
         }
         // The push may be late: ask the server whether the call still rings.
         do {
@@ -225,12 +276,40 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         }
     }
 
-    /// A new session: whatever this device missed is gone, so ask the server about every call.
+    /// A new session (after a server restart, or a resume the server could not serve): whatever
+    /// this device missed is gone, so ask the server about every call (protocol v1, "Restarts and
+    /// several nodes"). `ringing` and `active` go on untouched (media never went through the server);
+    /// `ended` ends with the server's reason; `call_not_found` means the server lost the call, which
+    /// then cannot be signalled any more: it ends with `server-lost-call`. Anything else (no answer in
+    /// time, the connection dropped again) leaves the call alone; the next new session asks again.
     private func recoverAfterNewSession() async {
-        for (id, live) in calls where !live.machine.phase.isEnded {
-            guard let state = try? await signaling.request({ .callState(CallRequest(id: $0, call: id)) })
-                .decodeResult(CallStateResult.self) else { continue }
-            if state.state == .ended { await perform(id) { $0.remoteEnded(state.reason ?? .connectionLost) } }
+        let open = calls.filter { !$0.value.machine.phase.isEnded }.map(\.key)
+        await withTaskGroup(of: (CallID, Result<CallStateResult, SignalingError>).self) { group in
+            for id in open {
+                let pending = await signaling.submit { .callState(CallRequest(id: $0, call: id)) }
+                group.addTask {
+                    do throws(SignalingError) {
+                        let ack = try await pending.answer()
+                        guard let state = try? ack.decodeResult(CallStateResult.self) else {
+                            return (id, .failure(SignalingError(code: .rejected, serverCode: .badRequest, message: "unreadable call.state answer")))
+                        }
+                        return (id, .success(state))
+                    } catch {
+                        return (id, .failure(error))
+                    }
+                }
+            }
+            for await (id, outcome) in group {
+                switch outcome {
+                case .success(let state) where state.state == .ended:
+                    await perform(id) { $0.remoteEnded(state.reason ?? .connectionLost) }
+                case .failure(let error) where error.serverCode == .callNotFound:
+                    logger.notice("the server lost a call; ending it", metadata: ["call.id": "\(id)"])
+                    await perform(id) { $0.remoteEnded(.serverLostCall) }
+                case .success, .failure:
+                    break
+                }
+            }
         }
     }
 
@@ -242,7 +321,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             } else {
                 let (machine, actions) = CallStateMachine.incoming(incoming.call, from: incoming.from.user, name: incoming.from.name,
                                                                    media: incoming.media, alreadyReported: false)
-                calls[incoming.call] = Live(machine: machine)
+                calls[incoming.call] = makeLive(machine)
                 await execute(actions, for: incoming.call)
                 await perform(incoming.call) { $0.signalingInviteArrived() }
             }
@@ -275,7 +354,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         case .start(let id, let uuid, let to, let video):
             let call = CallID(uuid: uuid)
             let (machine, actions) = CallStateMachine.outgoing(call, to: to, media: MediaSpec(audio: true, video: video), action: id)
-            calls[call] = Live(machine: machine)
+            calls[call] = makeLive(machine)
             await execute(actions, for: call)
         case .answer(let id, let uuid):
             await perform(CallID(uuid: uuid), orFail: id) { $0.answer(id) }
@@ -324,31 +403,29 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             let machine = live.machine
             switch action {
             case .sendInvite:
-                sendLater(call) { [signaling, eventSink] in
-                    let ack = try await signaling.request { .callInvite(CallInvite(id: $0, call: call, to: machine.remote, media: machine.media)) }
-                    if let result = try? ack.decodeResult(CallInviteResult.self) {
-                        eventSink.yield(.invited(call.uuid, devices: result.devices, pushed: result.pushed))
-                    }
-                    return ack
-                } onSuccess: { $0.inviteAcknowledged() } onFailure: { call, _ in call.inviteFailed() }
+                send(call, { .callInvite(CallInvite(id: $0, call: call, to: machine.remote, media: machine.media)) },
+                     onSuccess: { [eventSink] machine, ack in
+                         if let result = try? ack.decodeResult(CallInviteResult.self) {
+                             eventSink.yield(.invited(call.uuid, devices: result.devices, pushed: result.pushed))
+                         }
+                         return machine.inviteAcknowledged()
+                     },
+                     onFailure: { machine, _ in machine.inviteFailed() })
             case .sendRinging:
-                sendLater(call) { [signaling] in try await signaling.request { .callRinging(CallRequest(id: $0, call: call)) } }
+                send(call) { .callRinging(CallRequest(id: $0, call: call)) }
             case .sendAccept:
-                sendLater(call) { [signaling] in
-                    try await signaling.request { .callAccept(CallRequest(id: $0, call: call)) }
-                } onSuccess: { $0.acceptAcknowledged() } onFailure: { machine, error in machine.acceptFailed(error.serverCode) }
+                send(call, { .callAccept(CallRequest(id: $0, call: call)) },
+                     onSuccess: { machine, _ in machine.acceptAcknowledged() },
+                     onFailure: { machine, error in machine.acceptFailed(error.serverCode) })
             case .sendDecline(let reason):
-                sendLater(call) { [signaling] in try await signaling.request { .callDecline(CallDecline(id: $0, call: call, reason: reason)) } }
+                send(call) { .callDecline(CallDecline(id: $0, call: call, reason: reason)) }
             case .sendHangup(let reason):
-                let quality = live.quality?.callQuality
-                sendLater(call) { [signaling] in
-                    if let quality { _ = try? await signaling.request { .callReport(CallReport(id: $0, call: call, quality: quality)) } }
-                    return try await signaling.request { .callHangup(CallHangup(id: $0, call: call, reason: reason)) }
+                if let quality = live.quality?.callQuality {
+                    send(call) { .callReport(CallReport(id: $0, call: call, quality: quality)) }
                 }
+                send(call) { .callHangup(CallHangup(id: $0, call: call, reason: reason)) }
             case .sendUpdate(let muted, let held):
-                sendLater(call) { [signaling] in
-                    try await signaling.request { .callUpdate(CallUpdate(id: $0, call: call, muted: muted, held: held)) }
-                }
+                send(call) { .callUpdate(CallUpdate(id: $0, call: call, muted: muted, held: held)) }
             case .reportIncoming:
                 do {
                     try await provider.reportIncomingCall(IncomingCallReport(call: call.uuid, caller: machine.remote,
@@ -356,7 +433,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 } catch {
                     // The system refused (Do Not Disturb, blocked caller): decline for the user.
                     await perform(call) { $0.remoteEnded(.declined) }
-                    sendLater(call) { [signaling] in try await signaling.request { .callDecline(CallDecline(id: $0, call: call, reason: .busy)) } }
+                    send(call) { .callDecline(CallDecline(id: $0, call: call, reason: .busy)) }
                 }
             case .reportStartedConnecting:
                 await provider.reportOutgoingCallStartedConnecting(call.uuid)
@@ -400,25 +477,9 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
 
     private func forget(_ call: CallID) {
         guard let live = calls[call], live.machine.phase.isEnded else { return }
+        live.outbox.finish()
+        for task in live.requests { task.cancel() }
         calls[call] = nil
-    }
-
-    /// Sends a request without holding up the manager; its answer comes back as an event.
-    private func sendLater(_ call: CallID, _ request: @escaping @Sendable () async throws -> Ack,
-                           onSuccess: @escaping @Sendable (inout CallStateMachine) -> [CallStateMachine.Action] = { _ in [] },
-                           onFailure: @escaping @Sendable (inout CallStateMachine, SignalingError) -> [CallStateMachine.Action] = { _, _ in [] }) {
-        let task = Task {
-            do {
-                _ = try await request()
-                await self.perform(call, onSuccess)
-            } catch let error as SignalingError {
-                await self.perform(call) { onFailure(&$0, error) }
-            } catch {
-                await self.perform(call) { onFailure(&$0, SignalingError(code: .stopped, message: "\(error)")) }
-            }
-        }
-        calls[call]?.requests.removeAll { $0.isCancelled }
-        calls[call]?.requests.append(task)
     }
 
     private func makePeerConnection(for call: CallID, polite: Bool) async {
@@ -434,9 +495,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             return
         }
         let negotiator = Negotiator(peer: peer, polite: polite, maxIceRestarts: self.configuration.maxIceRestarts, logger: logger,
-            send: { [signaling] signal in
-                _ = try? await signaling.request { .callSignal(CallSignal(id: $0, call: call, signal: signal)) }
-            },
+            send: { [weak self] signal in await self?.sendSignal(signal, for: call) },
             report: { [weak self] outcome in await self?.negotiation(outcome, for: call) })
         guard var current = calls[call], !current.machine.phase.isEnded else {
             await peer.close()

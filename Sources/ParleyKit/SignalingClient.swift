@@ -11,6 +11,8 @@ public struct SignalingError: Error, Hashable, Sendable, CustomStringConvertible
         case timeout
         /// The client was stopped (or replaced by another connection of the same device).
         case stopped
+        /// The task waiting for the answer was cancelled; the request was forgotten.
+        case cancelled
     }
 
     public var code: Code
@@ -90,7 +92,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
 
     private struct Pending {
         var text: String
-        var continuation: CheckedContinuation<Ack, any Error>
+        var continuation: RequestAnswer
         var timeout: Task<Void, Never>
         /// Requests sent again after a reconnect (pings are not: a new connection needs new ones).
         var resend: Bool
@@ -151,42 +153,48 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
 
     /// Sends a request and waits for its answer. The request survives reconnects: it is re-sent with
     /// the same id until answered or timed out, and the server never runs it twice.
+    /// Sends a request and waits for its answer. Cancelling the waiting task forgets the request:
+    /// it is not sent again after a reconnect (if it already left, the server may still run it).
     public func request(_ make: (String) -> ClientMessage) async throws(SignalingError) -> Ack {
+        try await submit(make).answer()
+    }
+
+    /// Queues a request (sent at once when connected, else after the next welcome) and returns
+    /// without waiting for its answer: requests submitted one after another leave in that order.
+    public func submit(_ make: (String) -> ClientMessage) -> PendingRequest {
         nextRequest += 1
         let id = "c\(nextRequest)"
         let message = make(id)
         let isPing = if case .ping = message { true } else { false }
-        do {
-            return try await send(message, id: id, resend: !isPing)
-        } catch let error as SignalingError {
-            throw error
-        } catch {
-            throw SignalingError(code: .stopped, message: "\(error)")
+        let answer = RequestAnswer()
+        guard !stopped else {
+            answer.resolve(throwing: SignalingError(code: .stopped, message: "the signaling client has stopped"))
+            return PendingRequest(id: id, answer: answer, client: self)
         }
+        let timeout = configuration.requestTimeout
+        let timer = Task { [clock] in
+            do { try await clock.sleep(for: timeout) } catch { return }
+            self.expire(id)
+        }
+        var request = Pending(text: String(decoding: codec.encode(message), as: UTF8.self), continuation: answer, timeout: timer,
+                              resend: !isPing)
+        if greeted, let connection {
+            connection.send(request.text)
+            request.sentOn = generation
+        }
+        pending[id] = request
+        order.append(id)
+        return PendingRequest(id: id, answer: answer, client: self)
     }
 
-    private func send(_ message: ClientMessage, id: String, resend: Bool) async throws -> Ack {
-        guard !stopped else { throw SignalingError(code: .stopped, message: "the signaling client has stopped") }
-        let text = String(decoding: codec.encode(message), as: UTF8.self)
-        let timeout = configuration.requestTimeout
-        return try await withCheckedThrowingContinuation { continuation in
-            let timer = Task { [clock] in
-                do { try await clock.sleep(for: timeout) } catch { return }
-                self.expire(id)
-            }
-            var request = Pending(text: text, continuation: continuation, timeout: timer, resend: resend)
-            if greeted, let connection {
-                connection.send(text)
-                request.sentOn = generation
-            }
-            pending[id] = request
-            order.append(id)
-        }
+    /// The waiter of a request went away: forget it.
+    fileprivate func abandon(_ id: String) {
+        resolve(id)?.continuation.resolve(throwing: SignalingError(code: .cancelled, message: "the request was cancelled"))
     }
 
     private func expire(_ id: String) {
         guard let request = resolve(id) else { return }
-        request.continuation.resume(throwing: SignalingError(code: .timeout, message: "no answer within the request timeout"))
+        request.continuation.resolve(throwing: SignalingError(code: .timeout, message: "no answer within the request timeout"))
     }
 
     private func resolve(_ id: String) -> Pending? {
@@ -203,7 +211,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         connection?.close()
         connection = nil
         for id in order {
-            resolve(id)?.continuation.resume(throwing: SignalingError(code: .stopped, message: "the signaling client has stopped"))
+            resolve(id)?.continuation.resolve(throwing: SignalingError(code: .stopped, message: "the signaling client has stopped"))
         }
         eventSink.yield(.stopped(reason: reason))
         eventSink.finish()
@@ -317,7 +325,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
                 connection.send(request.text)
                 pending[id]?.sentOn = generation
             } else {
-                resolve(id)?.continuation.resume(throwing: SignalingError(code: .timeout, message: "the connection was lost"))
+                resolve(id)?.continuation.resolve(throwing: SignalingError(code: .timeout, message: "the connection was lost"))
             }
         }
     }
@@ -331,10 +339,10 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         }
         switch frame.message {
         case .ack(let ack):
-            resolve(ack.re)?.continuation.resume(returning: ack)
+            resolve(ack.re)?.continuation.resolve(returning: ack)
         case .error(let error):
             if let re = error.re, let request = resolve(re) {
-                request.continuation.resume(throwing: SignalingError.rejected(error))
+                request.continuation.resolve(throwing: SignalingError.rejected(error))
             } else {
                 logger.debug("server error", metadata: ["error.code": "\(error.code)", "error.message": "\(error.message)"])
             }
@@ -370,6 +378,69 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
                 logger.debug("heartbeat unanswered; reconnecting")
                 connection.close()
             }
+        }
+    }
+}
+
+/// A request on its way: `answer()` waits for the server's ack or error.
+public struct PendingRequest: Sendable {
+    public let id: String
+    fileprivate let answer: RequestAnswer
+    fileprivate let client: any AbandonableRequests
+
+    fileprivate init(id: String, answer: RequestAnswer, client: any AbandonableRequests) {
+        self.id = id
+        self.answer = answer
+        self.client = client
+    }
+
+    /// The ack, or the error (`rejected` with the server's code, `timeout`, `stopped`); a cancelled
+    /// waiter gets `cancelled` at once and the request is forgotten.
+    public func answer() async throws(SignalingError) -> Ack {
+        let (answer, client, id) = (self.answer, self.client, self.id)
+        let result = await withTaskCancellationHandler {
+            await answer.value()
+        } onCancel: {
+            answer.resolve(throwing: SignalingError(code: .cancelled, message: "the request was cancelled"))
+            Task { await client.abandon(id) }
+        }
+        return try result.get()
+    }
+}
+
+fileprivate protocol AbandonableRequests: Sendable {
+    func abandon(_ id: String) async
+}
+
+extension SignalingClient: AbandonableRequests {}
+
+/// A request's answer, resolved once (later resolutions are ignored), awaited by at most one waiter.
+final class RequestAnswer: @unchecked Sendable {
+    private let lock = NSLock()
+    private var result: Result<Ack, SignalingError>?
+    private var waiter: CheckedContinuation<Result<Ack, SignalingError>, Never>?
+
+    func resolve(returning ack: Ack) { resolve(.success(ack)) }
+    func resolve(throwing error: SignalingError) { resolve(.failure(error)) }
+
+    private func resolve(_ outcome: Result<Ack, SignalingError>) {
+        let waiter: CheckedContinuation<Result<Ack, SignalingError>, Never>? = lock.withLock {
+            guard result == nil else { return nil }
+            result = outcome
+            defer { self.waiter = nil }
+            return self.waiter
+        }
+        waiter?.resume(returning: outcome)
+    }
+
+    func value() async -> Result<Ack, SignalingError> {
+        await withCheckedContinuation { continuation in
+            let ready: Result<Ack, SignalingError>? = lock.withLock {
+                if let result { return result }
+                waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
         }
     }
 }

@@ -155,6 +155,9 @@ public struct EndReason: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public static let connectionLost = EndReason(rawValue: "connection-lost")
     /// The server stopped while the call was ringing or active (an extension of protocol v1).
     public static let serverShutdown = EndReason(rawValue: "server-shutdown")
+    /// A client ends a call with this when, after a new session, the server answers `call.state`
+    /// with `call_not_found`: the server lost the call (protocol v1, "Restarts and several nodes").
+    public static let serverLostCall = EndReason(rawValue: "server-lost-call")
 }
 
 /// The server's view of a call: `ringing → active → ended` or `ringing → ended`.
