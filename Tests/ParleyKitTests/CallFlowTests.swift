@@ -124,6 +124,19 @@ struct CallFlowTests {
         try await restarted.stop()
     }
 
+    @Test func aServerThatLostTheCallEndsItWithServerLostCall() async throws {
+        let server = try await LiveServer.start()  // in memory: a restart forgets every call
+        let port = server.port
+        let (alice, bob, call) = try await Self.connectedCall(server)
+        try await server.stop()
+        let restarted = try await LiveServer.start { $0.port = port }
+        try await eventually("alice ends the lost call") { await alice.phase(call) == .ended(.serverLostCall) }
+        try await eventually("bob too") { await bob.phase(call) == .ended(.serverLostCall) }
+        #expect(alice.provider.endReason(of: call) == .failed)
+        await alice.stop(); await bob.stop()
+        try await restarted.stop()
+    }
+
     @Test func aPushForACallAlreadyCancelledIsReportedThenEnded() async throws {
         let server = try await LiveServer.start()
         let alice = SDKDevice(server, user: "alice", device: "a1")

@@ -19,9 +19,10 @@ final class SDKDevice: @unchecked Sendable {
     private let lock = NSLock()
     private var log: [CallEvent] = []
 
-    init(_ server: LiveServer, user: UserID, device: DeviceID, configure: (inout CallManager<ContinuousClock>.Configuration) -> Void = { _ in }) {
+    init(_ server: LiveServer, user: UserID, device: DeviceID, transport: any SignalingTransport = WebSocketSignalingTransport(),
+         configure: (inout CallManager<ContinuousClock>.Configuration) -> Void = { _ in }) {
         self.user = user
-        signaling = makeClient(server, user: user, device: device)
+        signaling = makeClient(server, user: user, device: device, transport: transport)
         peers = FakePeerConnectionFactory(name: "\(user)-\(device)")
         var configuration = CallManager<ContinuousClock>.Configuration()
         configuration.statsInterval = .milliseconds(100)

@@ -33,12 +33,13 @@ final class EventLog: @unchecked Sendable {
 }
 
 func makeClient(_ server: LiveServer, user: UserID, device: DeviceID, backoff: Duration = .milliseconds(50),
-                tokenLifetime: Duration = .seconds(3600)) -> SignalingClient<ContinuousClock> {
+                tokenLifetime: Duration = .seconds(3600),
+                transport: any SignalingTransport = WebSocketSignalingTransport()) -> SignalingClient<ContinuousClock> {
     var configuration = SignalingClient<ContinuousClock>.Configuration(url: URL(string: server.signalURL)!, device: device)
     configuration.backoff = .init(initial: backoff, maximum: .milliseconds(500))
     configuration.requestTimeout = .seconds(5)
     configuration.connectTimeout = .seconds(2)
-    return SignalingClient(configuration: configuration, transport: WebSocketSignalingTransport(), clock: ContinuousClock(),
+    return SignalingClient(configuration: configuration, transport: transport, clock: ContinuousClock(),
                            logger: Logger(label: "test.client")) {
         try await server.token(user, lifetime: tokenLifetime)
     }
