@@ -174,11 +174,28 @@ public actor JanusClient {
         defer { timer.cancel() }
         return try await withCheckedThrowingContinuation { continuation in
             pending[transaction] = continuation
-            Task {
-                do { try await transport.send(text) } catch { self.fail(transaction, throwing: error) }
-            }
+            enqueue(text, transaction: transaction)
         }
     }
+
+    /// Frames leave in the order they were asked for (a trickled candidate never overtakes its
+    /// offer): one writer sends them one after another.
+    private func enqueue(_ text: String, transaction: String) {
+        if outbox == nil {
+            let (frames, outbox) = AsyncStream<(text: String, transaction: String)>.makeStream()
+            self.outbox = outbox
+            let transport = self.transport
+            writer = Task { [weak self] in
+                for await frame in frames {
+                    do { try await transport.send(frame.text) } catch { await self?.fail(frame.transaction, throwing: error) }
+                }
+            }
+        }
+        outbox?.yield((text, transaction))
+    }
+
+    private var outbox: AsyncStream<(text: String, transaction: String)>.Continuation?
+    private var writer: Task<Void, Never>?
 
     private var acknowledgedTransactions: Set<String> = []
 
@@ -262,6 +279,9 @@ public actor JanusClient {
 
     private func finish(_ reason: JanusError, notify: Bool) {
         keepalive?.cancel()
+        outbox?.finish()
+        outbox = nil
+        writer = nil
         for (transaction, continuation) in pending {
             continuation.resume(throwing: reason)
             acknowledgedTransactions.remove(transaction)
