@@ -88,6 +88,20 @@ struct QualityTests {
         #expect(EModel.score(rating: 65) == 2)
     }
 
+    /// Figures published in the recommendations themselves, not recomputed from our formula.
+    @Test func eModelAgreesWithG107AndG113PublishedFigures() {
+        // G.107: the default parameter set gives R = 93.2 (MOS 4.41); its R → MOS mapping (Annex B)
+        // at the user-satisfaction band edges: 90 → 4.34, 80 → 4.03, 70 → 3.60, 60 → 3.10, 50 → 2.58.
+        let noDelay = EModel(equipmentImpairment: 0, packetLossRobustness: 25.1, codecDelayMs: 0)
+        #expect(abs(noDelay.rating(rttMs: 0, jitterMs: 0, lossPct: 0) - 93.2) < 0.05)
+        for (rating, mos) in [(93.2, 4.41), (90.0, 4.34), (80.0, 4.03), (70.0, 3.60), (60.0, 3.10), (50.0, 2.58)] {
+            #expect(abs(EModel.mos(rating: rating) - mos) < 0.01, "R \(rating)")
+        }
+        // G.113 Appendix I: G.729A (+VAD) has Ie = 11, Bpl = 19; with no loss and no delay R = 93.2 − 11 = 82.2.
+        let g729a = EModel(equipmentImpairment: 11, packetLossRobustness: 19, codecDelayMs: 0)
+        #expect(abs(g729a.rating(rttMs: 0, jitterMs: 0, lossPct: 0) - 82.2) < 0.05)
+    }
+
     @Test func theMonitorTurnsCountersIntoSmoothedIntervals() throws {
         var monitor = QualityMonitor(window: 2)
         let step18 = monitor.add(MediaStatsSample(at: .seconds(0)))
