@@ -233,8 +233,31 @@ public final class FakePeerConnectionFactory: PeerConnectionFactory, @unchecked 
 
     public var connections: [FakePeerConnection] { lock.withLock { made } }
 
+    private var held = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    /// Peer connections asked for from now on are made only after `releaseCreation()`, as a slow
+    /// engine would make them (a real one generates a certificate, starts a pipeline).
+    public func holdCreation() { lock.withLock { held = true } }
+
+    public func releaseCreation() {
+        let released = lock.withLock {
+            held = false
+            defer { waiting = [] }
+            return waiting
+        }
+        for continuation in released { continuation.resume() }
+    }
+
     public func makePeerConnection(_ configuration: PeerConnectionConfiguration) async throws -> any PeerConnection {
-        lock.withLock {
+        await withCheckedContinuation { continuation in
+            let wait = lock.withLock {
+                if held { waiting.append(continuation) }
+                return held
+            }
+            if !wait { continuation.resume() }
+        }
+        return lock.withLock {
             let peer = FakePeerConnection(name: "\(name)-\(made.count)")
             made.append(peer)
             configurations.append(configuration)

@@ -114,3 +114,60 @@ struct OrderingTests {
         try await server.stop()
     }
 }
+
+/// CallKit's answer action is held until the server accepted and the peer connection exists.
+@Suite("The answer action waits for the accept and the peer connection")
+struct AnswerActionTests {
+    func ring(_ server: LiveServer, bob: SDKDevice) async throws -> (SDKDevice, UUID) {
+        let alice = SDKDevice(server, user: "alice", device: "a1")
+        try await alice.start()
+        try await bob.start()
+        let (call, _) = alice.call("bob")
+        try await eventually("bob's phone rings") { bob.incomingCall() == call }
+        return (alice, call)
+    }
+
+    @Test func thePeerConnectionFirstThenTheAccept() async throws {
+        let server = try await LiveServer.start()
+        let slow = SlowAnswersTransport(delay: .seconds(1))
+        let bob = SDKDevice(server, user: "bob", device: "b1", transport: slow)
+        let (alice, call) = try await ring(server, bob: bob)
+        let answer = bob.provider.perform { .answer($0, call: call) }
+        try await eventually("bob's peer connection exists") { !bob.peers.connections.isEmpty }
+        let acceptID = try await Self.acceptRequest(in: slow)
+        #expect(!slow.log.contains { $0.answered == acceptID }, "the accept's answer is still on its way")
+        #expect(bob.provider.outcome(of: answer) == nil, "not before the server accepted")
+        try await eventually("fulfilled once accepted") { bob.provider.outcome(of: answer) == true }
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+
+    @Test func theAcceptFirstThenThePeerConnection() async throws {
+        let server = try await LiveServer.start()
+        let notes = SlowAnswersTransport(delay: .zero)
+        let bob = SDKDevice(server, user: "bob", device: "b1", transport: notes)
+        let (alice, call) = try await ring(server, bob: bob)
+        bob.peers.holdCreation()
+        let answer = bob.provider.perform { .answer($0, call: call) }
+        let acceptID = try await Self.acceptRequest(in: notes)
+        try await eventually("the server accepted") { notes.log.contains { $0.answered == acceptID } }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(bob.peers.connections.isEmpty)
+        #expect(bob.provider.outcome(of: answer) == nil, "not before the peer connection exists")
+        bob.peers.releaseCreation()
+        try await eventually("fulfilled once the peer connection exists") { bob.provider.outcome(of: answer) == true }
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+
+    static func acceptRequest(in transport: SlowAnswersTransport) async throws -> String {
+        var id: String?
+        try await eventually("call.accept sent") {
+            id = transport.log.lazy.compactMap { note -> String? in
+                if case .callAccept(let accept)? = note.sent { accept.id } else { nil }
+            }.first
+            return id != nil
+        }
+        return id!
+    }
+}

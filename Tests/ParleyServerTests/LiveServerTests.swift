@@ -218,3 +218,30 @@ struct HeartbeatTests {
         try await server.stop()
     }
 }
+
+@Suite("Live server: idempotent requests across a reconnect")
+struct ResentRequestTests {
+    @Test func aRequestResentUnderItsIDAfterReconnectAndResumeRunsOnce() async throws {
+        let server = try await LiveServer.start()
+        let bob = try await server.device("bob", "b1")
+        let alice = try await WSTestClient.connect(url: server.signalURL, token: server.token("alice"))
+        let session = try await alice.hello(device: "a1").session
+        let call: CallID = "5e4d3c2b-1a09-4f8e-8d7c-6b5a4f3e2d1c"
+        let invite = ClientMessage.callInvite(CallInvite(id: "invite-1", call: call, to: "bob"))
+        // The connection drops before alice reads the answer.
+        alice.send(invite)
+        _ = try await bob.expect { if case .callIncoming(let m) = $0.message { m } else { nil } }
+        await alice.close()
+
+        let back = try await WSTestClient.connect(url: server.signalURL, token: server.token("alice"))
+        #expect(try await back.hello(device: "a1", resume: ResumeRequest(session: session, lastSeq: 0)).resumed)
+        back.send(invite)
+        var answers: [Ack] = []
+        while answers.count < 2 {
+            answers.append(try await back.expect { if case .ack(let ack) = $0.message, ack.re == "invite-1" { ack } else { nil } })
+        }
+        #expect(answers[0] == answers[1], "the replayed answer and the answer to the re-sent request are the same")
+        #expect(try await bob.next(timeout: .milliseconds(300)) == nil, "bob's phone rang once: the invite ran once")
+        try await server.stop()
+    }
+}
