@@ -475,6 +475,25 @@ void parley_ice_restart(void *webrtc) {
     g_object_unref(agent);
 }
 
+int parley_ice_selected_pair(void *webrtc, char *local_type, char *remote_type, char *local_address, int *local_port) {
+    static const char *types[] = {"host", "srflx", "prflx", "relay"};
+    NiceAgent *agent = nice_agent_of(webrtc);
+    if (!agent) return -1;
+    int result = -2;
+    // webrtcbin numbers its libnice streams from 1; with max-bundle the first one carries everything.
+    for (guint stream = 1; stream <= 8 && result != 0; stream++) {
+        NiceCandidate *local = NULL, *remote = NULL;
+        if (!nice_agent_get_selected_pair(agent, stream, 1, &local, &remote) || !local || !remote) continue;
+        g_strlcpy(local_type, local->type <= NICE_CANDIDATE_TYPE_RELAYED ? types[local->type] : "unknown", 16);
+        g_strlcpy(remote_type, remote->type <= NICE_CANDIDATE_TYPE_RELAYED ? types[remote->type] : "unknown", 16);
+        nice_address_to_string(&local->addr, local_address);
+        *local_port = (int)nice_address_get_port(&local->addr);
+        result = 0;
+    }
+    g_object_unref(agent);
+    return result;
+}
+
 // MARK: Data channels
 
 typedef struct {

@@ -22,6 +22,16 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public var currentLocalSDP: String? { bridge.currentLocalSDP }
     /// The kinds of local ICE candidates gathered ("host", "srflx", "relay").
     public var localCandidateTypes: Set<String> { bridge.localCandidateTypes }
+    /// The candidate pair ICE selected, as libnice reports it; nil before ICE connected.
+    public var selectedCandidatePair: SelectedCandidatePair? {
+        var localType = [CChar](repeating: 0, count: 16), remoteType = [CChar](repeating: 0, count: 16)
+        var address = [CChar](repeating: 0, count: 64)
+        var port: Int32 = 0
+        guard parley_ice_selected_pair(webrtc, &localType, &remoteType, &address, &port) == 0 else { return nil }
+        return SelectedCandidatePair(localType: String(cString: localType), remoteType: String(cString: remoteType),
+                                     localAddress: String(cString: address), localPort: Int(port))
+    }
+
     /// Decoded video frames received so far.
     public var receivedVideoFrames: Int { bridge.receivedVideoFrames }
     /// How many ICE restarts this connection went through, started by either side.
@@ -417,4 +427,14 @@ enum IceURL {
         allowed.insert(charactersIn: "-._~")
         return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
     }
+}
+
+/// The local and remote ICE candidates carrying a call's media.
+public struct SelectedCandidatePair: Hashable, Sendable {
+    /// "host", "srflx", "prflx" or "relay".
+    public var localType: String
+    public var remoteType: String
+    /// For a relay candidate, the address and port the TURN server allocated.
+    public var localAddress: String
+    public var localPort: Int
 }

@@ -199,7 +199,7 @@ struct CallTests {
         }
     }
 
-    @Test(.enabled(if: Coturn.isInstalled, "coturn is not installed (scripts/setup.sh installs it)"))
+    @Test(.enabled(if: Coturn.testsEnabled))
     func relayOnlyCallGoesThroughTurnWithTheServersCredentials() async throws {
         let turn = try await Coturn()
         defer { turn.stop() }
@@ -211,6 +211,13 @@ struct CallTests {
             let bobPeer = try #require(await call.bob.peerConnection(of: call.id))
             #expect(alicePeer.localCandidateTypes == ["relay"])
             #expect(bobPeer.localCandidateTypes == ["relay"])
+            // The media runs on relay candidates coturn allocated: the selected pairs are relays on its ports.
+            for (peer, user) in [(alicePeer, "alice"), (bobPeer, "bob")] {
+                let pair = try #require(peer.selectedCandidatePair, "\(user) has a selected pair")
+                #expect(pair.localType == "relay", "\(user): \(pair)")
+                #expect(turn.relayPorts.contains(pair.localPort), "\(user)'s relay port \(pair.localPort) is coturn's")
+                #expect(turn.allocated(for: user), "coturn allocated for \(user): \(turn.output.suffix(1500))")
+            }
             try await call.hangUp(by: call.alice)
             #expect(try call.bobsRecording().dominantFrequency(from: 0.5) == 440)
             #expect(try call.alicesRecording().dominantFrequency(from: 0.5) == 660)

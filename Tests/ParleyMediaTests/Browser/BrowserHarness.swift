@@ -120,5 +120,12 @@ extension Browser {
         }
     }
 
-    func remoteLevel() async throws -> Double { try await snapshot()["remoteLevelDb"] as? Double ?? -100 }
+    /// The far side's level in dBFS as the page's analyser measures it. A page that measures nothing
+    /// (no remote stream, no meter) is a failure, not silence: a silence check must see a level.
+    func remoteLevel() async throws -> Double {
+        guard let level = try await snapshot()["remoteLevelDb"] as? Double else {
+            throw TestFailure("the page reports no level for the far side (no remote audio is being measured)")
+        }
+        return level
+    }
 }

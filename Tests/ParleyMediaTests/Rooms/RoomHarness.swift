@@ -131,8 +131,11 @@ final class RoomEvents: @unchecked Sendable {
         return found!
     }
 
-    /// Talking changes of `display`, in order.
-    func talking(of display: String) -> [Bool] {
-        all.compactMap { if case .talking(let member, let talking) = $0, member.display == display { talking } else { nil } }
+    /// Talking changes of `display`, in order (only those after `since`, when given).
+    func talking(of display: String, since: ContinuousClock.Instant? = nil) -> [Bool] {
+        lock.withLock { events }.compactMap { entry in
+            guard since.map({ entry.at > $0 }) ?? true, case .talking(let member, let talking) = entry.event, member.display == display else { return nil }
+            return talking
+        }
     }
 }

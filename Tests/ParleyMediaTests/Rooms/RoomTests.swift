@@ -116,7 +116,9 @@ struct RoomRestartTests {
         let pattern = directory.appendingPathComponent("bursts.wav")
         try RoomLab.writeBursts(to: pattern)
         let alice = try await RoomLab.phone(server, "alice", input: .file(pattern, loop: true), record: nil)
-        let bob = try await RoomLab.phone(server, "bob", input: .silence, record: nil)
+        // Each media connection records afresh: after the rejoin, the file holds what bob heard since.
+        let bobRecording = directory.appendingPathComponent("bob.wav")
+        let bob = try await RoomLab.phone(server, "bob", input: .silence, record: bobRecording)
         let (aliceRoom, aliceHears) = try await RoomLab.join(alice)
         let (bobRoom, bobHears) = try await RoomLab.join(bob)
         try await bobHears.wait("bob hears alice talk") { if case .talking(let member, true) = $0 { member.display == "alice" } else { false } }
@@ -132,13 +134,20 @@ struct RoomRestartTests {
             return joins.allSatisfy { $0 >= 2 }
         }
         let rejoinedAt = ContinuousClock.now
-        try await eventually(timeout: .seconds(20), "bob hears alice talk after the restart") {
-            bobHears.talking(of: "alice").count >= 4 && ContinuousClock.now - rejoinedAt > .seconds(1)
+        try await eventually(timeout: .seconds(20), "bob sees alice talk and stop twice after the restart") {
+            bobHears.talking(of: "alice", since: rejoinedAt).count >= 4
         }
         await aliceRoom.leave()
         await bobRoom.leave()
         await alice.stop()
         await bob.stop()
+        // And hears her: every 3 s burst period of the new recording carries her 440 Hz.
+        let heard = try Recording(bobRecording)
+        #expect(heard.audio.duration >= 4, "bob recorded after the rejoin")
+        let periods = stride(from: 0.5, through: heard.audio.duration - 3, by: 3.0).map { start in
+            stride(from: start, to: start + 3, by: 0.5).contains { heard.dominantFrequency(from: $0, length: 0.5).map { abs($0 - 440) <= 2 } ?? false }
+        }
+        #expect(!periods.isEmpty && periods.allSatisfy { $0 }, "440 Hz in each burst period after the rejoin: \(periods)")
         try await server.stop()
     }
 }
