@@ -26,6 +26,7 @@ final class Bridge: @unchecked Sendable {
     private var localMids: [String?] = []
     private var localSDP: String?
     private var videoFrames = 0
+    private var lastVideoColor: FrameColor?
     private var remoteMids: [String?] = []
     private var localCandidates: [IceCandidate] = []
     private var gatheringComplete = false
@@ -87,7 +88,24 @@ final class Bridge: @unchecked Sendable {
     }
     var receivedVideoFrames: Int { lock.withLock { videoFrames } }
 
-    func videoFrame() { lock.withLock { videoFrames += 1 } }
+    /// A decoded RGB frame arrived: counted, and its average colour noted (from a sample of pixels).
+    func videoFrame(_ rgb: UnsafeRawBufferPointer?) {
+        var color: FrameColor?
+        if let rgb, rgb.count >= 3 {
+            var sums = (0, 0, 0), samples = 0
+            for offset in stride(from: 0, to: rgb.count - 2, by: 3 * 61) {
+                sums.0 += Int(rgb[offset]); sums.1 += Int(rgb[offset + 1]); sums.2 += Int(rgb[offset + 2])
+                samples += 1
+            }
+            color = FrameColor(red: sums.0 / samples, green: sums.1 / samples, blue: sums.2 / samples)
+        }
+        lock.withLock {
+            videoFrames += 1
+            if let color { lastVideoColor = color }
+        }
+    }
+
+    var receivedVideoColor: FrameColor? { lock.withLock { lastVideoColor } }
     func rememberRemote(_ sdp: String) { lock.withLock { remoteMids = SDPText.mids(sdp) } }
 
     func remoteMLine(of candidate: IceCandidate) -> Int? {
@@ -243,9 +261,9 @@ let bridgeEventCallback: parley_event_callback = { context, kind, number, text, 
     Unmanaged<Bridge>.fromOpaque(context).takeUnretainedValue().handle(kind: kind, number: number, text: text, object: object)
 }
 
-let videoTapCallback: parley_buffer_callback = { context, _, _ in
+let videoTapCallback: parley_buffer_callback = { context, bytes, count in
     guard let context else { return }
-    Unmanaged<Bridge>.fromOpaque(context).takeUnretainedValue().videoFrame()
+    Unmanaged<Bridge>.fromOpaque(context).takeUnretainedValue().videoFrame(bytes.map { UnsafeRawBufferPointer(start: $0, count: count) })
 }
 
 let audioTapCallback: parley_buffer_callback = { context, bytes, count in

@@ -28,10 +28,12 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         var address = [CChar](repeating: 0, count: 64)
         var port: Int32 = 0
         guard parley_ice_selected_pair(webrtc, &localType, &remoteType, &address, &port) == 0 else { return nil }
-        return SelectedCandidatePair(localType: String(cString: localType), remoteType: String(cString: remoteType),
-                                     localAddress: String(cString: address), localPort: Int(port))
+        func text(_ buffer: [CChar]) -> String { String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+        return SelectedCandidatePair(localType: text(localType), remoteType: text(remoteType), localAddress: text(address), localPort: Int(port))
     }
 
+    /// The average colour of the last video frame received.
+    public var receivedVideoColor: FrameColor? { bridge.receivedVideoColor }
     /// Decoded video frames received so far.
     public var receivedVideoFrames: Int { bridge.receivedVideoFrames }
     /// How many ICE restarts this connection went through, started by either side.

@@ -46,7 +46,32 @@ public struct VideoInput: Hashable, Sendable {
     public var height = 240
     public var framesPerSecond = 15
     public var bitrateKbps = 300
+    /// A solid picture of this colour (0xRRGGBB) instead of the moving test pattern: tests tell
+    /// which side's picture arrived by it.
+    public var solidColor: UInt32?
     public init() {}
+}
+
+/// The average colour of a decoded video frame, 0–255 a channel.
+public struct FrameColor: Hashable, Sendable {
+    public var red: Int
+    public var green: Int
+    public var blue: Int
+
+    public init(red: Int, green: Int, blue: Int) {
+        self.red = red
+        self.green = green
+        self.blue = blue
+    }
+
+    public init(rgb: UInt32) {
+        self.init(red: Int(rgb >> 16 & 0xff), green: Int(rgb >> 8 & 0xff), blue: Int(rgb & 0xff))
+    }
+
+    /// Whether every channel is within `tolerance` of `other`'s (video coding shifts colours a little).
+    public func isClose(to other: FrameColor, tolerance: Int = 40) -> Bool {
+        abs(red - other.red) <= tolerance && abs(green - other.green) <= tolerance && abs(blue - other.blue) <= tolerance
+    }
 }
 
 /// A data channel a peer connection opens as soon as it is created (before the first offer, so

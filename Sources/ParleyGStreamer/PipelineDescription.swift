@@ -39,7 +39,9 @@ enum PipelineDescription {
     /// The video send chain: a moving test pattern in VP8 as `payloadType`.
     static func videoSender(_ configuration: MediaEngineConfiguration, payloadType: Int) -> String {
         let v = configuration.video
-        return "videotestsrc is-live=true pattern=ball ! video/x-raw,width=\(v.width),height=\(v.height),framerate=\(v.framesPerSecond)/1"
+        let source = v.solidColor.map { String(format: "videotestsrc is-live=true pattern=solid-color foreground-color=0xff%06x", $0) }
+            ?? "videotestsrc is-live=true pattern=ball"
+        return source + " ! video/x-raw,width=\(v.width),height=\(v.height),framerate=\(v.framesPerSecond)/1"
             + " ! videoconvert ! queue ! vp8enc deadline=1 cpu-used=8 keyframe-max-dist=60 target-bitrate=\(v.bitrateKbps * 1000)"
             + " ! rtpvp8pay pt=\(payloadType) ! queue"
             + " ! capsfilter caps=\"application/x-rtp,media=video,encoding-name=VP8,clock-rate=90000,payload=\(payloadType),ssrc=(uint)\(randomSSRC())\""
@@ -78,7 +80,8 @@ enum PipelineDescription {
                 + " ! audio/x-raw,format=S16LE,rate=48000,channels=1 ! volume name=speaker ! identity name=received"
             return output == .device ? decode : decode + " ! fakesink sync=false async=false"
         case "video":
-            return "rtpvp8depay ! vp8dec ! videoconvert ! identity name=receivedvideo ! fakesink sync=false async=false"
+            // RGB, so the tap can tell what picture arrived.
+            return "rtpvp8depay ! vp8dec ! videoconvert ! video/x-raw,format=RGB ! identity name=receivedvideo ! fakesink sync=false async=false"
         default:
             return nil
         }

@@ -224,6 +224,7 @@ struct CallFlowTests {
     @Test func audioFollowsTheSystemsActivationsAndAResetEndsEverything() async throws {
         let server = try await LiveServer.start()
         let (alice, bob, call) = try await Self.connectedCall(server)
+        try await eventually("the first activation enabled audio") { bob.audio.isAudioEnabled }
         bob.provider.deliver(.audioSessionDeactivated)   // an interruption, say
         try await eventually("audio stops") { !bob.audio.isAudioEnabled }
         bob.provider.deliver(.audioSessionActivated)

@@ -216,7 +216,7 @@ struct CallTests {
                 let pair = try #require(peer.selectedCandidatePair, "\(user) has a selected pair")
                 #expect(pair.localType == "relay", "\(user): \(pair)")
                 #expect(turn.relayPorts.contains(pair.localPort), "\(user)'s relay port \(pair.localPort) is coturn's")
-                #expect(turn.allocated(for: user), "coturn allocated for \(user): \(turn.output.suffix(1500))")
+                #expect(turn.allocated(for: user), "coturn allocated for \(user): \(turn.output.suffix(3000))")
             }
             try await call.hangUp(by: call.alice)
             #expect(try call.bobsRecording().dominantFrequency(from: 0.5) == 440)

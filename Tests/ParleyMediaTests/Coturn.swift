@@ -46,6 +46,7 @@ final class Coturn: @unchecked Sendable {
             allow-loopback-peers
             log-file=stdout
             simple-log
+            verbose
             pidfile=\(directory.path)/turnserver.pid
             userdb=\(directory.path)/turndb
             """

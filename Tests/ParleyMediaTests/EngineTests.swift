@@ -139,8 +139,17 @@ struct EngineTests {
     }
 
     @Test func videoFlowsWhenTheCallAsksForIt() async throws {
-        let call = try await DirectCall(media: MediaSpec(audio: true, video: true))
+        let (orange, teal) = (FrameColor(rgb: 0xE07020), FrameColor(rgb: 0x20A0A0))
+        let call = try await DirectCall({ a, b in
+            a.video.solidColor = 0xE07020
+            b.video.solidColor = 0x20A0A0
+        }, media: MediaSpec(audio: true, video: true))
         try await eventually(timeout: .seconds(10), "video frames both ways") { call.a.receivedVideoFrames > 10 && call.b.receivedVideoFrames > 10 }
+        // Each side sees the other's picture, not its own nor a blank one.
+        try await eventually(timeout: .seconds(5), "each picture arrives") {
+            call.b.receivedVideoColor.map { $0.isClose(to: orange) } == true && call.a.receivedVideoColor.map { $0.isClose(to: teal) } == true
+        }
+        #expect(call.a.receivedVideoColor.map { $0.isClose(to: orange) } == false)
         await call.close()
         #expect(try tone(call.recordings().b) == 440)
     }

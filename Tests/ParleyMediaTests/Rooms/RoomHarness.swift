@@ -131,6 +131,11 @@ final class RoomEvents: @unchecked Sendable {
         return found!
     }
 
+    /// How many events matching came after `since`.
+    func count(since: ContinuousClock.Instant, _ matches: (RoomEvent) -> Bool) -> Int {
+        lock.withLock { events }.filter { $0.at > since && matches($0.event) }.count
+    }
+
     /// Talking changes of `display`, in order (only those after `since`, when given).
     func talking(of display: String, since: ContinuousClock.Instant? = nil) -> [Bool] {
         lock.withLock { events }.compactMap { entry in
