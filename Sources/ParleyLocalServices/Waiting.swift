@@ -17,3 +17,12 @@ public func eventually(timeout: Duration = .seconds(10), _ message: @autoclosure
     }
     throw TestFailure("\(message()) did not become true in time")
 }
+
+/// Runs blocking work (a socket read, waiting for a process) on a thread of its own: blocking the
+/// cooperative pool (two threads on a two-core machine) starves everything else in the process,
+/// an in-process server included.
+public func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try work() }) }.start()
+    }
+}

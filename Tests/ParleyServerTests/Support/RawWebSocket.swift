@@ -4,14 +4,6 @@ import ParleyServerTesting
 import Glibc
 #endif
 
-/// Runs blocking socket work on a thread of its own: blocking the cooperative pool (two threads
-/// here) would starve the in-process server the socket talks to.
-func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try work() }) }.start()
-    }
-}
-
 /// A WebSocket client on a plain blocking socket, for what a library client hides: an upgrade's
 /// exact HTTP answer, and a client that stops reading (so TCP pushes back on the server).
 final class RawWebSocket: @unchecked Sendable {
