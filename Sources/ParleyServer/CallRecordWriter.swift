@@ -20,7 +20,8 @@ public final class CallRecordWriter: Sendable {
         /// First-handed-over order, so calls are written in the order they started.
         var order: [CallID] = []
         var writing = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var nextWaiter: UInt64 = 0
         var inFlight: Set<CallID> = []
     }
 
@@ -51,15 +52,24 @@ public final class CallRecordWriter: Sendable {
         state.withLockedValue { $0.pending[call] != nil || $0.inFlight.contains(call) }
     }
 
-    /// Returns once everything saved before the call is in the store.
+    /// Returns once everything saved before the call is in the store, or when the task is cancelled
+    /// (a store that keeps failing must not hold a shutdown forever).
     public func flush() async {
-        await withCheckedContinuation { continuation in
-            let done: Bool = state.withLockedValue { state in
-                guard state.writing else { return true }
-                state.waiters.append(continuation)
-                return false
+        let id = state.withLockedValue { state in
+            state.nextWaiter += 1
+            return state.nextWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let done: Bool = state.withLockedValue { state in
+                    guard state.writing, !Task.isCancelled else { return true }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if done { continuation.resume() }
             }
-            if done { continuation.resume() }
+        } onCancel: {
+            state.withLockedValue { $0.waiters.removeValue(forKey: id) }?.resume()
         }
     }
 
@@ -87,8 +97,8 @@ public final class CallRecordWriter: Sendable {
                     guard state.pending.isEmpty else { return nil }
                     state.writing = false
                     state.inFlight = []
-                    defer { state.waiters = [] }
-                    return state.waiters
+                    defer { state.waiters = [:] }
+                    return Array(state.waiters.values)
                 }
                 guard let waiters else { continue }
                 for waiter in waiters { waiter.resume() }

@@ -105,7 +105,14 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
             group.addTask { await hub.run() }
             try? await gracefulShutdown()
             await hub.shutdown()
-            await hub.flushRecords()
+            // A store that keeps failing must not hold the process forever: what is not written in
+            // time is logged by the writer, and the calls it concerns end by resume expiry next start.
+            await withTaskGroup(of: Void.self) { flush in
+                flush.addTask { await hub.flushRecords() }
+                flush.addTask { try? await Task.sleep(for: .seconds(10)) }
+                await flush.next()
+                flush.cancelAll()
+            }
             await open.drained(within: .seconds(5))
             await hub.closeRooms()
             group.cancelAll()

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Logging
 import ParleyProtocol
 @testable import ParleyServer
 import ParleyServerTesting
@@ -72,5 +73,36 @@ struct PersistenceTests {
         await writer.flush()
         #expect(!writer.isPending(call))
         #expect(try store.call(call)?.answeredAt == 99)
+    }
+}
+
+/// A store whose writes always fail (a full disk, a dropped database).
+struct FailingStore: SignalingStore {
+    struct Down: Error {}
+    func upsertDevice(_ device: DeviceRecord) throws { throw Down() }
+    func deleteDevice(user: UserID, device: DeviceID) throws -> Bool { throw Down() }
+    func devices(of user: UserID) throws -> [DeviceRecord] { [] }
+    func removeVoIPToken(user: UserID, device: DeviceID) throws {}
+    func saveCalls(_ calls: [StoredCall]) throws { throw Down() }
+    func call(_ id: CallID) throws -> CallRecord? { nil }
+    func calls(of user: UserID, limit: Int) throws -> [CallRecord] { [] }
+    func unfinishedCalls() throws -> [StoredCall] { [] }
+}
+
+@Suite("A store that keeps failing")
+struct FailingStoreTests {
+    @Test func aFlushGivesUpWhenCancelledAndTheRecordStaysQueued() async throws {
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        // The writer goes on retrying for the rest of the test process, every second at most.
+        let writer = CallRecordWriter(store: FailingStore(), logger: quiet, maxBackoff: .seconds(1))
+        let call: CallID = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b9a"
+        writer.save(StoredCall(record: CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1", media: .audioOnly, createdAt: 1),
+                               expiresAt: 2))
+        let flush = Task { await writer.flush() }
+        try await Task.sleep(for: .milliseconds(200))
+        flush.cancel()
+        await flush.value
+        #expect(writer.isPending(call), "kept for the next try, not dropped")
     }
 }
