@@ -64,46 +64,6 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
     }
 
     private var calls: [CallID: Live] = [:]
-
-    private func makeLive(_ machine: CallStateMachine) -> Live {
-        let (outgoing, outbox) = AsyncStream<Outgoing>.makeStream()
-        let call = machine.id
-        let drain = Task { [signaling] in
-            for await request in outgoing {
-                let pending = await signaling.submit(request.make)
-                guard request.onSuccess != nil || request.onFailure != nil else { continue }
-                self.awaitAnswer(pending, of: request, for: call)
-            }
-        }
-        return Live(machine: machine, outbox: outbox, requests: [drain])
-    }
-
-    private func awaitAnswer(_ pending: PendingRequest, of request: Outgoing, for call: CallID) {
-        let task = Task {
-            do throws(SignalingError) {
-                let ack = try await pending.answer()
-                if let onSuccess = request.onSuccess { await self.perform(call) { onSuccess(&$0, ack) } }
-            } catch where error.code == .cancelled {
-                return
-            } catch {
-                if let onFailure = request.onFailure { await self.perform(call) { onFailure(&$0, error) } }
-            }
-        }
-        calls[call]?.requests.append(task)
-    }
-
-    /// Queues a request of a call behind the ones it asked for before.
-    private func send(_ call: CallID, _ make: @escaping @Sendable (String) -> ClientMessage,
-                      onSuccess: (@Sendable (inout CallStateMachine, Ack) -> [CallStateMachine.Action])? = nil,
-                      onFailure: (@Sendable (inout CallStateMachine, SignalingError) -> [CallStateMachine.Action])? = nil) {
-        calls[call]?.outbox.yield(Outgoing(make: make, onSuccess: onSuccess, onFailure: onFailure))
-    }
-
-    /// A description, candidate or restart request from the negotiator: queued, not awaited, so
-    /// candidates leave back to back behind their description.
-    private func sendSignal(_ signal: SignalPayload, for call: CallID) {
-        send(call) { .callSignal(CallSignal(id: $0, call: call, signal: signal)) }
-    }
     /// Route and interruption policy while a call is in progress.
     private var route: AudioRoutePolicy?
     private var iceServers: [IceServer] = []
@@ -395,6 +355,46 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             eventSink.yield(.phase(call.uuid, phase))
             if phase.isEnded { forgetLater(call) }
         }
+    }
+
+    private func makeLive(_ machine: CallStateMachine) -> Live {
+        let (outgoing, outbox) = AsyncStream<Outgoing>.makeStream()
+        let call = machine.id
+        let drain = Task { [signaling] in
+            for await request in outgoing {
+                let pending = await signaling.submit(request.make)
+                guard request.onSuccess != nil || request.onFailure != nil else { continue }
+                self.awaitAnswer(pending, of: request, for: call)
+            }
+        }
+        return Live(machine: machine, outbox: outbox, requests: [drain])
+    }
+
+    private func awaitAnswer(_ pending: PendingRequest, of request: Outgoing, for call: CallID) {
+        let task = Task {
+            do throws(SignalingError) {
+                let ack = try await pending.answer()
+                if let onSuccess = request.onSuccess { await self.perform(call) { onSuccess(&$0, ack) } }
+            } catch where error.code == .cancelled {
+                return
+            } catch {
+                if let onFailure = request.onFailure { await self.perform(call) { onFailure(&$0, error) } }
+            }
+        }
+        calls[call]?.requests.append(task)
+    }
+
+    /// Queues a request of a call behind the ones it asked for before.
+    private func send(_ call: CallID, _ make: @escaping @Sendable (String) -> ClientMessage,
+                      onSuccess: (@Sendable (inout CallStateMachine, Ack) -> [CallStateMachine.Action])? = nil,
+                      onFailure: (@Sendable (inout CallStateMachine, SignalingError) -> [CallStateMachine.Action])? = nil) {
+        calls[call]?.outbox.yield(Outgoing(make: make, onSuccess: onSuccess, onFailure: onFailure))
+    }
+
+    /// A description, candidate or restart request from the negotiator: queued, not awaited, so
+    /// candidates leave back to back behind their description.
+    private func sendSignal(_ signal: SignalPayload, for call: CallID) {
+        send(call) { .callSignal(CallSignal(id: $0, call: call, signal: signal)) }
     }
 
     private func execute(_ actions: [CallStateMachine.Action], for call: CallID) async {

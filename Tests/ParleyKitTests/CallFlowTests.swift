@@ -26,6 +26,10 @@ struct CallFlowTests {
             let b = await bob.phase(call)
             return a == .connected && b == .connected
         }
+        // The activation is delivered on CallKit's queue: the media may connect before it lands.
+        try await eventually("both enable audio") {
+            alice.audio.records.contains(.audioEnabled(true)) && bob.audio.records.contains(.audioEnabled(true))
+        }
         return (alice, bob, call)
     }
 
