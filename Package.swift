@@ -4,6 +4,8 @@ import PackageDescription
 // Modules are split by what they depend on, so the heavy parts stay optional:
 //   ParleyProtocol  the wire protocol v1: Codable messages, no networking
 //   ParleyServer    the signaling server (Hummingbird, WebSocket, JWT, SQLite, metrics)
+//   ParleyAPNs      an APNs provider: token (JWT) authentication, HTTP/2 over async-http-client, Apple's answers
+//   ParleyAPNsTesting  an APNs double for tests: HTTP/2 over TLS that checks what APNs checks
 //   ParleyServerTesting  the real server on an ephemeral port, for tests (never linked into `parley`)
 //   ParleyLocalServices  Debian's Janus run privately on a veth pair, for the room benchmark and tests
 //   ParleyKit       the client SDK core: signaling client, calls, negotiation, quality; no platform framework
@@ -24,6 +26,8 @@ let package = Package(
         .library(name: "ParleyProtocol", targets: ["ParleyProtocol"]),
         .library(name: "ParleyServer", targets: ["ParleyServer"]),
         .library(name: "ParleyServerTesting", targets: ["ParleyServerTesting"]),
+        .library(name: "ParleyAPNs", targets: ["ParleyAPNs"]),
+        .library(name: "ParleyAPNsTesting", targets: ["ParleyAPNsTesting"]),
         .library(name: "ParleyKit", targets: ["ParleyKit"]),
         .library(name: "ParleyNIOTransport", targets: ["ParleyNIOTransport"]),
         .library(name: "ParleyGStreamer", targets: ["ParleyGStreamer"]),
@@ -47,6 +51,11 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
     ],
     targets: [
         .target(
@@ -54,10 +63,38 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "ParleyAPNs",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ParleyAPNsTesting",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "ParleyServer",
             dependencies: [
                 "ParleyProtocol",
                 "ParleyJanus",
+                "ParleyAPNs",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
@@ -168,6 +205,7 @@ let package = Package(
             dependencies: [
                 "ParleyProtocol",
                 "ParleyServer",
+                "ParleyAPNs",
                 "ParleyLocalServices",
                 "ParleyKit",
                 "ParleyGStreamer",

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import ParleyAPNs
 import ParleyProtocol
 import ParleyServer
 
@@ -49,6 +50,8 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Bearer token for GET /metrics; without one, metrics are served to loopback only. [PARLEY_METRICS_TOKEN]")
     var metricsToken: String?
 
+    @OptionGroup(title: "Push (APNs)") var apns: APNsOptions
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error. [PARLEY_LOG_LEVEL]")
     var logLevel: String = env("PARLEY_LOG_LEVEL") ?? "info"
 
@@ -82,6 +85,7 @@ struct Serve: AsyncParsableCommand {
             guard janus.hasPrefix("ws://") || janus.hasPrefix("wss://") else { throw ValidationError("--janus takes a ws:// or wss:// URL") }
             configuration.janus = JanusSettings(url: janus, clientURL: janusClientUrl.isEmpty ? nil : janusClientUrl)
         }
+        configuration.apns = try apns.settings()
         configuration.ringTimeout = .seconds(ringTimeout)
         configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls),
                                                      turnSecret: turnSecret ?? Self.env("PARLEY_TURN_SECRET"))
@@ -89,17 +93,24 @@ struct Serve: AsyncParsableCommand {
         let host = self.host
         let databaseLabel = configuration.databasePath ?? "in memory"
         let janusLabel = configuration.janus?.url
-        let server = try await SignalingServer(configuration: configuration, logger: logger) { port in
-            let base = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
-            var lines = ["parley: signaling server listening on \(base) (WebSocket \(base.replacingOccurrences(of: "http", with: "ws"))/v1/signal)"]
-            lines.append("parley: database \(databaseLabel)")
-            if let janusLabel { lines.append("parley: rooms on Janus AudioBridge at \(janusLabel)") }
-            lines.append("parley: browser client at \(base)/ (two windows, two names, one calls the other)")
-            if development {
-                lines.append("parley: development mode: get a token with")
-                lines.append("  curl -s -X POST \(base)/v1/dev/tokens -H 'content-type: application/json' -d '{\"user\":\"alice\",\"name\":\"Alice\"}'")
+        let pushLabel = configuration.apns.map(APNsOptions.describe) ?? "no pushes (no APNs key: see --apns-key-file)"
+        let server: SignalingServer
+        do {
+            server = try await SignalingServer(configuration: configuration, logger: logger) { port in
+                let base = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+                var lines = ["parley: signaling server listening on \(base) (WebSocket \(base.replacingOccurrences(of: "http", with: "ws"))/v1/signal)"]
+                lines.append("parley: database \(databaseLabel)")
+                if let janusLabel { lines.append("parley: rooms on Janus AudioBridge at \(janusLabel)") }
+                lines.append("parley: \(pushLabel)")
+                lines.append("parley: browser client at \(base)/ (two windows, two names, one calls the other)")
+                if development {
+                    lines.append("parley: development mode: get a token with")
+                    lines.append("  curl -s -X POST \(base)/v1/dev/tokens -H 'content-type: application/json' -d '{\"user\":\"alice\",\"name\":\"Alice\"}'")
+                }
+                try? FileHandle.standardOutput.write(contentsOf: Data((lines.joined(separator: "\n") + "\n").utf8))
             }
-            try? FileHandle.standardOutput.write(contentsOf: Data((lines.joined(separator: "\n") + "\n").utf8))
+        } catch let error as APNsConfigurationError {
+            throw ValidationError(error.description)
         }
         try await server.run()
     }

@@ -40,6 +40,8 @@ public struct ServerConfiguration: Sendable {
     public var meshRoomLimit: Int = 4
     /// With a Janus server, every room is an AudioBridge room.
     public var janus: JanusSettings?
+    /// With APNs settings, pushes go to Apple's push service (else nowhere).
+    public var apns: APNsSettings?
     public var limits = Limits()
 
     public struct Limits: Sendable {

@@ -1,3 +1,4 @@
+import ParleyAPNs
 import ParleyProtocol
 import Prometheus
 
@@ -17,6 +18,11 @@ public struct ServerMetrics: Sendable {
     let callsStarted: Counter
     let callsRestored: Counter
     let slowConnections: Counter
+    /// Pushes by type (voip, alert) and outcome (delivered, token_invalid, failed).
+    private let pushes: [String: Counter]
+    let pushTokensRemoved: Counter
+    private let apnsDuration: DurationHistogram
+    private let apnsResponses: [String: Counter]
 
     static let knownOutcomes: [EndReason] = [
         .hangup, .cancelled, .declined, .busy, .noAnswer, .connectionLost,
@@ -54,6 +60,44 @@ public struct ServerMetrics: Sendable {
                                                               "Unfinished calls taken over from the store at start"))
         slowConnections = registry.makeCounter(descriptor: name("slow_connections_closed", unit: "total",
                                                                 "Connections closed for falling behind their outbound buffer"))
+        let pushesByOutcome = name("pushes", unit: "total", "Pushes sent, by type and outcome")
+        var pushes: [String: Counter] = [:]
+        for type in ["voip", "alert"] {
+            for outcome in ["delivered", "token_invalid", "failed"] {
+                pushes["\(type) \(outcome)"] = registry.makeCounter(descriptor: pushesByOutcome, labels: [("type", type), ("outcome", outcome)])
+            }
+        }
+        self.pushes = pushes
+        pushTokensRemoved = registry.makeCounter(descriptor: name("push_tokens_removed", unit: "total",
+                                                                  "VoIP tokens forgotten because APNs rejected them"))
+        apnsDuration = registry.makeDurationHistogram(
+            descriptor: name("apns_request_duration", unit: "seconds", "APNs requests, from sending to the answer"),
+            buckets: [.milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
+                      .seconds(1), .seconds(2.5), .seconds(5), .seconds(10)]
+        )
+        let responsesByStatus = name("apns_responses", unit: "total", "APNs answers, by status (none: no answer came)")
+        var responses: [String: Counter] = [:]
+        for status in Self.apnsStatuses {
+            responses[status] = registry.makeCounter(descriptor: responsesByStatus, labels: [("status", status)])
+        }
+        apnsResponses = responses
+    }
+
+    static let apnsStatuses = ["200", "400", "403", "405", "410", "413", "429", "500", "503", "other", "none"]
+
+    func pushed(_ push: Push, _ outcome: PushOutcome) {
+        let name = switch outcome {
+        case .delivered: "delivered"
+        case .tokenInvalid: "token_invalid"
+        case .failed: "failed"
+        }
+        pushes["\(push.pushType) \(name)"]?.increment()
+    }
+
+    func apnsRequest(_ exchange: APNsExchange) {
+        apnsDuration.record(exchange.duration)
+        let status = exchange.status.map(String.init) ?? "none"
+        (apnsResponses[status] ?? apnsResponses["other"])?.increment()
     }
 
     func error(_ code: ErrorCode) { (errors[code] ?? otherErrors).increment() }

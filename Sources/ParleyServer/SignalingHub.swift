@@ -19,7 +19,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private let metrics: ServerMetrics
     private let logger: Logger
     private let wallClock: @Sendable () -> Int64
-    private let pushes: AsyncStream<VoIPPush>.Continuation?
+    private let pushes: AsyncStream<Push>.Continuation?
     private let codec = WireCodec()
 
     private struct ConnectionEntry {
@@ -38,6 +38,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private var liveCallsByUser: [UserID: Set<CallID>] = [:]
     /// Ended calls kept for `call.state` and `call.report`, oldest first, with when they ended.
     private var endedCalls: Deque<(call: CallID, at: Duration)> = []
+    /// Ringing calls' devices woken by a VoIP push: told of the call by an alert if it ends unanswered.
+    private var pushedDevices: [CallID: [Push]] = [:]
     private var rooms: [RoomID: [RoomParticipant]] = [:]
     private var roomsByDevice: [DeviceKey: Set<RoomID>] = [:]
     /// With Janus configured, every room is an AudioBridge room provisioned here.
@@ -46,9 +48,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// - Parameters:
     ///   - wallClock: Unix milliseconds, for call records and expiry times on the wire.
-    ///   - pushes: where VoIP pushes for offline devices go (nil: none are sent).
+    ///   - pushes: where pushes for offline devices go (nil: none are sent).
     public init(configuration: ServerConfiguration, store: any SignalingStore, metrics: ServerMetrics = ServerMetrics(),
-                clock: C, logger: Logger, pushes: AsyncStream<VoIPPush>.Continuation? = nil,
+                clock: C, logger: Logger, pushes: AsyncStream<Push>.Continuation? = nil,
                 wallClock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
         self.configuration = configuration
         self.store = store
@@ -365,16 +367,29 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             logger.error("could not read devices for push", metadata: ["error": "\(error)"])
             return 0
         }
-        var count = 0
+        var sent: [Push] = []
         for device in devices {
             guard let voip = device.voip else { continue }
             if let session = sessions[DeviceKey(user: device.user, device: device.device)], session.connectionID != nil { continue }
             let payload = VoIPPushPayload(parley: .init(call: call.id, from: .init(user: call.caller.user, name: call.caller.name),
                                                         media: call.media, expiresAt: call.expiresAt))
-            pushes.yield(VoIPPush(user: device.user, device: device.device, registration: voip, payload: payload))
-            count += 1
+            let push = Push(user: device.user, device: device.device, registration: voip, content: .incomingCall(payload))
+            pushes.yield(push)
+            sent.append(push)
         }
-        return count
+        if !sent.isEmpty { pushedDevices[call.id] = sent }
+        return sent.count
+    }
+
+    /// A call that woke devices by push ended: if nobody answered, each of them gets a missed-call
+    /// alert (an ordinary push; iOS would have to show a call for a VoIP one).
+    private func sendMissedCallAlerts(for call: CallStateMachine) {
+        guard let woken = pushedDevices.removeValue(forKey: call.id), let pushes else { return }
+        guard call.endReason == .noAnswer || call.endReason == .cancelled else { return }
+        let alert = MissedCallAlert(call: call.id, from: .init(user: call.caller.user, name: call.caller.name), at: wallClock())
+        for push in woken {
+            pushes.yield(Push(user: push.user, device: push.device, registration: push.registration, content: .missedCall(alert)))
+        }
     }
 
     /// Runs one event on a call and performs what it says: deliveries, the record, the end.
@@ -408,6 +423,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             if liveCallsByUser[call.caller.user]?.isEmpty == true { liveCallsByUser[call.caller.user] = nil }
             if liveCallsByUser[call.callee]?.isEmpty == true { liveCallsByUser[call.callee] = nil }
             endedCalls.append((callID, now()))
+            sendMissedCallAlerts(for: call)
             if let reason = call.endReason { metrics.callEnded(reason) }
             logger.debug("call ended", metadata: ["call.id": "\(callID)", "call.reason": "\(call.endReason?.rawValue ?? "")"])
         }

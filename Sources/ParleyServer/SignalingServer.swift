@@ -20,16 +20,17 @@ public final class SignalingServer: Sendable {
     public let hub: SignalingHub<ContinuousClock>
     let tokens: TokenAuthority
     private let logger: Logger
-    private let pushSender: (any VoIPPushSender)?
-    private let pushes: AsyncStream<VoIPPush>
+    private let pushSender: (any PushSender)?
+    private let pushes: AsyncStream<Push>
     private let onRunning: @Sendable (Int) async -> Void
 
     /// - Parameters:
     ///   - store: where devices and call records live; by default the SQLite file of the configuration.
-    ///   - pushSender: sends VoIP pushes; without one, pushes are logged and dropped.
+    ///   - pushSender: sends pushes; by default APNs when the configuration has `apns`, else none
+    ///     (pushes are logged and dropped).
     ///   - onRunning: told the port the server listens on, once it does.
     public init(configuration: ServerConfiguration, logger: Logger, store: (any SignalingStore)? = nil,
-                pushSender: (any VoIPPushSender)? = nil, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
+                pushSender: (any PushSender)? = nil, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
         try configuration.validate()
         if configuration.developmentMode, !configuration.isLoopback {
             logger.warning("development mode off loopback: anyone who can reach this server can mint tokens for any user",
@@ -40,11 +41,18 @@ public final class SignalingServer: Sendable {
         let store = try store ?? SQLiteStore(path: configuration.databasePath)
         self.store = store
         let unfinished = try store.unfinishedCalls()
-        self.metrics = ServerMetrics()
+        let metrics = ServerMetrics()
+        self.metrics = metrics
         self.tokens = try await TokenAuthority(key: configuration.tokenKey)
-        let (pushes, pushContinuation) = AsyncStream<VoIPPush>.makeStream()
+        let (pushes, pushContinuation) = AsyncStream<Push>.makeStream()
         self.pushes = pushes
-        self.pushSender = pushSender
+        if let pushSender {
+            self.pushSender = pushSender
+        } else if let apns = configuration.apns {
+            self.pushSender = try APNsPushSender(settings: apns, metrics: metrics, logger: logger)
+        } else {
+            self.pushSender = nil
+        }
         self.onRunning = onRunning
         self.hub = SignalingHub(configuration: configuration, store: store, metrics: metrics, clock: ContinuousClock(),
                                 logger: logger, pushes: pushContinuation)
@@ -87,7 +95,7 @@ public final class SignalingServer: Sendable {
         // the push queue drains, then the HTTP server stops.
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: app),
-            .init(service: PushService(pushes: pushes, sender: pushSender, store: store, logger: logger)),
+            .init(service: PushService(pushes: pushes, sender: pushSender, store: store, metrics: metrics, logger: logger)),
             .init(service: HubService(hub: hub, open: openConnections)),
         ]
         return ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: signals, logger: logger))
@@ -120,30 +128,68 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
     }
 }
 
-/// Sends the hub's VoIP pushes, one at a time, and forgets tokens APNs rejects.
+/// Sends the hub's pushes, many at once (one that APNs makes wait never holds up the others, and
+/// none holds up signaling), and forgets the tokens APNs rejects. On graceful shutdown the pushes
+/// under way get 5 s to finish.
 struct PushService: Service {
-    let pushes: AsyncStream<VoIPPush>
-    let sender: (any VoIPPushSender)?
+    let pushes: AsyncStream<Push>
+    let sender: (any PushSender)?
     let store: any SignalingStore
+    let metrics: ServerMetrics
     let logger: Logger
+    var concurrency = 64
 
     func run() async throws {
-        for await push in pushes {
-            guard let sender else {
-                logger.debug("no push sender configured; VoIP push dropped", metadata: ["call.id": "\(push.payload.parley.call)"])
-                continue
+        // Each task answers whether it is the shutdown deadline.
+        await withTaskGroup(of: Bool.self) { group in
+            var running = 0
+            for await push in pushes {
+                guard let sender else {
+                    logger.debug("no push sender configured; push dropped", metadata: ["call.id": "\(push.call)"])
+                    continue
+                }
+                if running == concurrency {
+                    _ = await group.next()
+                    running -= 1
+                }
+                running += 1
+                group.addTask { await send(push, with: sender); return false }
             }
-            switch await sender.send(push) {
-            case .delivered:
-                break
-            case .tokenInvalid:
-                logger.notice("APNs rejected a VoIP token; forgetting it", metadata: ["peer.device": "\(push.user)/\(push.device)"])
-                try? store.removeVoIPToken(user: push.user, device: push.device)
-            case .failed(let reason):
-                logger.warning("VoIP push failed", metadata: ["peer.device": "\(push.user)/\(push.device)", "error": "\(reason)"])
+            // The hub finished the queue: it is shutting down.
+            guard running > 0 else { return }
+            group.addTask { try? await Task.sleep(for: .seconds(5)); return true }
+            while let deadlinePassed = await group.next(), !deadlinePassed {
+                running -= 1
+                if running == 0 { break }
             }
+            group.cancelAll()
         }
-        // The hub finishes the queue when it shuts down; a service leaves only on its own turn.
+        // A service leaves only on its own turn.
         try? await gracefulShutdown()
+    }
+
+    private func send(_ push: Push, with sender: any PushSender) async {
+        let device: Logger.MetadataValue = "\(push.user)/\(push.device)"
+        let outcome = await sender.send(push)
+        metrics.pushed(push, outcome)
+        switch outcome {
+        case .delivered(let id):
+            logger.info("push delivered", metadata: ["peer.device": device, "call.id": "\(push.call)", "apns.id": "\(id)",
+                                                     "apns.push_type": "\(push.pushType)"])
+        case .tokenInvalid(let reason, let since):
+            do {
+                if try store.removeVoIPToken(user: push.user, device: push.device, token: push.registration.token, registeredBefore: since) {
+                    metrics.pushTokensRemoved.increment()
+                    logger.notice("APNs rejected a VoIP token; forgot it", metadata: ["peer.device": device, "apns.reason": "\(reason)"])
+                } else {
+                    logger.notice("APNs rejected a VoIP token the device has since replaced; kept the new one",
+                                  metadata: ["peer.device": device, "apns.reason": "\(reason)"])
+                }
+            } catch {
+                logger.error("could not forget a rejected VoIP token", metadata: ["peer.device": device, "error": "\(error)"])
+            }
+        case .failed(let reason):
+            logger.warning("push failed", metadata: ["peer.device": device, "call.id": "\(push.call)", "error": "\(reason)"])
+        }
     }
 }

@@ -32,8 +32,10 @@ public protocol SignalingStore: Sendable {
     /// Removes a device; answers whether it existed.
     func deleteDevice(user: UserID, device: DeviceID) throws -> Bool
     func devices(of user: UserID) throws -> [DeviceRecord]
-    /// Drops the VoIP token of a device (APNs said it is no longer valid).
-    func removeVoIPToken(user: UserID, device: DeviceID) throws
+    /// Drops a device's VoIP token that APNs rejected: only if the device still has that token and
+    /// did not register after `registeredBefore` (APNs' time of a 410, Unix milliseconds; nil for
+    /// `BadDeviceToken`). Answers whether the token was dropped.
+    func removeVoIPToken(user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool
 
     /// Inserts calls, or updates what can change of them (answer, end, quality), in one transaction.
     func saveCalls(_ calls: [StoredCall]) throws
@@ -132,10 +134,13 @@ public final class SQLiteStore: SignalingStore {
         }
     }
 
-    public func removeVoIPToken(user: UserID, device: DeviceID) throws {
+    public func removeVoIPToken(user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool {
         try database.write { db in
-            try db.execute(sql: "UPDATE device SET voipToken = NULL, voipTopic = NULL, voipEnvironment = NULL WHERE user = ? AND device = ?",
-                           arguments: [user.rawValue, device.rawValue])
+            try db.execute(sql: """
+                UPDATE device SET voipToken = NULL, voipTopic = NULL, voipEnvironment = NULL
+                WHERE user = ? AND device = ? AND voipToken = ? AND (? IS NULL OR updatedAt <= ?)
+                """, arguments: [user.rawValue, device.rawValue, token, registeredBefore, registeredBefore])
+            return db.changesCount > 0
         }
     }
 

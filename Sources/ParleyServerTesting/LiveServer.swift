@@ -23,7 +23,7 @@ public final class LiveServer: Sendable {
     private let task: Task<Void, any Error>
     private let group: ServiceGroup
 
-    public static func start(databasePath: String? = nil, pushSender: (any VoIPPushSender)? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> LiveServer {
+    public static func start(databasePath: String? = nil, pushSender: (any PushSender)? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> LiveServer {
         var configuration = ServerConfiguration()
         configuration.port = 0
         configuration.databasePath = databasePath
