@@ -239,6 +239,7 @@ let package = Package(
         .testTarget(
             name: "ParleyMediaTests",
             dependencies: [
+                "ParleyAPNsTesting",
                 "ParleyGStreamer",
                 "ParleySoftphone",
                 "ParleyKit",
@@ -259,6 +260,9 @@ let package = Package(
             name: "ParleyServerTests",
             dependencies: [
                 "ParleyServer",
+                "ParleyAPNs",
+                "ParleyAPNsTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
                 "ParleyJanus",
                 "ParleyServerTesting",
                 "ParleyTesting",

@@ -125,7 +125,9 @@ public actor APNsClient {
                 default:
                     return .failed(status: status, reason: reason ?? "status \(status)", apnsID: apnsID)
                 }
-            case .noAnswer(let error):
+            case .noAnswer(let error, retryable: false):
+                return .failed(status: nil, reason: error, apnsID: nil)
+            case .noAnswer(let error, retryable: true):
                 retryReason = error
             }
             // Try again, but never past the notification's expiry: a late VoIP push rings for a call that is over.
@@ -147,7 +149,8 @@ public actor APNsClient {
 
     private enum Answer {
         case answered(status: Int, reason: String?, apnsID: String?, timestamp: Date?)
-        case noAnswer(String)
+        /// Not retryable: the endpoint's certificate is not trusted, which waiting does not mend.
+        case noAnswer(String, retryable: Bool)
     }
 
     private func post(_ notification: APNsNotification, to endpoint: URL, token: ProviderToken) async -> Answer {
@@ -178,8 +181,9 @@ public actor APNsClient {
             return .answered(status: status, reason: error?.reason, apnsID: apnsID, timestamp: timestamp)
         } catch {
             observe(APNsExchange(pushType: notification.pushType, status: nil, reason: nil, duration: .now - started))
+            let tls = error is NIOSSLError || error is BoringSSLError
             logger.info("no answer from APNs", metadata: ["apns.id": "\(notification.id)", "error": "\(error)"])
-            return .noAnswer(String(describing: error))
+            return .noAnswer(tls ? "TLS with \(endpoint.host ?? "APNs") failed: \(error)" : String(describing: error), retryable: !tls)
         }
     }
 

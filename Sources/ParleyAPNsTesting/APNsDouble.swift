@@ -68,6 +68,7 @@ public final class APNsDouble: Sendable {
         var devices: [String: Device] = [:]
         var script: [Answer] = []
         var requests: [Request] = []
+        var arrivals = 0
         var connections = 0
         /// Per connection: the provider token in use and when it was issued.
         var providerTokens: [Int: (jwt: String, issuedAt: Int64)] = [:]
@@ -163,6 +164,8 @@ public final class APNsDouble: Sendable {
     public var requests: [Request] { state.withLockedValue { $0.requests } }
     /// The requests answered 200.
     public var delivered: [Request] { requests.filter { $0.status == 200 } }
+    /// Requests that arrived, answered or not yet (a scripted delay holds one).
+    public var arrivals: Int { state.withLockedValue { $0.arrivals } }
     /// TCP connections accepted so far.
     public var connectionsAccepted: Int { state.withLockedValue { $0.connections } }
 
@@ -179,6 +182,7 @@ public final class APNsDouble: Sendable {
 
     fileprivate func handle(_ request: Request) async -> Verdict {
         var request = request
+        state.withLockedValue { $0.arrivals += 1 }
         var verdict = check(request)
         if case .answer(200, _, _) = verdict {
             scripted: while let answer = state.withLockedValue({ $0.script.isEmpty ? nil : $0.script.removeFirst() }) {
@@ -359,5 +363,31 @@ private final class StreamHandler: ChannelInboundHandler {
                 }
             }
         }
+    }
+}
+
+/// A developer team for tests: a signing key written as a `.p8` file, with its ids, and doubles
+/// that trust it.
+public struct APNsTestTeam: Sendable {
+    public let keyID = "ABC123DEFG"
+    public let teamID = "DEF123GHIJ"
+    public let privateKey: P256.Signing.PrivateKey
+    /// The key as Apple hands it out: PKCS #8 in PEM.
+    public let keyFile: String
+
+    public init() throws {
+        privateKey = P256.Signing.PrivateKey()
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("AuthKey_\(keyID)-\(UUID().uuidString).p8")
+        try privateKey.pemRepresentation.write(to: file, atomically: true, encoding: .utf8)
+        keyFile = file.path
+    }
+
+    /// An APNs double that verifies this team's provider tokens.
+    public func makeDouble(now: @escaping @Sendable () -> Date = { Date() }) async throws -> APNsDouble {
+        try await APNsDouble(teamID: teamID, keyID: keyID, publicKey: privateKey.publicKey, now: now)
+    }
+
+    public func removeKeyFile() {
+        try? FileManager.default.removeItem(atPath: keyFile)
     }
 }

@@ -13,7 +13,7 @@ struct TestCertificates {
     init() throws {
         let now = Date()
         let caKey = P256.Signing.PrivateKey()
-        let caName = try DistinguishedName { CommonName("Parley APNs double CA") }
+        let caName = try DistinguishedName { CommonName("Parley APNs double CA \(UUID().uuidString.prefix(8))") }
         let ca = try Certificate(
             version: .v3, serialNumber: .init(), publicKey: .init(caKey.publicKey),
             notValidBefore: now.addingTimeInterval(-3600), notValidAfter: now.addingTimeInterval(86400),

@@ -38,13 +38,6 @@ public struct APNsPushSender: PushSender {
 
     public init(client: APNsClient) { self.client = client }
 
-    /// A client for `settings` whose requests feed `metrics`.
-    public init(settings: APNsSettings, metrics: ServerMetrics, logger: Logger) throws(APNsConfigurationError) {
-        client = try APNsClient(configuration: settings.clientConfiguration(), logger: logger) { exchange in
-            metrics.apnsRequest(exchange)
-        }
-    }
-
     public func send(_ push: Push) async -> PushOutcome {
         let notification = APNsNotification(deviceToken: push.registration.token, environment: push.registration.environment.apns,
                                             pushType: push.isVoIP ? .voip : .alert, topic: push.topic, priority: push.priority,

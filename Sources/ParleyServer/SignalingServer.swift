@@ -3,6 +3,7 @@ import Hummingbird
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import ParleyAPNs
 import ParleyProtocol
 import ServiceLifecycle
 import UnixSignals
@@ -21,6 +22,8 @@ public final class SignalingServer: Sendable {
     let tokens: TokenAuthority
     private let logger: Logger
     private let pushSender: (any PushSender)?
+    /// APNs, when configured and no other sender was given: its key is read once, here.
+    private let apns: APNsClient.Configuration?
     private let pushes: AsyncStream<Push>
     private let onRunning: @Sendable (Int) async -> Void
 
@@ -46,13 +49,8 @@ public final class SignalingServer: Sendable {
         self.tokens = try await TokenAuthority(key: configuration.tokenKey)
         let (pushes, pushContinuation) = AsyncStream<Push>.makeStream()
         self.pushes = pushes
-        if let pushSender {
-            self.pushSender = pushSender
-        } else if let apns = configuration.apns {
-            self.pushSender = try APNsPushSender(settings: apns, metrics: metrics, logger: logger)
-        } else {
-            self.pushSender = nil
-        }
+        self.pushSender = pushSender
+        self.apns = pushSender == nil ? try configuration.apns?.clientConfiguration() : nil
         self.onRunning = onRunning
         self.hub = SignalingHub(configuration: configuration, store: store, metrics: metrics, clock: ContinuousClock(),
                                 logger: logger, pushes: pushContinuation)
@@ -95,7 +93,7 @@ public final class SignalingServer: Sendable {
         // the push queue drains, then the HTTP server stops.
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: app),
-            .init(service: PushService(pushes: pushes, sender: pushSender, store: store, metrics: metrics, logger: logger)),
+            .init(service: PushService(pushes: pushes, sender: pushSender, apns: apns, store: store, metrics: metrics, logger: logger)),
             .init(service: HubService(hub: hub, open: openConnections)),
         ]
         return ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: signals, logger: logger))
@@ -134,12 +132,28 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
 struct PushService: Service {
     let pushes: AsyncStream<Push>
     let sender: (any PushSender)?
+    /// Without a sender: APNs, with a connection opened for the service's run and closed after.
+    let apns: APNsClient.Configuration?
     let store: any SignalingStore
     let metrics: ServerMetrics
     let logger: Logger
     var concurrency = 64
 
     func run() async throws {
+        var sender = self.sender
+        var client: APNsClient?
+        if sender == nil, let apns {
+            let apnsClient = try APNsClient(configuration: apns, logger: logger) { [metrics] in metrics.apnsRequest($0) }
+            client = apnsClient
+            sender = APNsPushSender(client: apnsClient)
+        }
+        await send(pushes, with: sender)
+        try? await client?.shutdown()
+        // A service leaves only on its own turn.
+        try? await gracefulShutdown()
+    }
+
+    private func send(_ pushes: AsyncStream<Push>, with sender: (any PushSender)?) async {
         // Each task answers whether it is the shutdown deadline.
         await withTaskGroup(of: Bool.self) { group in
             var running = 0
@@ -164,8 +178,6 @@ struct PushService: Service {
             }
             group.cancelAll()
         }
-        // A service leaves only on its own turn.
-        try? await gracefulShutdown()
     }
 
     private func send(_ push: Push, with sender: any PushSender) async {

@@ -1,69 +1,189 @@
 import Foundation
+import ParleyAPNsTesting
+import ParleyLocalServices
 import ParleyProtocol
-import ParleyServerTesting
 @testable import ParleyServer
+import ParleyServerTesting
 import Testing
 
-/// Stands in for APNs, which cannot run here, and refuses what APNs would refuse.
-final class FakeAPNs: VoIPPushSender, @unchecked Sendable {
-    private let lock = NSLock()
-    private var received: [VoIPPush] = []
-    /// Tokens APNs no longer knows (it answers 410 Unregistered).
-    let unregistered: Set<String>
+/// A real server whose pushes go through its APNs provider to the double.
+struct PushHarness {
+    static let topic = "net.parley.app"
+    let team: APNsTestTeam
+    let apns: APNsDouble
+    let server: LiveServer
 
-    init(unregistered: Set<String> = []) { self.unregistered = unregistered }
+    static func start(configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> PushHarness {
+        let team = try APNsTestTeam()
+        let apns = try await team.makeDouble()
+        let server = try await LiveServer.start { configuration in
+            configuration.apns = APNsSettings(keyFile: team.keyFile, keyID: team.keyID, teamID: team.teamID, url: apns.url, caFile: apns.caFile)
+            configure(&configuration)
+        }
+        return PushHarness(team: team, apns: apns, server: server)
+    }
 
-    var pushes: [VoIPPush] { lock.withLock { received } }
+    /// Registers `device` of `user` with a VoIP token; `known` installs the app on the double's side too.
+    func register(_ user: UserID, _ device: String, token: String, environment: String = "production", known: Bool = true) async throws {
+        let body = #"{"platform":"ios","voip":{"token":"\#(token)","topic":"\#(Self.topic)","environment":"\#(environment)"}}"#
+        let status = try await server.http("PUT", "/v1/devices/\(device)", token: try await server.token(user), json: body).status
+        #expect(status == 200)
+        if known { apns.addDevice(token: token, topic: Self.topic) }
+    }
 
-    func send(_ push: VoIPPush) async -> VoIPPushOutcome {
-        // What APNs checks of a VoIP push: the headers, the token, and the payload size (5 KB for VoIP).
-        guard push.pushType == "voip", push.topic.hasSuffix(".voip"), push.priority == 10 else { return .failed("BadTopic") }
-        guard push.registration.token.allSatisfy(\.isHexDigit) else { return .tokenInvalid }
-        guard let body = try? JSONEncoder().encode(push.payload), body.count <= 5120 else { return .failed("PayloadTooLarge") }
-        if unregistered.contains(push.registration.token) { return .tokenInvalid }
-        lock.withLock { received.append(push) }
-        return .delivered
+    func token(of user: UserID, _ device: DeviceID) throws -> String? {
+        try server.server.store.devices(of: user).first { $0.device == device }?.voip?.token
+    }
+
+    /// Waits until `/metrics` shows `line` (a push's outcome is counted once its answer is read).
+    func expectMetric(_ line: String, sourceLocation: SourceLocation = #_sourceLocation) async {
+        do {
+            try await eventually(timeout: .seconds(5), line) { server.server.metrics.exposition().contains(line) }
+        } catch {
+            Issue.record("no \(line) in\n\(server.server.metrics.exposition())", sourceLocation: sourceLocation)
+        }
+    }
+
+    func stop() async throws {
+        try await server.stop()
+        await apns.stop()
+        team.removeKeyFile()
     }
 }
 
-@Suite("VoIP push")
+@Suite("Push through APNs")
 struct PushTests {
+    static let sleeping = String(repeating: "ab", count: 32)
+    static let online = String(repeating: "cd", count: 32)
+    static let removed = String(repeating: "ef", count: 32)
+
     @Test func anInviteWakesOnlyDevicesWithATokenAndNoLiveConnection() async throws {
-        let apns = FakeAPNs(unregistered: ["dead00"])
-        let server = try await LiveServer.start(pushSender: apns)
-        let bob = try await server.token("bob")
-        for (device, token) in [("sleeping-iphone", "ab12"), ("old-iphone", "dead00"), ("online-iphone", "cd34")] {
-            let body = #"{"platform":"ios","voip":{"token":"\#(token)","topic":"net.parley.app","environment":"production"}}"#
-            #expect(try await server.http("PUT", "/v1/devices/\(device)", token: bob, json: body).status == 200)
-        }
-        let online = try await server.device("bob", "online-iphone")
-        let alice = try await server.device("alice", "a1", name: "Alice")
+        let push = try await PushHarness.start()
+        try await push.register("bob", "sleeping-iphone", token: Self.sleeping)
+        try await push.register("bob", "online-iphone", token: Self.online)
+        try await push.register("bob", "old-iphone", token: Self.removed)
+        // The app left this phone after it registered: APNs answers 410 with a later time.
+        push.apns.unregister(token: Self.removed, at: Date().addingTimeInterval(60))
+        let online = try await push.server.device("bob", "online-iphone")
+        let alice = try await push.server.device("alice", "a1", name: "Alice")
         let call: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"
         let ack = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
         #expect(ack.result["devices"] == .number(1))
         #expect(ack.result["pushed"] == .number(2))
         _ = try await online.expect { if case .callIncoming = $0.message { true } else { nil } }
 
-        try await eventually { apns.pushes.count == 1 }
-        let push = try #require(apns.pushes.first)
-        #expect(push.device == "sleeping-iphone")
-        #expect(push.topic == "net.parley.app.voip")
-        #expect(push.payload.parley.call == call)
-        #expect(push.payload.parley.from.user == "alice")
-        #expect(push.payload.parley.from.name == "Alice")
-        #expect(push.expiration == push.payload.parley.expiresAt / 1000)
-        let wire = String(decoding: try JSONEncoder().encode(push.payload), as: UTF8.self)
-        #expect(!wire.contains("device"), "the push body's from carries no device")
+        try await eventually { push.apns.requests.count == 2 }
+        let delivered = try #require(push.apns.delivered.first)
+        #expect(push.apns.delivered.count == 1)
+        #expect(delivered.deviceToken == Self.sleeping)
+        #expect(delivered.pushType == "voip")
+        #expect(delivered.topic == "net.parley.app.voip")
+        let payload = try JSONDecoder().decode(VoIPPushPayload.self, from: delivered.body)
+        #expect(payload.parley.call == call)
+        #expect(payload.parley.from.user == "alice")
+        #expect(payload.parley.from.name == "Alice")
+        #expect(delivered.headers["apns-expiration"] == String(payload.parley.expiresAt / 1000))
+        #expect(!String(decoding: delivered.body, as: UTF8.self).contains("device"), "the push body's from carries no device")
 
-        try await eventually { try server.server.store.devices(of: "bob").first { $0.device == "old-iphone" }?.voip == nil }
+        // APNs said 410 for the old phone, after its registration: the token is gone, the others stay.
+        try await eventually { try push.token(of: "bob", "old-iphone") == nil }
+        #expect(try push.token(of: "bob", "sleeping-iphone") == Self.sleeping)
+        await push.expectMetric(#"parley_pushes_total{type="voip",outcome="delivered"} 1"#)
+        await push.expectMetric(#"parley_pushes_total{type="voip",outcome="token_invalid"} 1"#)
+        await push.expectMetric("parley_push_tokens_removed_total 1")
+        await push.expectMetric(#"parley_apns_responses_total{status="410"} 1"#)
+        await push.expectMetric("parley_apns_request_duration_seconds_count 2")
+        try await push.stop()
+    }
 
-        // Cancelling never sends a push; the woken device learns the call's fate over signaling.
-        _ = try await alice.request { .callHangup(CallHangup(id: $0, call: call)) }
-        let woken = try await server.device("bob", "sleeping-iphone")
+    @Test func aCancelledCallSendsTheWokenDeviceAMissedCallAlertNotAVoIPPush() async throws {
+        let push = try await PushHarness.start()
+        try await push.register("bob", "sleeping-iphone", token: Self.sleeping)
+        let alice = try await push.server.device("alice", "a1", name: "Alice")
+        let call: CallID = "0b0c7a52-9d5e-4f0e-8d1b-6f4e1b9d2a10"
+        _ = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
+        try await eventually { push.apns.delivered.count == 1 }
+        _ = try await alice.request { .callHangup(CallHangup(id: $0, call: call)) }.get()
+
+        try await eventually { push.apns.delivered.count == 2 }
+        let alert = try #require(push.apns.delivered.last)
+        #expect(alert.pushType == "alert")
+        #expect(alert.topic == "net.parley.app", "an alert's topic is the bundle id")
+        let body = try JSONDecoder().decode(MissedCallAlert.self, from: alert.body)
+        #expect(body.aps.alert.title == "Missed call")
+        #expect(body.aps.alert.body == "Alice (alice)")
+        #expect(body.parley.missedCall.call == call)
+        // The woken device learns the call's fate over signaling.
+        let woken = try await push.server.device("bob", "sleeping-iphone")
         let state = try await woken.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self)
-        #expect(state.state == .ended)
         #expect(state.reason == .cancelled)
-        #expect(apns.pushes.count == 1)
-        try await server.stop()
+        #expect(push.apns.delivered.filter { $0.pushType == "voip" }.count == 1, "a cancellation is never a VoIP push")
+        await push.expectMetric(#"parley_pushes_total{type="alert",outcome="delivered"} 1"#)
+        try await push.stop()
+    }
+
+    @Test func anUnansweredCallAlertsAndAnAnsweredOneDoesNot() async throws {
+        let push = try await PushHarness.start { $0.ringTimeout = .seconds(1) }
+        try await push.register("bob", "sleeping-iphone", token: Self.sleeping)
+        let alice = try await push.server.device("alice", "a1")
+        let unanswered: CallID = "11111111-2222-4333-8444-555555555555"
+        _ = try await alice.request { .callInvite(CallInvite(id: $0, call: unanswered, to: "bob")) }.get()
+        _ = try await alice.expect(timeout: .seconds(10)) { if case .callEnded(let ended) = $0.message, ended.reason == .noAnswer { true } else { nil } }
+        try await eventually { push.apns.delivered.contains { $0.pushType == "alert" } }
+
+        // Woken, the phone answers: no alert for that call.
+        let answered: CallID = "66666666-7777-4888-8999-aaaaaaaaaaaa"
+        _ = try await alice.request { .callInvite(CallInvite(id: $0, call: answered, to: "bob")) }.get()
+        try await eventually { push.apns.delivered.filter { $0.pushType == "voip" }.count == 2 }
+        let bob = try await push.server.device("bob", "sleeping-iphone")
+        _ = try await bob.request { .callAccept(CallRequest(id: $0, call: answered)) }.get()
+        _ = try await alice.request { .callHangup(CallHangup(id: $0, call: answered)) }.get()
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(push.apns.delivered.filter { $0.pushType == "alert" }.count == 1)
+        try await push.stop()
+    }
+
+    @Test func aTokenIsForgottenOnlyWhenAPNsRejectsTheOneTheDeviceStillHas() async throws {
+        let push = try await PushHarness.start()
+        // Unknown to APNs (BadDeviceToken): forgotten.
+        try await push.register("bob", "bad", token: "0123456789abcdef", known: false)
+        // 410 dated before the device registered again: kept.
+        try await push.register("carol", "reinstalled", token: Self.removed)
+        push.apns.unregister(token: Self.removed, at: Date().addingTimeInterval(-3600))
+        // Any other refusal: kept, counted as failed.
+        try await push.register("dave", "iphone", token: Self.online)
+        push.apns.script(.refuse(status: 400, reason: "TopicDisallowed"))
+
+        let alice = try await push.server.device("alice", "a1")
+        _ = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "dave")) }.get()
+        try await eventually { push.apns.requests.count == 1 }
+        for callee: UserID in ["bob", "carol"] {
+            _ = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: callee)) }.get()
+        }
+        try await eventually { push.apns.requests.count == 3 }
+        try await eventually { try push.token(of: "bob", "bad") == nil }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(try push.token(of: "carol", "reinstalled") == Self.removed)
+        #expect(try push.token(of: "dave", "iphone") == Self.online)
+        await push.expectMetric(#"parley_pushes_total{type="voip",outcome="failed"} 1"#)
+        await push.expectMetric("parley_push_tokens_removed_total 1")
+        try await push.stop()
+    }
+
+    @Test func aSlowAPNsNeverHoldsUpSignalingOrOtherPushes() async throws {
+        let push = try await PushHarness.start()
+        try await push.register("bob", "sleeping-iphone", token: Self.sleeping)
+        try await push.register("carol", "sleeping-iphone", token: Self.online)
+        push.apns.script(.delay(.seconds(30)))  // bob's push hangs at APNs
+        let alice = try await push.server.device("alice", "a1")
+        let bobOnline = try await push.server.device("bob", "laptop")
+        _ = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "bob")) }.get()
+        _ = try await bobOnline.expect { if case .callIncoming = $0.message { true } else { nil } }
+        try await eventually { push.apns.arrivals == 1 }
+        // Carol's push goes through while bob's still waits.
+        _ = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "carol")) }.get()
+        try await eventually { push.apns.delivered.contains { $0.deviceToken == Self.online } }
+        #expect(!push.apns.requests.contains { $0.deviceToken == Self.sleeping }, "bob's push is still held at APNs")
+        try await push.stop()
     }
 }
