@@ -110,6 +110,46 @@ public actor Softphone {
     }
 
     private func connect() async throws {
+        try await makeClient()
+        let deadline = ContinuousClock.now + options.connectTimeout
+        while await signaling?.session == nil {
+            guard ContinuousClock.now < deadline else {
+                await stop()
+                throw SoftphoneError("the server at \(options.server.absoluteString) did not accept the signaling connection (is the token valid?)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    // MARK: Push
+
+    /// Registers this device for VoIP pushes, as an iPhone app does after sign-in with PushKit's
+    /// token; a call to its user then wakes it while it has no connection (`handleVoIPPush`).
+    public func registerForVoIPPushes(_ registration: VoIPRegistration) async throws {
+        var token = options.token ?? ""
+        if token.isEmpty { token = try await Self.developmentToken(server: options.server, user: options.user, name: options.name) }
+        var request = URLRequest(url: options.server.appendingPathComponent("v1/devices/\(options.device)"))
+        request.httpMethod = "PUT"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        request.httpBody = try JSONEncoder().encode(DeviceRegistration(platform: .linux, voip: registration))
+        request.timeoutInterval = 5
+        let (_, response) = try await URLSession.shared.data(for: request)
+        guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
+            throw SoftphoneError("the server refused the device registration (status \((response as? HTTPURLResponse)?.statusCode ?? 0))")
+        }
+    }
+
+    /// A VoIP push woke this device (PushKit's `didReceiveIncomingPush` on an iPhone): the SDK
+    /// reports the call at once, then connects, asks the server whether the call still rings, and
+    /// the call is answered like any other (`events` says `.incoming`).
+    public func handleVoIPPush(_ payload: Data) async throws {
+        if manager == nil { try await makeClient() }
+        await manager?.handleVoIPPush(payload) {}
+    }
+
+    /// The signaling client and the call manager, connecting in the background.
+    private func makeClient() async throws {
         let server = options.server
         try await Self.checkReachable(server)
         let fixedToken = options.token
@@ -139,14 +179,6 @@ public actor Softphone {
         tasks.append(Task { for await event in manager.events { self.handle(event) } })
         tasks.append(Task { for await notice in self.provider.notices { self.handle(notice) } })
         tasks.append(Task { for await peer in self.engine.peerConnections { self.adopt(peer) } })
-        let deadline = ContinuousClock.now + options.connectTimeout
-        while await signaling.session == nil {
-            guard ContinuousClock.now < deadline else {
-                await stop()
-                throw SoftphoneError("the server at \(server.absoluteString) did not accept the signaling connection (is the token valid?)")
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
     }
 
     public func stop() async {

@@ -1,0 +1,130 @@
+import Foundation
+import ParleyAPNsTesting
+import ParleyGStreamer
+import ParleyKit
+import ParleyLocalServices
+import ParleyProtocol
+import ParleyServer
+import ParleyServerTesting
+import ParleySoftphone
+import Testing
+
+/// The push path end to end: a device with no connection is woken through APNs (the double),
+/// goes through the SDK's push path, and the call connects with audio both ways.
+@Suite("Woken by push", .serialized)
+struct PushWakeTests {
+    static let topic = "net.parley.app"
+
+    /// A server pushing through the double; bob's phone registered its VoIP token, then slept.
+    struct Setup {
+        let team: APNsTestTeam
+        let apns: APNsDouble
+        let server: LiveServer
+        let directory: URL
+
+        static func start() async throws -> Setup {
+            let team = try APNsTestTeam()
+            let apns = try await team.makeDouble()
+            let server = try await LiveServer.start { configuration in
+                configuration.apns = APNsSettings(keyFile: team.keyFile, keyID: team.keyID, teamID: team.teamID,
+                                                  url: apns.url, caFile: apns.caFile)
+            }
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-push-\(UUID().uuidString.prefix(8))")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+            apns.addDevice(token: token, topic: topic)
+            // Signed in once: the phone registers PushKit's token, then the app is suspended (no connection).
+            let phone = try bobsPhone(server, directory)
+            try await phone.registerForVoIPPushes(VoIPRegistration(token: token, topic: topic, environment: .sandbox))
+            await phone.stop()
+            return Setup(team: team, apns: apns, server: server, directory: directory)
+        }
+
+        /// What iOS would launch when the push arrives: a fresh app process, same device.
+        static func bobsPhone(_ server: LiveServer, _ directory: URL) throws -> Softphone {
+            var media = MediaEngineConfiguration()
+            media.input = .tone(hertz: 660)
+            media.output = .file(directory.appendingPathComponent("bob.wav"))
+            media.localAddresses = ["127.0.0.1"]
+            var options = SoftphoneOptions(server: URL(string: server.baseURL)!, user: "bob", device: "bob-iphone", media: media)
+            options.statsInterval = .milliseconds(500)
+            return try Softphone(options: options, logger: testLogger)
+        }
+
+        /// The first VoIP push the double delivered, as the device receives it.
+        func nextVoIPPush() async throws -> APNsDouble.Request {
+            try await eventually("a VoIP push reached APNs") { apns.delivered.contains { $0.pushType == "voip" } }
+            return try #require(apns.delivered.first { $0.pushType == "voip" })
+        }
+
+        func stop() async throws {
+            try await server.stop()
+            await apns.stop()
+            team.removeKeyFile()
+            try? FileManager.default.removeItem(at: directory)
+        }
+    }
+
+    @Test func aSleepingPhoneWokenByPushAnswersAndBothSidesHear() async throws {
+        let setup = try await Setup.start()
+        let alice = try makePhone(setup.server, "alice", tone: 440, record: setup.directory.appendingPathComponent("alice.wav"))
+        try await alice.start()
+        let call = await alice.call("bob")
+        let push = try await setup.nextVoIPPush()
+        #expect(push.topic == "net.parley.app.voip")
+        #expect(await alice.timeline(of: call)?.pushed == 1)
+
+        // The push launches bob's app: the SDK reports the call, connects, finds it still ringing.
+        let bob = try Setup.bobsPhone(setup.server, setup.directory)
+        let bobLog = EventCollector(bob.events)
+        try await bob.handleVoIPPush(push.body)
+        try await eventually("bob's phone rings") { bobLog.events.contains { if case .incoming(call, from: "alice", _) = $0 { true } else { false } } }
+        await bob.answer(call)
+        try await eventually(timeout: .seconds(15), "audio both ways") {
+            let aliceHears = await alice.timeline(of: call)?.firstAudio != nil
+            let bobHears = await bob.timeline(of: call)?.firstAudio != nil
+            return aliceHears && bobHears
+        }
+        try await Task.sleep(for: .seconds(2))
+        await alice.hangUp(call)
+        try await eventually("both ended") {
+            let a = await alice.timeline(of: call)?.isEnded == true
+            let b = await bob.timeline(of: call)?.isEnded == true
+            return a && b
+        }
+        await alice.stop()
+        await bob.stop()
+        // Each heard the other's tone in every half second after the first.
+        let heardByBob = try Recording(setup.directory.appendingPathComponent("bob.wav")).toneInEveryWindow(440, from: 0.5)
+        let heardByAlice = try Recording(setup.directory.appendingPathComponent("alice.wav")).toneInEveryWindow(660, from: 0.5)
+        #expect(heardByBob.passed, "\(heardByBob)")
+        #expect(heardByAlice.passed, "\(heardByAlice)")
+        #expect(!setup.apns.delivered.contains { $0.pushType == "alert" }, "an answered call leaves no missed-call alert")
+        try await setup.stop()
+    }
+
+    @Test func aCallCancelledBeforeTheWokenPhoneConnectsIsReportedThenEndedAtOnce() async throws {
+        let setup = try await Setup.start()
+        let alice = try makePhone(setup.server, "alice", tone: 440, record: nil)
+        try await alice.start()
+        let call = await alice.call("bob")
+        let push = try await setup.nextVoIPPush()
+        await alice.hangUp(call)
+        try await eventually("alice's call ended") { await alice.timeline(of: call)?.isEnded == true }
+
+        // The push arrives late: iOS insists the call be reported, and the SDK ends it at once.
+        let bob = try Setup.bobsPhone(setup.server, setup.directory)
+        let bobLog = EventCollector(bob.events)
+        try await bob.handleVoIPPush(push.body)
+        try await eventually("the call was reported") { bobLog.events.contains { if case .incoming(call, _, _) = $0 { true } else { false } } }
+        try await eventually("and ended") { bobLog.events.contains { if case .phase(call, .ended) = $0 { true } else { false } } }
+        // The missed call reaches bob as an ordinary alert.
+        try await eventually("the missed-call alert") { setup.apns.delivered.contains { $0.pushType == "alert" } }
+        let alert = try #require(setup.apns.delivered.first { $0.pushType == "alert" })
+        #expect(alert.topic == "net.parley.app")
+        #expect(String(decoding: alert.body, as: UTF8.self).contains(call.uuidString.lowercased()))
+        await bob.stop()
+        await alice.stop()
+        try await setup.stop()
+    }
+}
