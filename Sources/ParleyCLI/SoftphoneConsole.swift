@@ -17,6 +17,9 @@ struct SoftphoneArguments: ParsableArguments {
     @Option(name: .customLong("as"), help: "Your user id, for a development token.")
     var user: String = Serve.env("USER").flatMap { UserID(rawValue: $0) != nil ? $0 : nil } ?? "cli"
 
+    @Option(help: "This device's id (1-64 of A-Z a-z 0-9 . _ - @ :); a new one each run by default.")
+    var device: String?
+
     @Option(help: "What to send: tone:<hertz>, silence, device (the microphone), <file.wav>, loop:<file.wav>. Default: the microphone when there is one, else tone:440.")
     var play: String?
 
@@ -47,6 +50,7 @@ struct SoftphoneArguments: ParsableArguments {
             throw ValidationError("--play: cannot read \(url.path)")
         }
         if let duration, duration <= 0 { throw ValidationError("--duration must be positive") }
+        if let device, DeviceID(rawValue: device) == nil { throw ValidationError("--device must be a device id (letters, digits, . _ - @ :)") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
     }
 
@@ -79,7 +83,8 @@ struct SoftphoneArguments: ParsableArguments {
         let loopbackServer = host == "127.0.0.1" || host == "localhost" || host == "::1"
         media.localAddresses = iceAddresses.isEmpty && loopbackServer ? ["127.0.0.1"] : iceAddresses
         let token = self.token ?? Serve.env("PARLEY_TOKEN")
-        return SoftphoneOptions(server: serverURL, user: UserID(rawValue: user)!, name: nil, token: token, media: media)
+        return SoftphoneOptions(server: serverURL, user: UserID(rawValue: user)!, name: nil, token: token,
+                                device: device.flatMap(DeviceID.init(rawValue:)), media: media)
     }
 }
 

@@ -126,13 +126,19 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
             var limiter = RateLimiter(rate: limits.framesPerSecond, burst: limits.burst, maxRefused: limits.maxRefused,
                                       refusedWindow: limits.refusedWindow, now: hub.now())
             let codec = WireCodec()
+            // Once the server closed the connection, what the client still sends is read and dropped
+            // until it answers the close: a socket closed with unread data is reset, and the client
+            // would lose the close code and the frames before it.
+            var closing = false
             do {
                 reading: for try await message in inbound.messages(maxSize: limits.maxFrameSize) {
+                    guard !closing else { continue reading }
                     let now = hub.now()
                     connection.touch(now: now)
                     guard case .text(let text) = message else {
                         await hub.close(id, code: .unsupportedData, reason: "binary frames are not part of protocol v1")
-                        break reading
+                        closing = true
+                        continue reading
                     }
                     switch limiter.admit(now: now) {
                     case .allow:
@@ -143,7 +149,8 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
                         continue reading
                     case .close:
                         await hub.close(id, code: .rateLimited, reason: "too many frames")
-                        break reading
+                        closing = true
+                        continue reading
                     }
                     do throws(ProtocolError) {
                         let decoded = try codec.decodeClientMessage(text)

@@ -170,6 +170,26 @@ struct PushTests {
         try await push.stop()
     }
 
+    @Test func anExpiredProviderTokenOrABusyAPNsStillGetsThePushThrough() async throws {
+        let push = try await PushHarness.start()
+        try await push.register("bob", "sleeping-iphone", token: Self.sleeping)
+        push.apns.script(.refuse(status: 403, reason: "ExpiredProviderToken"), .refuse(status: 503, reason: "ServiceUnavailable"),
+                         .refuse(status: 429, reason: "TooManyRequests"))
+        let alice = try await push.server.device("alice", "a1")
+        _ = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "bob")) }.get()
+        try await eventually { push.apns.delivered.count == 1 }
+        #expect(push.apns.requests.map(\.status) == [403, 503, 429, 200])
+        let tokens = push.apns.requests.compactMap(\.providerToken)
+        #expect(tokens[0] != tokens[1], "a new provider token after ExpiredProviderToken")
+        #expect(Set(tokens.dropFirst()).count == 1, "and only one")
+        await push.expectMetric(#"parley_pushes_total{type="voip",outcome="delivered"} 1"#)
+        await push.expectMetric(#"parley_apns_responses_total{status="403"} 1"#)
+        await push.expectMetric(#"parley_apns_responses_total{status="503"} 1"#)
+        await push.expectMetric(#"parley_apns_responses_total{status="429"} 1"#)
+        #expect(try push.token(of: "bob", "sleeping-iphone") == Self.sleeping)
+        try await push.stop()
+    }
+
     @Test func aSlowAPNsNeverHoldsUpSignalingOrOtherPushes() async throws {
         let push = try await PushHarness.start()
         try await push.register("bob", "sleeping-iphone", token: Self.sleeping)
