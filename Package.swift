@@ -15,9 +15,34 @@ import PackageDescription
 //   ParleyJanus     a Janus client: sessions, handles, transactions, and the typed AudioBridge API
 //   ParleyTesting   in-memory transport and fakes of the SDK's ports, for apps' own tests
 //   ParleyCLI       the `parley` command line, a thin layer over the libraries
+//   ParleyApple     the iPhone adapters: CallKit, PushKit, AVAudioSession, WebRTC, URLSession, Network
+//                   (on Linux built against the stand-ins in Sources/AppleStandIns; docs/apple-stand-ins.md)
 let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
+
+// Apple's frameworks exist only on Apple platforms. On Linux, modules of the same names hold the
+// declarations ParleyApple uses, transcribed from the headers, so the adapters compile and are tested
+// here.
+// Nothing Apple-only is resolved on Linux; on Apple platforms the WebRTC binary package is.
+#if os(Linux)
+let standInSettings = swiftSettings
+let appleTargets: [Target] = [
+    .target(name: "AVFAudio", path: "Sources/AppleStandIns/AVFAudio", swiftSettings: standInSettings),
+    .target(name: "CallKit", dependencies: ["AVFAudio"], path: "Sources/AppleStandIns/CallKit", swiftSettings: standInSettings),
+    .target(name: "PushKit", dependencies: ["CallKit"], path: "Sources/AppleStandIns/PushKit", swiftSettings: standInSettings),
+    // Not named `Network`: SwiftNIO and Hummingbird take `canImport(Network)` to mean an Apple platform.
+    .target(name: "NetworkStandIn", path: "Sources/AppleStandIns/NetworkStandIn", swiftSettings: standInSettings),
+    .target(name: "WebRTC", dependencies: ["AVFAudio"], path: "Sources/AppleStandIns/WebRTC", swiftSettings: standInSettings),
+]
+let appleFrameworks: [Target.Dependency] = ["AVFAudio", "CallKit", "PushKit", "NetworkStandIn", "WebRTC"]
+let applePackages: [Package.Dependency] = []
+#else
+let appleTargets: [Target] = []
+let appleFrameworks: [Target.Dependency] = [.product(name: "WebRTC", package: "WebRTC", condition: .when(platforms: [.iOS]))]
+// Google's WebRTC as a binary package, pinned.
+let applePackages: [Package.Dependency] = [.package(url: "https://github.com/stasel/WebRTC.git", exact: "120.0.0")]
+#endif
 
 let package = Package(
     name: "parley",
@@ -34,6 +59,7 @@ let package = Package(
         .library(name: "ParleySoftphone", targets: ["ParleySoftphone"]),
         .library(name: "ParleyJanus", targets: ["ParleyJanus"]),
         .library(name: "ParleyTesting", targets: ["ParleyTesting"]),
+        .library(name: "ParleyApple", targets: ["ParleyApple"]),
         .executable(name: "parley", targets: ["ParleyCLI"]),
     ],
     dependencies: [
@@ -56,8 +82,22 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
-    ],
-    targets: [
+    ] + applePackages,
+    targets: appleTargets + [
+        .target(
+            name: "ParleyApple",
+            dependencies: [
+                "ParleyKit",
+                "ParleyProtocol",
+                .product(name: "Logging", package: "swift-log"),
+            ] + appleFrameworks,
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ParleyAppleTests",
+            dependencies: ["ParleyApple", "ParleyKit", "ParleyProtocol", "ParleyTesting"] + appleFrameworks,
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ParleyProtocol",
             swiftSettings: swiftSettings

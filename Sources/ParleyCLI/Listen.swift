@@ -50,15 +50,15 @@ struct Listen: AsyncParsableCommand {
 
     func run() async throws {
         if let voipToken {
-            let softphone = try Softphone(options: phone.options(), logger: phone.logger)
+            let options = phone.options()
             let registration = VoIPRegistration(token: voipToken.lowercased(), topic: voipTopic,
                                                 environment: VoIPRegistration.Environment(rawValue: voipEnvironment)!)
             do {
-                try await softphone.registerForVoIPPushes(registration)
+                try await Softphone.registerForVoIPPushes(registration, options: options)
             } catch {
                 throw fail("\(error)")
             }
-            Console.say("registered device \(softphone.options.device) of \(phone.user) for VoIP pushes (\(voipEnvironment)); it is offline now: a call to \(phone.user) pushes to it")
+            Console.say("registered device \(options.device) of \(phone.user) for VoIP pushes (\(voipEnvironment)); it is offline now: a call to \(phone.user) pushes to it")
             return
         }
         let softphone: Softphone

@@ -333,6 +333,8 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             await audio.setAudioEnabled(true)
         case .audioSessionDeactivated:
             await audio.setAudioEnabled(false)
+        case .timedOut(let id):
+            for call in Array(calls.keys) { await perform(call) { $0.actionTimedOut(id) } }
         case .reset:
             for id in Array(calls.keys) { await perform(id) { $0.reset() } }
             await audio.setAudioEnabled(false)

@@ -231,6 +231,17 @@ public struct CallStateMachine: Sendable {
         return pendingActionsFailed() + [ringing ? .sendDecline(.declined) : .sendHangup(reason: "reset"), .closePeerConnection]
     }
 
+    /// The system gave up waiting for `action` (CallKit's `timedOutPerforming`) and dropped the call
+    /// if it was its start or answer: the call ends here too, and the other party hears of it.
+    public mutating func actionTimedOut(_ action: ProviderActionID) -> [Action] {
+        guard !phase.isEnded, action == startAction || action == answerAction else { return [] }
+        startAction = nil
+        answerAction = nil
+        let unanswered = direction == .incoming && !acceptTaken
+        phase = .ended(EndReason(rawValue: "failed"))
+        return [unanswered ? .sendDecline(.declined) : .sendHangup(reason: "failed"), .closePeerConnection]
+    }
+
     public var isInProgress: Bool {
         switch phase {
         case .answering, .connecting, .connected: true

@@ -22,6 +22,9 @@ public enum ProviderAction: Hashable, Sendable {
     case audioSessionActivated
     /// The system deactivated it: audio must stop.
     case audioSessionDeactivated
+    /// The system stopped waiting for an action the app had not fulfilled or failed
+    /// (`provider(_:timedOutPerforming:)`); a start or answer that timed out ends its call.
+    case timedOut(ProviderActionID)
     /// The provider was reset: every call is over.
     case reset
 }

@@ -126,6 +126,11 @@ public actor Softphone {
     /// Registers this device for VoIP pushes, as an iPhone app does after sign-in with PushKit's
     /// token; a call to its user then wakes it while it has no connection (`handleVoIPPush`).
     public func registerForVoIPPushes(_ registration: VoIPRegistration) async throws {
+        try await Self.registerForVoIPPushes(registration, options: options)
+    }
+
+    /// The same, without a softphone (and its media engine): what `parley listen --register-voip` does.
+    public static func registerForVoIPPushes(_ registration: VoIPRegistration, options: SoftphoneOptions) async throws {
         var token = options.token ?? ""
         if token.isEmpty { token = try await Self.developmentToken(server: options.server, user: options.user, name: options.name) }
         var request = URLRequest(url: options.server.appendingPathComponent("v1/devices/\(options.device)"))

@@ -1,0 +1,124 @@
+import Foundation
+import Logging
+import ParleyKit
+import ParleyProtocol
+import WebRTC
+
+/// The composition root of an iPhone app: CallKit, PushKit, the audio session, WebRTC, URLSession
+/// signaling and the network monitor, wired to the SDK core. Create one at launch (PushKit delivers
+/// a push that wakes a killed app only to a registry that exists by the end of launch):
+///
+/// ```swift
+/// let phone = ParleyPhone(configuration: .init(
+///     server: URL(string: "https://parley.example.com")!, device: deviceID,
+///     topic: Bundle.main.bundleIdentifier!, pushEnvironment: .production,
+///     token: { try await myBackend.parleyToken() }))
+/// phone.start()
+/// let call = try await phone.call("bob")
+/// ```
+public final class ParleyPhone: @unchecked Sendable {
+    public struct Configuration: Sendable {
+        /// The Parley server's HTTP base URL (signaling is `/v1/signal` on it).
+        public var server: URL
+        /// A stable id for this installation (keep it in the keychain).
+        public var device: DeviceID
+        /// The app's bundle id: VoIP pushes come on `<topic>.voip`.
+        public var topic: String
+        /// `sandbox` in development builds, `production` in TestFlight and App Store builds.
+        public var pushEnvironment: VoIPRegistration.Environment
+        /// A fresh access token for the signed-in user.
+        public var token: @Sendable () async throws -> String
+        public var callKit = CallKitProvider.Configuration()
+        public var client = ClientInfo(name: "parley-ios", version: "0.1.0")
+
+        public init(server: URL, device: DeviceID, topic: String, pushEnvironment: VoIPRegistration.Environment,
+                    token: @escaping @Sendable () async throws -> String) {
+            self.server = server
+            self.device = device
+            self.topic = topic
+            self.pushEnvironment = pushEnvironment
+            self.token = token
+        }
+    }
+
+    public let configuration: Configuration
+    public let callKit: CallKitProvider
+    public let audio: AppleAudioSession
+    public let signaling: SignalingClient<ContinuousClock>
+    public let calls: CallManager<ContinuousClock>
+    private let pushes: VoIPPushCoordinator<ContinuousClock>
+    private let network: NetworkPathMonitor
+    private let lock = NSLock()
+    private var tasks: [Task<Void, Never>] = []
+
+    public init(configuration: Configuration, logger: Logger = Logger(label: "parley"),
+                pushSource: (any VoIPPushSource)? = nil, peers: (any PeerConnectionFactory)? = nil,
+                transport: (any SignalingTransport)? = nil) {
+        self.configuration = configuration
+        callKit = CallKitProvider(configuration: configuration.callKit)
+        audio = AppleAudioSession()
+        var signalingConfiguration = SignalingClient<ContinuousClock>.Configuration(
+            url: Self.signalURL(configuration.server), device: configuration.device, client: configuration.client)
+        signalingConfiguration.connectTimeout = .seconds(10)
+        signaling = SignalingClient(configuration: signalingConfiguration, transport: transport ?? URLSessionSignalingTransport(),
+                                    clock: ContinuousClock(), logger: logger, tokens: configuration.token)
+        calls = CallManager(signaling: signaling, provider: callKit, audio: audio, peers: peers ?? WebRTCPeerConnectionFactory(),
+                            clock: ContinuousClock(), logger: logger)
+        pushes = VoIPPushCoordinator(
+            source: pushSource ?? PushKitVoIPSource(), calls: calls,
+            registrar: HTTPDeviceRegistrar(server: configuration.server, device: configuration.device, token: configuration.token),
+            configuration: .init(platform: .ios, topic: configuration.topic, environment: configuration.pushEnvironment),
+            clock: ContinuousClock(), logger: logger)
+        network = NetworkPathMonitor { [calls] in await calls.networkChanged() }
+    }
+
+    /// Connects and starts listening: calls, pushes, audio route changes, network changes.
+    public func start() {
+        let calls = self.calls, pushes = self.pushes, audio = self.audio
+        lock.withLock {
+            guard tasks.isEmpty else { return }
+            tasks = [
+                Task { await calls.run() },
+                Task { await pushes.run() },
+                Task {
+                    for await event in audio.events {
+                        switch event {
+                        case .route(let change): await calls.audioRouteChanged(change)
+                        case .interruption(let interruption): await calls.audioInterrupted(interruption)
+                        }
+                    }
+                },
+            ]
+        }
+        network.start()
+    }
+
+    /// Stops everything (sign-out). Calls in progress are ended by the server when the session lapses.
+    public func stop() async {
+        network.stop()
+        for task in lock.withLock({ () -> [Task<Void, Never>] in defer { tasks = [] }; return tasks }) { task.cancel() }
+        await signaling.stop()
+    }
+
+    // MARK: What the app's UI does
+
+    /// Calls `user` through CallKit; answers the call's id (events come on `calls.events`).
+    public func call(_ user: UserID, video: Bool = false) async throws -> UUID {
+        try await callKit.startCall(to: user, video: video)
+    }
+
+    public func answer(_ call: UUID) async throws { try await callKit.answer(call) }
+    public func hangUp(_ call: UUID) async throws { try await callKit.end(call) }
+    public func setMuted(_ call: UUID, _ muted: Bool) async throws { try await callKit.setMuted(call, muted) }
+    public func setHeld(_ call: UUID, _ held: Bool) async throws { try await callKit.setHeld(call, held) }
+
+    /// The speaker button: a temporary override the route policy keeps track of.
+    public func setSpeaker(_ on: Bool) async { await calls.audioRouteChanged(.speakerButton(on: on)) }
+
+    static func signalURL(_ server: URL) -> URL {
+        var components = URLComponents(url: server, resolvingAgainstBaseURL: false)!
+        components.scheme = server.scheme == "https" ? "wss" : "ws"
+        components.path = "/v1/signal"
+        return components.url!
+    }
+}

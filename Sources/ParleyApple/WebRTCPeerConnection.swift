@@ -1,0 +1,298 @@
+import Foundation
+import ParleyKit
+import ParleyProtocol
+import WebRTC
+
+/// The SDK's `PeerConnectionFactory` over Google's WebRTC framework: one audio track per call, the
+/// configuration the core asks for (TURN servers, relay only), Unified Plan, continual gathering
+/// (so an ICE restart after a network change finds the new addresses).
+public final class WebRTCPeerConnectionFactory: PeerConnectionFactory, @unchecked Sendable {
+    public let factory: RTCPeerConnectionFactory
+
+    public init(factory: RTCPeerConnectionFactory = RTCPeerConnectionFactory()) {
+        self.factory = factory
+    }
+
+    public func makePeerConnection(_ configuration: PeerConnectionConfiguration) async throws -> any PeerConnection {
+        let connection = WebRTCPeerConnection(video: configuration.media.video)
+        guard let peer = factory.peerConnection(with: Self.rtcConfiguration(configuration),
+                                                constraints: RTCMediaConstraints(mandatoryConstraints: nil, optionalConstraints: nil),
+                                                delegate: connection) else {
+            throw WebRTCError("WebRTC could not create a peer connection for this configuration")
+        }
+        let track = factory.audioTrack(with: factory.audioSource(with: nil), trackId: "parley-audio")
+        _ = peer.add(track, streamIds: ["parley"])
+        connection.attach(peer, microphone: track)
+        return connection
+    }
+
+    static func rtcConfiguration(_ configuration: PeerConnectionConfiguration) -> RTCConfiguration {
+        let rtc = RTCConfiguration()
+        rtc.iceServers = configuration.iceServers.map { RTCIceServer(urlStrings: $0.urls, username: $0.username, credential: $0.credential) }
+        rtc.iceTransportPolicy = configuration.relayOnly ? .relay : .all
+        rtc.sdpSemantics = .unifiedPlan
+        rtc.bundlePolicy = .maxBundle
+        rtc.rtcpMuxPolicy = .require
+        rtc.continualGatheringPolicy = .gatherContinually
+        return rtc
+    }
+}
+
+public struct WebRTCError: Error, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// One call's `RTCPeerConnection` behind the SDK's `PeerConnection` port.
+public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnectionDelegate, @unchecked Sendable {
+    public let events: AsyncStream<PeerConnectionEvent>
+    private let sink: AsyncStream<PeerConnectionEvent>.Continuation
+    private let video: Bool
+    private let lock = NSLock()
+    private var peer: RTCPeerConnection?
+    private var microphone: RTCAudioTrack?
+    private var remoteAudio: [RTCAudioTrack] = []
+    private var switches = MicrophoneSwitches()
+    private var negotiation: UInt64 = 0
+    private var heardAudio = false
+    private let started = ContinuousClock.now
+
+    init(video: Bool) {
+        self.video = video
+        (events, sink) = AsyncStream.makeStream()
+    }
+
+    func attach(_ peer: RTCPeerConnection, microphone: RTCAudioTrack) {
+        lock.withLock {
+            self.peer = peer
+            self.microphone = microphone
+        }
+    }
+
+    private var connection: RTCPeerConnection {
+        get throws {
+            guard let peer = lock.withLock({ peer }) else { throw WebRTCError("the peer connection is closed") }
+            return peer
+        }
+    }
+
+    // MARK: Negotiation
+
+    public func signalingState() async -> PeerSignalingState {
+        guard let peer = lock.withLock({ peer }) else { return .closed }
+        return Self.state(peer.signalingState)
+    }
+
+    public func shouldNegotiate(_ id: UInt64) async -> Bool {
+        guard let peer = lock.withLock({ peer }) else { return false }
+        // libwebrtc fires `peerConnectionShouldNegotiate` only when negotiation is needed; a later one
+        // supersedes it, and one that comes mid-round waits for `stable`.
+        return lock.withLock { id == negotiation } && peer.signalingState == .stable
+    }
+
+    public func createOffer(iceRestart: Bool) async throws -> SessionDescription {
+        var mandatory = [kRTCMediaConstraintsOfferToReceiveAudio: kRTCMediaConstraintsValueTrue,
+                         kRTCMediaConstraintsOfferToReceiveVideo: video ? kRTCMediaConstraintsValueTrue : kRTCMediaConstraintsValueFalse]
+        if iceRestart { mandatory[kRTCMediaConstraintsIceRestart] = kRTCMediaConstraintsValueTrue }
+        let constraints = RTCMediaConstraints(mandatoryConstraints: mandatory, optionalConstraints: nil)
+        let peer = try connection
+        return try await withCheckedThrowingContinuation { continuation in
+            peer.offer(for: constraints) { description, error in continuation.resume(with: Self.result(description, error)) }
+        }
+    }
+
+    public func createAnswer() async throws -> SessionDescription {
+        let constraints = RTCMediaConstraints(mandatoryConstraints: nil, optionalConstraints: nil)
+        let peer = try connection
+        return try await withCheckedThrowingContinuation { continuation in
+            peer.answer(for: constraints) { description, error in continuation.resume(with: Self.result(description, error)) }
+        }
+    }
+
+    public func setLocalDescription(_ description: SessionDescription) async throws {
+        let peer = try connection
+        let rtc = RTCSessionDescription(type: RTCSessionDescription.type(for: description.type), sdp: description.sdp)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            peer.setLocalDescription(rtc) { error in continuation.resume(with: error.map { .failure($0) } ?? .success(())) }
+        }
+    }
+
+    public func setRemoteDescription(_ description: SessionDescription) async throws {
+        let peer = try connection
+        let rtc = RTCSessionDescription(type: RTCSessionDescription.type(for: description.type), sdp: description.sdp)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            peer.setRemoteDescription(rtc) { error in continuation.resume(with: error.map { .failure($0) } ?? .success(())) }
+        }
+    }
+
+    public func rollback() async throws {
+        try await setLocalDescription(SessionDescription(type: "rollback", sdp: ""))
+    }
+
+    public func addRemoteCandidate(_ candidate: IceCandidate?) async throws {
+        // The Objective-C API has no end-of-candidates; libwebrtc does without it.
+        guard let candidate else { return }
+        let peer = try connection
+        let rtc = RTCIceCandidate(sdp: candidate.candidate, sdpMLineIndex: Int32(candidate.sdpMLineIndex ?? 0), sdpMid: candidate.sdpMid)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            peer.add(rtc) { error in continuation.resume(with: error.map { .failure($0) } ?? .success(())) }
+        }
+    }
+
+    private static func result(_ description: RTCSessionDescription?, _ error: (any Error)?) -> Result<SessionDescription, any Error> {
+        guard let description else { return .failure(error ?? WebRTCError("WebRTC made no description")) }
+        return .success(SessionDescription(type: RTCSessionDescription.string(for: description.type), sdp: description.sdp))
+    }
+
+    /// (Lookups rather than switches: the imported Objective-C enums are open on Apple platforms,
+    /// closed in the Linux stand-in, and a switch cannot be warning-free on both.)
+    static func state(_ state: RTCSignalingState) -> PeerSignalingState {
+        let states: [RTCSignalingState: PeerSignalingState] = [
+            .stable: .stable, .haveLocalOffer: .haveLocalOffer, .haveLocalPrAnswer: .haveLocalOffer,
+            .haveRemoteOffer: .haveRemoteOffer, .haveRemotePrAnswer: .haveRemoteOffer, .closed: .closed,
+        ]
+        return states[state] ?? .closed
+    }
+
+    // MARK: Media
+
+    public func setMicrophoneMuted(_ muted: Bool) async {
+        lock.withLock { switches.muted = muted }
+        applySwitches()
+    }
+
+    public func setOnHold(_ held: Bool) async {
+        lock.withLock { switches.held = held }
+        applySwitches()
+    }
+
+    /// The microphone sends only when neither muted nor held; the far side plays only when not held.
+    private func applySwitches() {
+        let (switches, microphone, remote) = lock.withLock { (self.switches, self.microphone, remoteAudio) }
+        microphone?.isEnabled = switches.sends
+        for track in remote { track.isEnabled = !switches.held }
+    }
+
+    public func setAudioEncoding(_ setting: BitrateController.Setting) async {
+        guard let sender = lock.withLock({ peer })?.senders.first(where: { $0.track?.kind == "audio" }) else { return }
+        sender.parameters = Self.parameters(sender.parameters, for: setting)
+    }
+
+    /// The sender's parameters with the bitrate's cap. (Opus's in-band FEC and loss hint are set in
+    /// the SDP by libwebrtc, `useinbandfec=1`, and adapt by themselves: the ObjC API exposes neither.)
+    static func parameters(_ parameters: RTCRtpParameters, for setting: BitrateController.Setting) -> RTCRtpParameters {
+        for encoding in parameters.encodings {
+            encoding.maxBitrateBps = NSNumber(value: Int((setting.bitrateKbps * 1000).rounded()))
+            encoding.isActive = true
+        }
+        return parameters
+    }
+
+    public func sendDTMF(_ tones: String) async throws {
+        guard let dtmf = lock.withLock({ peer })?.senders.first(where: { $0.track?.kind == "audio" })?.dtmfSender, dtmf.canInsertDtmf else {
+            throw WebRTCError("this call cannot send DTMF")
+        }
+        // RFC 4733 tones of 100 ms with 70 ms between them, as browsers send them.
+        guard dtmf.insertDtmf(tones, duration: 0.1, interToneGap: 0.07) else { throw WebRTCError("WebRTC refused the tones \(tones)") }
+    }
+
+    public func statistics() async throws -> MediaStatsSample {
+        let peer = try connection
+        let report = await withCheckedContinuation { continuation in peer.statistics { continuation.resume(returning: $0) } }
+        let sample = Self.sample(report, at: .now - started)
+        let first = lock.withLock { () -> Bool in
+            guard !heardAudio, sample.packetsReceived > 0 else { return false }
+            heardAudio = true
+            return true
+        }
+        if first { sink.yield(.remoteAudioStarted) }
+        return sample
+    }
+
+    /// The core's sample from libwebrtc's statistics (W3C webrtc-stats): the audio `inbound-rtp`
+    /// (packets, loss, jitter, bytes, level), `outbound-rtp` (bytes sent), and the round trip from
+    /// `remote-inbound-rtp`, or the nominated candidate pair when RTCP has not reported one yet.
+    static func sample(_ report: RTCStatisticsReport, at: Duration) -> MediaStatsSample {
+        var sample = MediaStatsSample(at: at)
+        func number(_ stats: RTCStatistics, _ key: String) -> Double? { (stats.values[key] as? NSNumber)?.doubleValue }
+        func kind(_ stats: RTCStatistics) -> String? { (stats.values["kind"] as? NSString).map { $0 as String } }
+        var pairRoundTrip: Double?
+        for stats in report.statistics.values {
+            switch stats.type {
+            case "inbound-rtp" where kind(stats) == "audio":
+                sample.packetsReceived += Int(number(stats, "packetsReceived") ?? 0)
+                sample.packetsLost += Int(number(stats, "packetsLost") ?? 0)
+                sample.bytesReceived += Int(number(stats, "bytesReceived") ?? 0)
+                if let jitter = number(stats, "jitter") { sample.jitterMs = jitter * 1000 }
+                if let level = number(stats, "audioLevel") { sample.audioLevel = level }
+            case "outbound-rtp" where kind(stats) == "audio":
+                sample.bytesSent += Int(number(stats, "bytesSent") ?? 0)
+            case "remote-inbound-rtp" where kind(stats) == "audio":
+                if let rtt = number(stats, "roundTripTime") { sample.roundTripTimeMs = rtt * 1000 }
+            case "candidate-pair" where (stats.values["nominated"] as? NSNumber)?.boolValue == true:
+                if let rtt = number(stats, "currentRoundTripTime") { pairRoundTrip = rtt * 1000 }
+            default:
+                break
+            }
+        }
+        if sample.roundTripTimeMs == nil { sample.roundTripTimeMs = pairRoundTrip }
+        return sample
+    }
+
+    public func close() async {
+        let peer = lock.withLock { () -> RTCPeerConnection? in
+            defer { self.peer = nil }
+            return self.peer
+        }
+        peer?.close()
+        sink.finish()
+    }
+
+    // MARK: RTCPeerConnectionDelegate
+
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didChange stateChanged: RTCSignalingState) {}
+
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didAdd stream: RTCMediaStream) {
+        let held = lock.withLock { () -> Bool in
+            remoteAudio += stream.audioTracks
+            return switches.held
+        }
+        for track in stream.audioTracks { track.isEnabled = !held }
+    }
+
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didRemove stream: RTCMediaStream) {
+        let gone = Set(stream.audioTracks.map(\.trackId))
+        lock.withLock { remoteAudio.removeAll { gone.contains($0.trackId) } }
+    }
+
+    public func peerConnectionShouldNegotiate(_ peerConnection: RTCPeerConnection) {
+        let id = lock.withLock { () -> UInt64 in
+            negotiation += 1
+            return negotiation
+        }
+        sink.yield(.negotiationNeeded(id: id))
+    }
+
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didChange newState: RTCIceConnectionState) {
+        if let state = Self.iceState(newState) { sink.yield(.iceConnectionState(state)) }
+    }
+
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didChange newState: RTCIceGatheringState) {
+        if newState == .complete { sink.yield(.localCandidate(nil)) }
+    }
+
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didGenerate candidate: RTCIceCandidate) {
+        sink.yield(.localCandidate(IceCandidate(candidate: candidate.sdp, sdpMid: candidate.sdpMid, sdpMLineIndex: Int(candidate.sdpMLineIndex))))
+    }
+
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didRemove candidates: [RTCIceCandidate]) {}
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didOpen dataChannel: RTCDataChannel) {}
+
+    static func iceState(_ state: RTCIceConnectionState) -> IceConnectionState? {
+        let states: [RTCIceConnectionState: IceConnectionState] = [
+            .new: .new, .checking: .checking, .connected: .connected, .completed: .completed,
+            .failed: .failed, .disconnected: .disconnected, .closed: .closed,
+        ]
+        return states[state]
+    }
+}

@@ -1,0 +1,143 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Logging
+import ParleyProtocol
+
+/// What the platform's push service reports (PushKit on iOS).
+public enum VoIPPushEvent: Sendable {
+    /// The device's VoIP push token (new, or changed).
+    case token(Data)
+    /// The token is no longer valid (the user turned pushes off, the app was restored elsewhere).
+    case tokenInvalidated
+    /// A VoIP push. `completion` tells the system the push is handled; on iOS it must run only
+    /// after the call was reported (`CallManager.handleVoIPPush` sees to that).
+    case push(Data, completion: @Sendable () -> Void)
+}
+
+/// Where VoIP pushes come from: PushKit on iOS (`PushKitVoIPSource`), nothing on Linux.
+public protocol VoIPPushSource: Sendable {
+    var events: AsyncStream<VoIPPushEvent> { get }
+}
+
+/// Registers a device with the server (`PUT /v1/devices/{device}`), with its VoIP token or without.
+public protocol DeviceRegistrar: Sendable {
+    func register(_ registration: DeviceRegistration) async throws
+}
+
+/// Connects a `VoIPPushSource` to the calls: each token is registered with the server (hex, with
+/// the app's topic and the push environment it belongs to), and each push goes to
+/// `CallManager.handleVoIPPush` with the system's completion. A registration that fails is tried
+/// again with backoff until it succeeds or a newer token replaces it.
+public actor VoIPPushCoordinator<C: Clock> where C.Duration == Duration {
+    public struct Configuration: Sendable {
+        public var platform: Platform
+        /// The app's bundle id (the server sends VoIP pushes to `<topic>.voip`).
+        public var topic: String
+        /// `sandbox` for a development build's token, `production` for TestFlight and the App Store.
+        public var environment: VoIPRegistration.Environment
+        public var firstRetry: Duration = .seconds(1)
+        public var maximumRetry: Duration = .seconds(60)
+
+        public init(platform: Platform = .ios, topic: String, environment: VoIPRegistration.Environment) {
+            self.platform = platform
+            self.topic = topic
+            self.environment = environment
+        }
+    }
+
+    private let source: any VoIPPushSource
+    private let calls: CallManager<C>
+    private let registrar: any DeviceRegistrar
+    private let configuration: Configuration
+    private let clock: C
+    private let logger: Logger
+    private var registering: Task<Void, Never>?
+    /// The registration the server has, once it said so.
+    public private(set) var registered: DeviceRegistration?
+
+    public init(source: any VoIPPushSource, calls: CallManager<C>, registrar: any DeviceRegistrar, configuration: Configuration,
+                clock: C, logger: Logger) {
+        self.source = source
+        self.calls = calls
+        self.registrar = registrar
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// Handles the source's events until it ends or the task is cancelled.
+    public func run() async {
+        for await event in source.events {
+            switch event {
+            case .token(let token):
+                register(DeviceRegistration(platform: configuration.platform, voip: VoIPRegistration(
+                    token: Self.hex(token), topic: configuration.topic, environment: configuration.environment)))
+            case .tokenInvalidated:
+                register(DeviceRegistration(platform: configuration.platform, voip: nil))
+            case .push(let payload, let completion):
+                // Not in a task of its own: pushes are reported in the order they came.
+                await calls.handleVoIPPush(payload, completion: completion)
+            }
+        }
+        registering?.cancel()
+    }
+
+    /// The token as APNs wants it in a request path: lowercase hex.
+    public static func hex(_ token: Data) -> String {
+        token.map { String(format: "%02x", $0) }.joined()
+    }
+
+    private func register(_ registration: DeviceRegistration) {
+        registering?.cancel()
+        registering = Task {
+            var wait = configuration.firstRetry
+            while !Task.isCancelled {
+                do {
+                    try await registrar.register(registration)
+                    self.registered = registration
+                    return
+                } catch {
+                    logger.notice("could not register the device for VoIP pushes; trying again",
+                                  metadata: ["error": "\(error)", "retry.seconds": "\(wait.components.seconds)"])
+                }
+                try? await clock.sleep(for: wait)
+                wait = min(wait * 2, configuration.maximumRetry)
+            }
+        }
+    }
+}
+
+/// Registers through the server's HTTP API with a fresh access token each time.
+public struct HTTPDeviceRegistrar: DeviceRegistrar {
+    public var server: URL
+    public var device: DeviceID
+    public var token: @Sendable () async throws -> String
+
+    /// - Parameters:
+    ///   - server: the server's HTTP base URL.
+    ///   - token: an access token for the user (the same source the signaling client uses).
+    public init(server: URL, device: DeviceID, token: @escaping @Sendable () async throws -> String) {
+        self.server = server
+        self.device = device
+        self.token = token
+    }
+
+    public struct Refused: Error, CustomStringConvertible {
+        public var status: Int
+        public var description: String { "the server refused the device registration (HTTP \(status))" }
+    }
+
+    public func register(_ registration: DeviceRegistration) async throws {
+        var request = URLRequest(url: server.appendingPathComponent("v1/devices/\(device.rawValue)"))
+        request.httpMethod = "PUT"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.setValue("Bearer \(try await token())", forHTTPHeaderField: "Authorization")
+        request.httpBody = try JSONEncoder().encode(registration)
+        request.timeoutInterval = 10
+        let (_, response) = try await URLSession.shared.data(for: request)
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        guard status == 200 else { throw Refused(status: status) }
+    }
+}
