@@ -95,7 +95,8 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyAppleTests",
-            dependencies: ["ParleyApple", "ParleyKit", "ParleyProtocol", "ParleyTesting"] + appleFrameworks,
+            dependencies: ["ParleyApple", "ParleyKit", "ParleyProtocol", "ParleyTesting", "ParleyNIOTransport", "ParleyServerTesting",
+                           "ParleyLocalServices", .product(name: "Logging", package: "swift-log")] + appleFrameworks,
             swiftSettings: swiftSettings
         ),
         .target(

@@ -24,7 +24,8 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
 
     public let actions: AsyncStream<ProviderAction>
     private let sink: AsyncStream<ProviderAction>.Continuation
-    private let provider: CXProvider
+    /// The system's provider (to report call updates the SDK does not make, e.g. a new caller name).
+    public let provider: CXProvider
     private let controller = CXCallController()
     private let queue = DispatchQueue(label: "net.parley.callkit")
     private let lock = NSLock()

@@ -32,6 +32,12 @@ public struct BitrateController: Sendable {
         public var fec: Bool
         /// Opus's packet-loss-percentage hint, 0…100.
         public var expectedLossPct: Int
+
+        public init(bitrateKbps: Double, fec: Bool, expectedLossPct: Int) {
+            self.bitrateKbps = bitrateKbps
+            self.fec = fec
+            self.expectedLossPct = expectedLossPct
+        }
     }
 
     public let configuration: Configuration

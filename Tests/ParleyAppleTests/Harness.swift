@@ -1,0 +1,86 @@
+import AVFAudio
+import CallKit
+import Foundation
+import Logging
+import ParleyApple
+import ParleyKit
+import ParleyLocalServices
+import ParleyNIOTransport
+import ParleyProtocol
+import ParleyServerTesting
+import ParleyTesting
+import PushKit
+import WebRTC
+
+/// An iPhone as far as Linux allows: `ParleyPhone` with its real adapters over the stand-ins for
+/// CallKit, PushKit, AVFAudio and WebRTC's audio session; signaling over NIO (URLSession cannot
+/// open a WebSocket on Linux) to a real server; media from the SDK's fake peer connection.
+struct IPhone {
+    let phone: ParleyPhone
+    let pushes: PushKitVoIPSource
+    let peers: FakePeerConnectionFactory
+
+    var system: CXProvider { phone.callKit.provider }
+
+    static func start(_ server: LiveServer, user: UserID, device: DeviceID, holdPeers: Bool = false) async throws -> IPhone {
+        AVAudioSession.sharedInstance().standInReset()
+        RTCAudioSession.sharedInstance().standInReset()
+        let pushes = PushKitVoIPSource()
+        let peers = FakePeerConnectionFactory(name: "\(user)-iphone")
+        if holdPeers { peers.holdCreation() }
+        var logger = Logger(label: "test.iphone")
+        logger.logLevel = .critical
+        let phone = ParleyPhone(configuration: .init(server: URL(string: server.baseURL)!, device: device, topic: "net.parley.app",
+                                                     pushEnvironment: .sandbox, token: { try await server.token(user) }),
+                                logger: logger, pushSource: pushes, peers: peers, transport: WebSocketSignalingTransport())
+        phone.start()
+        try await eventually("the iPhone connects") { await phone.signaling.session != nil }
+        return IPhone(phone: phone, pushes: pushes, peers: peers)
+    }
+
+    /// The incoming calls CallKit was told of.
+    var incoming: [UUID] {
+        system.standInReports.compactMap { if case .incoming(let call, _, _, _) = $0 { call } else { nil } }
+    }
+
+    func ended(_ call: UUID) -> CXCallEndedReason? {
+        for report in system.standInReports { if case .ended(call, let reason) = report { return reason } }
+        return nil
+    }
+}
+
+/// The other party: the SDK core with fake system ports, as the SDK's own tests use it.
+final class OtherParty: @unchecked Sendable {
+    let provider = FakeSystemCallProvider()
+    let audio = FakeAudioSession()
+    let peers: FakePeerConnectionFactory
+    let signaling: SignalingClient<ContinuousClock>
+    let manager: CallManager<ContinuousClock>
+    private var task: Task<Void, Never>?
+
+    init(_ server: LiveServer, user: UserID) {
+        var configuration = SignalingClient<ContinuousClock>.Configuration(url: URL(string: server.signalURL)!, device: "laptop")
+        configuration.backoff = .init(initial: .milliseconds(50), maximum: .milliseconds(500))
+        signaling = SignalingClient(configuration: configuration, transport: WebSocketSignalingTransport(), clock: ContinuousClock(),
+                                    logger: Logger(label: "test.other")) { try await server.token(user) }
+        peers = FakePeerConnectionFactory(name: "\(user)-laptop")
+        manager = CallManager(signaling: signaling, provider: provider, audio: audio, peers: peers, clock: ContinuousClock(),
+                              logger: Logger(label: "test.other"))
+    }
+
+    func start() async throws {
+        task = Task { [manager] in await manager.run() }
+        try await eventually("the other party connects") { await self.signaling.session != nil }
+    }
+
+    func call(_ user: UserID) -> UUID {
+        let call = UUID()
+        provider.perform { .start($0, call: call, to: user, video: false) }
+        return call
+    }
+
+    func stop() async {
+        await signaling.stop()
+        task?.cancel()
+    }
+}
