@@ -4,6 +4,8 @@ import ParleyProtocol
 
 /// What the app's UI hears about calls.
 public enum CallEvent: Hashable, Sendable {
+    /// A call arrived (over signaling, or from a VoIP push); CallKit shows it.
+    case incoming(UUID, from: UserID, name: String?, video: Bool)
     case phase(UUID, CallStateMachine.Phase)
     case remoteUpdated(UUID, muted: Bool?, held: Bool?)
     case quality(UUID, QualityReport)
@@ -190,6 +192,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             let (machine, _) = CallStateMachine.incoming(body.call, from: body.from.user, name: body.from.name,
                                                          media: body.media, alreadyReported: true)
             calls[body.call] = makeLive(machine)
+            eventSink.yield(.incoming(body.call.uuid, from: body.from.user, name: body.from.name, video: body.media.video))
         }
         // The push may be late: ask the server whether the call still rings.
         do {
@@ -282,6 +285,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 let (machine, actions) = CallStateMachine.incoming(incoming.call, from: incoming.from.user, name: incoming.from.name,
                                                                    media: incoming.media, alreadyReported: false)
                 calls[incoming.call] = makeLive(machine)
+                eventSink.yield(.incoming(incoming.call.uuid, from: incoming.from.user, name: incoming.from.name, video: incoming.media.video))
                 await execute(actions, for: incoming.call)
                 await perform(incoming.call) { $0.signalingInviteArrived() }
             }

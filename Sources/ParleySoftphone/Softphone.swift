@@ -269,8 +269,8 @@ public actor Softphone {
             if devices == 0, pushed == 0 {
                 eventSink.yield(.calleeOffline(call))
             }
-        case .route, .pausedByInterruption:
-            break
+        case .incoming, .route, .pausedByInterruption:
+            break  // incoming calls are announced by the provider (`HeadlessCallProvider.Notice`)
         }
     }
 

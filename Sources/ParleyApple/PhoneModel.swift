@@ -1,0 +1,249 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Logging
+import Observation
+import ParleyKit
+import ParleyProtocol
+
+/// What the example app (and any SwiftUI app) shows and does, without the views: sign-in, the
+/// calls in progress with their controls and live quality, and the call history. It lives here, not
+/// in the app, so that it is compiled and tested on Linux with everything else.
+@MainActor
+@Observable
+public final class PhoneModel {
+    public enum SignIn: Equatable, Sendable {
+        case signedOut
+        case signingIn
+        case signedIn(UserID)
+    }
+
+    /// One call as the UI shows it.
+    public struct Call: Identifiable, Equatable, Sendable {
+        public let id: UUID
+        public var remote: UserID?
+        public var outgoing: Bool
+        public var phase: CallStateMachine.Phase
+        public var muted = false
+        public var held = false
+        public var speaker = false
+        public var remoteMuted = false
+        public var remoteHeld = false
+        /// Mean opinion score (1…4.5) and bars (1…5) of the last interval.
+        public var mos: Double?
+        public var bars: Int?
+        /// The callee is offline and nothing could wake them.
+        public var calleeOffline = false
+    }
+
+    /// Where the app keeps the session between launches (UserDefaults and the keychain in the app).
+    public protocol SessionStore: Sendable {
+        func load() -> Session?
+        func save(_ session: Session?)
+    }
+
+    public struct Session: Codable, Equatable, Sendable {
+        public var server: URL
+        public var user: UserID
+        public var device: DeviceID
+        public init(server: URL, user: UserID, device: DeviceID) {
+            self.server = server
+            self.user = user
+            self.device = device
+        }
+    }
+
+    public private(set) var signIn: SignIn = .signedOut
+    public private(set) var calls: [Call] = []
+    public private(set) var history: [CallRecord] = []
+    /// The last thing that went wrong, in a sentence for the user.
+    public private(set) var problem: String?
+    public private(set) var route: AudioOutput?
+    public private(set) var phone: ParleyPhone?
+
+    private let store: any SessionStore
+    private let topic: String
+    private let pushEnvironment: VoIPRegistration.Environment
+    private let makePhone: @Sendable (ParleyPhone.Configuration) -> ParleyPhone
+    private var listening: Task<Void, Never>?
+    private var session: Session?
+
+    /// - Parameters:
+    ///   - makePhone: builds the phone for a signed-in user (the app passes its PushKit source in).
+    public init(store: any SessionStore, topic: String, pushEnvironment: VoIPRegistration.Environment,
+                makePhone: @escaping @Sendable (ParleyPhone.Configuration) -> ParleyPhone) {
+        self.store = store
+        self.topic = topic
+        self.pushEnvironment = pushEnvironment
+        self.makePhone = makePhone
+    }
+
+    /// At launch: signs the last user in again, so a VoIP push that launched the app finds the calls ready.
+    public func restore() {
+        guard let session = store.load() else { return }
+        start(session)
+    }
+
+    /// Signs in to a server in development mode (it hands out tokens: `POST /v1/dev/tokens`). A
+    /// production app gets its tokens from its own backend and calls `start` with that source.
+    public func signIn(server: URL, user: String, name: String? = nil) async {
+        guard let userID = UserID(rawValue: user.trimmingCharacters(in: .whitespaces)) else {
+            problem = "“\(user)” is not a user id: use letters, digits and . _ - @"
+            return
+        }
+        signIn = .signingIn
+        do {
+            _ = try await Self.developmentToken(server: server, user: userID, name: name)
+        } catch {
+            signIn = .signedOut
+            problem = "\(error)"
+            return
+        }
+        let session = Session(server: server, user: userID, device: DeviceID(rawValue: "ios-\(UUID().uuidString.prefix(8).lowercased())")!)
+        store.save(session)
+        start(session)
+    }
+
+    public func signOut() async {
+        listening?.cancel()
+        await phone?.stop()
+        phone = nil
+        calls = []
+        store.save(nil)
+        signIn = .signedOut
+    }
+
+    private func start(_ session: Session) {
+        self.session = session
+        let server = session.server, user = session.user
+        let phone = makePhone(ParleyPhone.Configuration(server: server, device: session.device, topic: topic,
+                                                        pushEnvironment: pushEnvironment,
+                                                        token: { try await Self.developmentToken(server: server, user: user, name: nil) }))
+        self.phone = phone
+        signIn = .signedIn(user)
+        problem = nil
+        phone.start()
+        let events = phone.calls.events
+        listening = Task { [weak self] in
+            for await event in events { self?.handle(event) }
+        }
+    }
+
+    // MARK: Calls
+
+    public func call(_ user: String, video: Bool = false) async {
+        guard let phone else { return }
+        guard let userID = UserID(rawValue: user.trimmingCharacters(in: .whitespaces)) else {
+            problem = "“\(user)” is not a user id"
+            return
+        }
+        do {
+            let id = try await phone.call(userID, video: video)
+            if !calls.contains(where: { $0.id == id }) {
+                calls.append(Call(id: id, remote: userID, outgoing: true, phase: .dialing))
+            }
+        } catch {
+            problem = "The call could not start: \(error)"
+        }
+    }
+
+    public func answer(_ call: UUID) async { await perform { try await $0.answer(call) } }
+    public func hangUp(_ call: UUID) async { await perform { try await $0.hangUp(call) } }
+
+    public func toggleMute(_ call: UUID) async {
+        guard let index = calls.firstIndex(where: { $0.id == call }) else { return }
+        let muted = !calls[index].muted
+        await perform { try await $0.setMuted(call, muted) }
+        if let index = calls.firstIndex(where: { $0.id == call }) { calls[index].muted = muted }
+    }
+
+    public func toggleHold(_ call: UUID) async {
+        guard let index = calls.firstIndex(where: { $0.id == call }) else { return }
+        let held = !calls[index].held
+        await perform { try await $0.setHeld(call, held) }
+        if let index = calls.firstIndex(where: { $0.id == call }) { calls[index].held = held }
+    }
+
+    public func toggleSpeaker(_ call: UUID) async {
+        guard let phone, let index = calls.firstIndex(where: { $0.id == call }) else { return }
+        let speaker = !calls[index].speaker
+        await phone.setSpeaker(speaker)
+        if let index = calls.firstIndex(where: { $0.id == call }) { calls[index].speaker = speaker }
+    }
+
+    private func perform(_ action: (ParleyPhone) async throws -> Void) async {
+        guard let phone else { return }
+        do { try await action(phone) } catch { problem = "The system refused: \(error)" }
+    }
+
+    /// The user's calls, newest first (`GET /v1/calls`).
+    public func refreshHistory() async {
+        guard let session, let phone else { return }
+        do {
+            var request = URLRequest(url: session.server.appendingPathComponent("v1/calls"))
+            request.setValue("Bearer \(try await phone.configuration.token())", forHTTPHeaderField: "Authorization")
+            let (data, response) = try await URLSession.shared.data(for: request)
+            guard (response as? HTTPURLResponse)?.statusCode == 200 else { throw ModelError("the server did not give the history") }
+            history = try JSONDecoder().decode(CallList.self, from: data).calls
+        } catch {
+            problem = "The history could not be loaded: \(error)"
+        }
+    }
+
+    // MARK: Events
+
+    func handle(_ event: CallEvent) {
+        switch event {
+        case .phase(let id, let phase):
+            if let index = calls.firstIndex(where: { $0.id == id }) {
+                calls[index].phase = phase
+            }
+            if phase.isEnded {
+                calls.removeAll { $0.id == id }
+                Task { await refreshHistory() }
+            }
+        case .incoming(let id, let from, _, _):
+            if !calls.contains(where: { $0.id == id }) { calls.append(Call(id: id, remote: from, outgoing: false, phase: .ringing)) }
+        case .remoteUpdated(let id, let muted, let held):
+            guard let index = calls.firstIndex(where: { $0.id == id }) else { return }
+            if let muted { calls[index].remoteMuted = muted }
+            if let held { calls[index].remoteHeld = held }
+        case .quality(let id, let report):
+            guard let index = calls.firstIndex(where: { $0.id == id }) else { return }
+            calls[index].mos = report.mos
+            calls[index].bars = report.score
+        case .invited(let id, let devices, let pushed):
+            guard let index = calls.firstIndex(where: { $0.id == id }) else { return }
+            calls[index].calleeOffline = devices == 0 && pushed == 0
+        case .route(let output):
+            route = output
+        case .bitrate, .pausedByInterruption:
+            break
+        }
+    }
+
+    // MARK: Tokens
+
+    struct ModelError: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    static func developmentToken(server: URL, user: UserID, name: String?) async throws -> String {
+        var request = URLRequest(url: server.appendingPathComponent("v1/dev/tokens"))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = try JSONEncoder().encode(DevTokenRequest(user: user, name: name))
+        let data: Data, response: URLResponse
+        do {
+            (data, response) = try await URLSession.shared.data(for: request)
+        } catch {
+            throw ModelError("The server at \(server.absoluteString) cannot be reached.")
+        }
+        guard (response as? HTTPURLResponse)?.statusCode == 200 else {
+            throw ModelError("This server does not hand out development tokens: sign in through your app's backend.")
+        }
+        return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
+    }
+}
