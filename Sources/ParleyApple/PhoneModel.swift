@@ -177,6 +177,9 @@ public final class PhoneModel {
         do { try await action(phone) } catch { problem = "The system refused: \(error)" }
     }
 
+    /// The user read the problem.
+    public func dismissProblem() { problem = nil }
+
     /// The user's calls, newest first (`GET /v1/calls`).
     public func refreshHistory() async {
         guard let session, let phone else { return }
