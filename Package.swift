@@ -13,6 +13,7 @@ import PackageDescription
 //   ParleyGStreamer the Linux media engine: the SDK's PeerConnection on GStreamer webrtcbin (C shim in CParleyGst)
 //   ParleySoftphone a headless softphone on the SDK and the GStreamer engine (`parley call/listen/demo`)
 //   ParleyJanus     a Janus client: sessions, handles, transactions, and the typed AudioBridge API
+//   ParleyRooms     a device in an AudioBridge voice room, over any PeerConnectionFactory (Linux and iPhone)
 //   ParleyTesting   in-memory transport and fakes of the SDK's ports, for apps' own tests
 //   ParleyCLI       the `parley` command line, a thin layer over the libraries
 //   ParleyApple     the iPhone adapters: CallKit, PushKit, AVAudioSession, WebRTC, URLSession, Network
@@ -58,6 +59,7 @@ let package = Package(
         .library(name: "ParleyGStreamer", targets: ["ParleyGStreamer"]),
         .library(name: "ParleySoftphone", targets: ["ParleySoftphone"]),
         .library(name: "ParleyJanus", targets: ["ParleyJanus"]),
+        .library(name: "ParleyRooms", targets: ["ParleyRooms"]),
         .library(name: "ParleyTesting", targets: ["ParleyTesting"]),
         .library(name: "ParleyApple", targets: ["ParleyApple"]),
         .executable(name: "parley", targets: ["ParleyCLI"]),
@@ -88,6 +90,7 @@ let package = Package(
             name: "ParleyApple",
             dependencies: [
                 "ParleyKit",
+                "ParleyRooms",
                 "ParleyProtocol",
                 .product(name: "Logging", package: "swift-log"),
             ] + appleFrameworks,
@@ -217,8 +220,19 @@ let package = Package(
             dependencies: [
                 "ParleyGStreamer",
                 "ParleyJanus",
+                "ParleyRooms",
                 "ParleyKit",
                 "ParleyNIOTransport",
+                "ParleyProtocol",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ParleyRooms",
+            dependencies: [
+                "ParleyJanus",
+                "ParleyKit",
                 "ParleyProtocol",
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -281,6 +295,8 @@ let package = Package(
             name: "ParleyMediaTests",
             dependencies: [
                 "ParleyAPNsTesting",
+                "ParleyApple",
+                "ParleyNIOTransport",
                 "ParleyGStreamer",
                 "ParleySoftphone",
                 "ParleyKit",
@@ -288,7 +304,7 @@ let package = Package(
                 "ParleyServerTesting",
                 "ParleyProtocol",
                 .product(name: "Logging", package: "swift-log"),
-            ],
+            ] + appleFrameworks,
             swiftSettings: swiftSettings
         ),
         .testTarget(

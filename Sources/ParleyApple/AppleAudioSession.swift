@@ -75,6 +75,19 @@ public final class AppleAudioSession: AudioSession, @unchecked Sendable {
         }
     }
 
+    /// A voice room is not a CallKit call, so no `didActivate` comes: the app activates the session
+    /// itself while it is in the room (never during a CallKit call).
+    public func activateForRoom() async {
+        await configure(CallAudioConfiguration(video: false))
+        withConfiguration { rtc in try rtc.setActive(true) }
+        await setAudioEnabled(true)
+    }
+
+    public func deactivateAfterRoom() async {
+        await setAudioEnabled(false)
+        withConfiguration { rtc in try rtc.setActive(false) }
+    }
+
     private func withConfiguration(_ body: (RTCAudioSession) throws -> Void) {
         rtc.lockForConfiguration()
         defer { rtc.unlockForConfiguration() }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ParleyKit
 import ParleyProtocol
+import ParleyRooms
 import WebRTC
 
 /// The composition root of an iPhone app: CallKit, PushKit, the audio session, WebRTC, URLSession
@@ -48,6 +49,8 @@ public final class ParleyPhone: @unchecked Sendable {
     public let calls: CallManager<ContinuousClock>
     private let pushes: VoIPPushCoordinator<ContinuousClock>
     private let network: NetworkPathMonitor
+    private let peers: any PeerConnectionFactory
+    private let logger: Logger
     private let lock = NSLock()
     private var tasks: [Task<Void, Never>] = []
 
@@ -62,8 +65,10 @@ public final class ParleyPhone: @unchecked Sendable {
         signalingConfiguration.connectTimeout = .seconds(10)
         signaling = SignalingClient(configuration: signalingConfiguration, transport: transport ?? URLSessionSignalingTransport(),
                                     clock: ContinuousClock(), logger: logger, tokens: configuration.token)
-        calls = CallManager(signaling: signaling, provider: callKit, audio: audio, peers: peers ?? WebRTCPeerConnectionFactory(),
-                            clock: ContinuousClock(), logger: logger)
+        let peers = peers ?? WebRTCPeerConnectionFactory()
+        self.peers = peers
+        self.logger = logger
+        calls = CallManager(signaling: signaling, provider: callKit, audio: audio, peers: peers, clock: ContinuousClock(), logger: logger)
         pushes = VoIPPushCoordinator(
             source: pushSource ?? PushKitVoIPSource(), calls: calls,
             registrar: HTTPDeviceRegistrar(server: configuration.server, device: configuration.device, token: configuration.token),
@@ -111,6 +116,25 @@ public final class ParleyPhone: @unchecked Sendable {
     public func hangUp(_ call: UUID) async throws { try await callKit.end(call) }
     public func setMuted(_ call: UUID, _ muted: Bool) async throws { try await callKit.setMuted(call, muted) }
     public func setHeld(_ call: UUID, _ held: Bool) async throws { try await callKit.setHeld(call, held) }
+
+    /// Joins an AudioBridge voice room (the server runs with `--janus`). The audio session is
+    /// activated for the room, since no CallKit call does it; `leave(_:)` gives it back.
+    public func joinRoom(_ room: RoomID, display: String) async throws -> RoomSession {
+        let session = RoomSession(room: room, display: display, signaling: signaling, peers: peers, logger: logger)
+        await audio.activateForRoom()
+        do {
+            try await session.join()
+        } catch {
+            await audio.deactivateAfterRoom()
+            throw error
+        }
+        return session
+    }
+
+    public func leave(_ room: RoomSession) async {
+        await room.leave()
+        await audio.deactivateAfterRoom()
+    }
 
     /// The speaker button: a temporary override the route policy keeps track of.
     public func setSpeaker(_ on: Bool) async { await calls.audioRouteChanged(.speakerButton(on: on)) }

@@ -6,6 +6,7 @@ import Logging
 import Observation
 import ParleyKit
 import ParleyProtocol
+import ParleyRooms
 
 /// What the example app (and any SwiftUI app) shows and does, without the views: sign-in, the
 /// calls in progress with their controls and live quality, and the call history. It lives here, not
@@ -54,7 +55,22 @@ public final class PhoneModel {
         }
     }
 
+    /// A voice room as the UI shows it.
+    public struct Room: Equatable, Sendable {
+        public var name: RoomID
+        public var members: [RoomMember] = []
+        public var talking: Set<Int64> = []
+        public var mutedMembers: Set<Int64> = []
+        public var muted = false
+        /// Media to and from the mixer is up.
+        public var connected = false
+        public var reconnecting = false
+    }
+
     public private(set) var signIn: SignIn = .signedOut
+    public private(set) var room: Room?
+    private var roomSession: RoomSession?
+    private var roomEvents: Task<Void, Never>?
     public private(set) var calls: [Call] = []
     public private(set) var history: [CallRecord] = []
     /// The last thing that went wrong, in a sentence for the user.
@@ -175,6 +191,75 @@ public final class PhoneModel {
     private func perform(_ action: (ParleyPhone) async throws -> Void) async {
         guard let phone else { return }
         do { try await action(phone) } catch { problem = "The system refused: \(error)" }
+    }
+
+    // MARK: Voice rooms
+
+    public func joinRoom(_ name: String) async {
+        guard let phone, case .signedIn(let user) = signIn, roomSession == nil else { return }
+        guard let id = RoomID(rawValue: name.trimmingCharacters(in: .whitespaces)) else {
+            problem = "“\(name)” is not a room name: use letters, digits and . _ -"
+            return
+        }
+        room = Room(name: id)
+        do {
+            let session = try await phone.joinRoom(id, display: user.rawValue)
+            roomSession = session
+            let events = session.events
+            roomEvents = Task { [weak self] in
+                for await event in events { self?.handle(event) }
+            }
+            // Joined before the events were read: who is there now.
+            room?.members = await session.participants
+        } catch {
+            room = nil
+            problem = "The room could not be joined: \(error)"
+        }
+    }
+
+    public func leaveRoom() async {
+        guard let phone, let session = roomSession else { return }
+        roomSession = nil
+        await phone.leave(session)
+        roomEvents?.cancel()
+        room = nil
+    }
+
+    public func toggleRoomMute() async {
+        guard let session = roomSession, let muted = room?.muted else { return }
+        do {
+            try await session.setMuted(!muted)
+            room?.muted = !muted
+        } catch {
+            problem = "Mute did not reach the room: \(error)"
+        }
+    }
+
+    func handle(_ event: RoomEvent) {
+        guard room != nil else { return }
+        switch event {
+        case .joined(_, let participants):
+            room?.members = participants
+            room?.reconnecting = false
+        case .memberJoined(let member):
+            if room?.members.contains(where: { $0.id == member.id }) == false { room?.members.append(member) }
+        case .memberLeft(let member):
+            room?.members.removeAll { $0.id == member.id }
+            room?.talking.remove(member.id)
+        case .talking(let member, let talking):
+            if talking { room?.talking.insert(member.id) } else { room?.talking.remove(member.id) }
+        case .muted(let member, let muted):
+            if muted { room?.mutedMembers.insert(member.id) } else { room?.mutedMembers.remove(member.id) }
+        case .connected, .hearing:
+            room?.connected = true
+        case .reconnecting:
+            room?.reconnecting = true
+            room?.connected = false
+        case .ended(let reason):
+            if reason != "left" { problem = "You left the room: \(reason)" }
+            roomSession = nil
+            room = nil
+        }
     }
 
     /// The user read the problem.

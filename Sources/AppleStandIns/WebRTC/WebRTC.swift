@@ -612,6 +612,12 @@ open class RTCAudioSession: NSObject, @unchecked Sendable {
         try session.setPreferredInput(inPort)
     }
 
+    /// `- (BOOL)setActive:(BOOL)active error:(NSError **)outError;`
+    open func setActive(_ active: Bool) throws {
+        try requireLock()
+        try session.setActive(active)
+    }
+
     /// `- (void)audioSessionDidActivate:(AVAudioSession *)session;` (RTCAudioSessionActivationDelegate)
     open func audioSessionDidActivate(_ session: AVAudioSession) {
         lock.withLock { _records.append(.didActivate) }

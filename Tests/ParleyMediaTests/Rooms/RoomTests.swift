@@ -97,7 +97,7 @@ extension RoomTests {
         let server = try await LiveServer.start()
         let result = try await SoftphoneCommandTests.run(["room", "join", "lobby", "--server", server.baseURL, "--as", "dave", "--play", "silence"])
         #expect(result.status != 0)
-        #expect(result.errors.contains("room lobby is a mesh room; parley room join speaks AudioBridge rooms (start the server with --janus)"), "\(result.errors)")
+        #expect(result.errors.contains("room lobby is a mesh room; voice rooms need AudioBridge (start the server with --janus)"), "\(result.errors)")
         try await server.stop()
     }
 }

@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import ParleyGStreamer
 import ParleyJanus
 import ParleyKit
 import ParleyProtocol
@@ -30,16 +29,23 @@ public struct RoomMember: Hashable, Sendable {
     public var isSelf: Bool
 }
 
+/// Why a room could not be joined, in words for the user.
+public struct RoomError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
 /// One device in an AudioBridge room: `room.join` on the Parley server, then Janus directly —
 /// session, AudioBridge handle, join with the server's token, an offer that sends audio levels for
-/// talking detection, keepalives; it joins again by itself when Janus restarts.
+/// talking detection, keepalives; it joins again by itself when Janus restarts. Media comes from
+/// any `PeerConnectionFactory`: the GStreamer engine on Linux, WebRTC on iPhone.
 public actor RoomSession {
     public nonisolated let events: AsyncStream<RoomEvent>
     public let room: RoomID
     public let display: String
     private let sink: AsyncStream<RoomEvent>.Continuation
     private let signaling: SignalingClient<ContinuousClock>
-    private let engine: GStreamerEngine
+    private let peers: any PeerConnectionFactory
     private let logger: Logger
     private var bridge: AudioBridge?
     private var peer: (any PeerConnection)?
@@ -50,15 +56,14 @@ public actor RoomSession {
     private var leaving = false
     private var attempt = 0
 
-    /// - Parameter media: the engine's settings; audio levels are turned on for the mixer.
-    public init(room: RoomID, display: String, signaling: SignalingClient<ContinuousClock>, media: MediaEngineConfiguration, logger: Logger) throws {
+    /// - Parameter peers: makes the room's peer connection; its offers must carry the
+    ///   `ssrc-audio-level` header extension, which the mixer's talking detection reads.
+    public init(room: RoomID, display: String, signaling: SignalingClient<ContinuousClock>, peers: any PeerConnectionFactory, logger: Logger) {
         self.room = room
         self.display = display
         self.signaling = signaling
+        self.peers = peers
         self.logger = logger
-        var media = media
-        media.audioLevelIndication = true
-        engine = try GStreamerEngine(configuration: media, logger: logger)
         (events, sink) = AsyncStream.makeStream()
     }
 
@@ -72,16 +77,16 @@ public actor RoomSession {
         do {
             ack = try await signaling.request { .roomJoin(RoomJoin(id: $0, room: room, display: display)) }
         } catch {
-            throw SoftphoneError("the server refused to join room \(room): \(error)")
+            throw RoomError("the server refused to join room \(room): \(error)")
         }
         let joined = try ack.decodeResult(RoomJoinResult.self)
         guard joined.media.mode == "audiobridge", let janus = joined.media.janus else {
-            throw SoftphoneError("room \(room) is a \(joined.media.mode) room; parley room join speaks AudioBridge rooms (start the server with --janus)")
+            throw RoomError("room \(room) is a \(joined.media.mode) room; voice rooms need AudioBridge (start the server with --janus)")
         }
         do {
             try await connect(janus)
         } catch {
-            throw SoftphoneError("cannot join the voice room on Janus at \(janus.url): \(error)")
+            throw RoomError("cannot join the voice room on Janus at \(janus.url): \(error)")
         }
     }
 
@@ -108,7 +113,7 @@ public actor RoomSession {
         sink.yield(.joined(room: room, participants: participants))
 
         let iceServers = await signaling.session?.iceServers ?? []
-        let peer = try await engine.makePeerConnection(PeerConnectionConfiguration(iceServers: iceServers))
+        let peer = try await peers.makePeerConnection(PeerConnectionConfiguration(iceServers: iceServers))
         self.peer = peer
         tasks.append(Task {
             for await event in peer.events {
