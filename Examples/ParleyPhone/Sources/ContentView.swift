@@ -74,8 +74,9 @@ struct PhoneView: View {
                     ForEach(model.calls) { call in CallRow(model: model, call: call) }
                 }
             }
-            Section("History") {
+            Section("More") {
                 NavigationLink("Recent calls") { HistoryView(model: model, user: user) }
+                NavigationLink("Voice room") { RoomView(model: model) }
             }
             Section {
                 Button("Sign out \(user.rawValue)", role: .destructive) { Task { await model.signOut() } }
