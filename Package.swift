@@ -34,9 +34,11 @@ let appleTargets: [Target] = [
     .target(name: "PushKit", dependencies: ["CallKit"], path: "Sources/AppleStandIns/PushKit", swiftSettings: standInSettings),
     // Not named `Network`: SwiftNIO and Hummingbird take `canImport(Network)` to mean an Apple platform.
     .target(name: "NetworkStandIn", path: "Sources/AppleStandIns/NetworkStandIn", swiftSettings: standInSettings),
-    .target(name: "WebRTC", dependencies: ["AVFAudio"], path: "Sources/AppleStandIns/WebRTC", swiftSettings: standInSettings),
+    .target(name: "CoreMedia", path: "Sources/AppleStandIns/CoreMedia", swiftSettings: standInSettings),
+    .target(name: "AVFoundation", dependencies: ["AVFAudio", "CoreMedia"], path: "Sources/AppleStandIns/AVFoundation", swiftSettings: standInSettings),
+    .target(name: "WebRTC", dependencies: ["AVFoundation"], path: "Sources/AppleStandIns/WebRTC", swiftSettings: standInSettings),
 ]
-let appleFrameworks: [Target.Dependency] = ["AVFAudio", "CallKit", "PushKit", "NetworkStandIn", "WebRTC"]
+let appleFrameworks: [Target.Dependency] = ["AVFAudio", "AVFoundation", "CoreMedia", "CallKit", "PushKit", "NetworkStandIn", "WebRTC"]
 let applePackages: [Package.Dependency] = []
 #else
 let appleTargets: [Target] = []

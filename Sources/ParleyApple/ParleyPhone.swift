@@ -117,6 +117,9 @@ public final class ParleyPhone: @unchecked Sendable {
     public func setMuted(_ call: UUID, _ muted: Bool) async throws { try await callKit.setMuted(call, muted) }
     public func setHeld(_ call: UUID, _ held: Bool) async throws { try await callKit.setHeld(call, held) }
 
+    /// The WebRTC factory, when the phone's media is WebRTC: video calls' tracks come from it.
+    public var webRTC: WebRTCPeerConnectionFactory? { peers as? WebRTCPeerConnectionFactory }
+
     /// Joins an AudioBridge voice room (the server runs with `--janus`). The audio session is
     /// activated for the room, since no CallKit call does it; `leave(_:)` gives it back.
     public func joinRoom(_ room: RoomID, display: String) async throws -> RoomSession {

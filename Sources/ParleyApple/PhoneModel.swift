@@ -7,6 +7,7 @@ import Observation
 import ParleyKit
 import ParleyProtocol
 import ParleyRooms
+import WebRTC
 
 /// What the example app (and any SwiftUI app) shows and does, without the views: sign-in, the
 /// calls in progress with their controls and live quality, and the call history. It lives here, not
@@ -25,6 +26,7 @@ public final class PhoneModel {
         public let id: UUID
         public var remote: UserID?
         public var outgoing: Bool
+        public var video = false
         public var phase: CallStateMachine.Phase
         public var muted = false
         public var held = false
@@ -69,6 +71,10 @@ public final class PhoneModel {
 
     public private(set) var signIn: SignIn = .signedOut
     public private(set) var room: Room?
+    /// The newest peer connection: a video call shows its `remoteVideoTrack` and `localVideoTrack`
+    /// (one video call at a time).
+    public private(set) var media: WebRTCPeerConnection?
+    private var mediaWatch: Task<Void, Never>?
     private var roomSession: RoomSession?
     private var roomEvents: Task<Void, Never>?
     public private(set) var calls: [Call] = []
@@ -123,6 +129,8 @@ public final class PhoneModel {
 
     public func signOut() async {
         listening?.cancel()
+        mediaWatch?.cancel()
+        media = nil
         await phone?.stop()
         phone = nil
         calls = []
@@ -144,6 +152,11 @@ public final class PhoneModel {
         listening = Task { [weak self] in
             for await event in events { self?.handle(event) }
         }
+        if let connections = phone.webRTC?.peerConnections {
+            mediaWatch = Task { [weak self] in
+                for await connection in connections { self?.media = connection }
+            }
+        }
     }
 
     // MARK: Calls
@@ -157,7 +170,7 @@ public final class PhoneModel {
         do {
             let id = try await phone.call(userID, video: video)
             if !calls.contains(where: { $0.id == id }) {
-                calls.append(Call(id: id, remote: userID, outgoing: true, phase: .dialing))
+                calls.append(Call(id: id, remote: userID, outgoing: true, video: video, phase: .dialing))
             }
         } catch {
             problem = "The call could not start: \(error)"
@@ -291,8 +304,8 @@ public final class PhoneModel {
                 calls.removeAll { $0.id == id }
                 Task { await refreshHistory() }
             }
-        case .incoming(let id, let from, _, _):
-            if !calls.contains(where: { $0.id == id }) { calls.append(Call(id: id, remote: from, outgoing: false, phase: .ringing)) }
+        case .incoming(let id, let from, _, let video):
+            if !calls.contains(where: { $0.id == id }) { calls.append(Call(id: id, remote: from, outgoing: false, video: video, phase: .ringing)) }
         case .remoteUpdated(let id, let muted, let held):
             guard let index = calls.firstIndex(where: { $0.id == id }) else { return }
             if let muted { calls[index].remoteMuted = muted }

@@ -1,3 +1,4 @@
+import AVFoundation
 import Foundation
 import ParleyKit
 import ParleyProtocol
@@ -8,9 +9,15 @@ import WebRTC
 /// (so an ICE restart after a network change finds the new addresses).
 public final class WebRTCPeerConnectionFactory: PeerConnectionFactory, @unchecked Sendable {
     public let factory: RTCPeerConnectionFactory
+    /// Every peer connection made, as it is made: the app takes a video call's tracks from it.
+    public let peerConnections: AsyncStream<WebRTCPeerConnection>
+    private let sink: AsyncStream<WebRTCPeerConnection>.Continuation
 
+    /// With video, pass a factory made with video codecs:
+    /// `RTCPeerConnectionFactory(encoderFactory: RTCDefaultVideoEncoderFactory(), decoderFactory: RTCDefaultVideoDecoderFactory())`.
     public init(factory: RTCPeerConnectionFactory = RTCPeerConnectionFactory()) {
         self.factory = factory
+        (peerConnections, sink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(4))
     }
 
     public func makePeerConnection(_ configuration: PeerConnectionConfiguration) async throws -> any PeerConnection {
@@ -22,7 +29,16 @@ public final class WebRTCPeerConnectionFactory: PeerConnectionFactory, @unchecke
         }
         let track = factory.audioTrack(with: factory.audioSource(with: nil), trackId: "parley-audio")
         _ = peer.add(track, streamIds: ["parley"])
-        connection.attach(peer, microphone: track)
+        var camera: Camera?
+        if configuration.media.video {
+            let source = factory.videoSource()
+            let video = factory.videoTrack(with: source, trackId: "parley-video")
+            _ = peer.add(video, streamIds: ["parley"])
+            camera = Camera(track: video, capturer: RTCCameraVideoCapturer(delegate: source))
+        }
+        connection.attach(peer, microphone: track, camera: camera)
+        camera?.start()
+        sink.yield(connection)
         return connection
     }
 
@@ -35,6 +51,39 @@ public final class WebRTCPeerConnectionFactory: PeerConnectionFactory, @unchecke
         rtc.rtcpMuxPolicy = .require
         rtc.continualGatheringPolicy = .gatherContinually
         return rtc
+    }
+}
+
+/// The front camera feeding a call's video track.
+struct Camera: @unchecked Sendable {
+    let track: RTCVideoTrack
+    let capturer: RTCCameraVideoCapturer
+
+    func start() {
+        let devices = RTCCameraVideoCapturer.captureDevices()
+        guard let device = devices.first(where: { $0.position == .front }) ?? devices.first,
+              let (format, fps) = Self.format(RTCCameraVideoCapturer.supportedFormats(for: device)) else { return }
+        capturer.startCapture(with: device, format: format, fps: fps, completionHandler: nil)
+    }
+
+    func stop() { capturer.stopCapture(completionHandler: nil) }
+
+    /// The format for a call: the smallest at least 640×480 that does 30 frames a second (a call's
+    /// encoder rarely sends more, and bigger formats cost the phone's battery), else the largest there is.
+    static func format(_ formats: [AVCaptureDevice.Format], fps wanted: Int = 30) -> (AVCaptureDevice.Format, Int)? {
+        func size(_ format: AVCaptureDevice.Format) -> Int32 {
+            let dimensions = CMVideoFormatDescriptionGetDimensions(format.formatDescription)
+            return dimensions.width * dimensions.height
+        }
+        func rate(_ format: AVCaptureDevice.Format) -> Int {
+            Int(format.videoSupportedFrameRateRanges.map(\.maxFrameRate).max() ?? 0)
+        }
+        let fits = formats.filter {
+            let dimensions = CMVideoFormatDescriptionGetDimensions($0.formatDescription)
+            return dimensions.width >= 640 && dimensions.height >= 480 && rate($0) >= wanted
+        }
+        guard let chosen = fits.min(by: { size($0) < size($1) }) ?? formats.max(by: { size($0) < size($1) }) else { return nil }
+        return (chosen, min(wanted, rate(chosen)))
     }
 }
 
@@ -52,6 +101,8 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
     private var peer: RTCPeerConnection?
     private var microphone: RTCAudioTrack?
     private var remoteAudio: [RTCAudioTrack] = []
+    private var camera: Camera?
+    private var remoteVideo: RTCVideoTrack?
     private var switches = MicrophoneSwitches()
     private var negotiation: UInt64 = 0
     private var heardAudio = false
@@ -62,12 +113,20 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
         (events, sink) = AsyncStream.makeStream()
     }
 
-    func attach(_ peer: RTCPeerConnection, microphone: RTCAudioTrack) {
+    func attach(_ peer: RTCPeerConnection, microphone: RTCAudioTrack, camera: Camera?) {
         lock.withLock {
             self.peer = peer
             self.microphone = microphone
+            self.camera = camera
         }
     }
+
+    /// A video call's own camera track: show it with `RTCMTLVideoView` (`track.add(view)`).
+    public var localVideoTrack: RTCVideoTrack? { lock.withLock { camera?.track } }
+    /// The camera's capturer (for tests).
+    var cameraCapturer: RTCCameraVideoCapturer? { lock.withLock { camera?.capturer } }
+    /// The other side's video, once it arrived.
+    public var remoteVideoTrack: RTCVideoTrack? { lock.withLock { remoteVideo } }
 
     private var connection: RTCPeerConnection {
         get throws {
@@ -168,8 +227,9 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
 
     /// The microphone sends only when neither muted nor held; the far side plays only when not held.
     private func applySwitches() {
-        let (switches, microphone, remote) = lock.withLock { (self.switches, self.microphone, remoteAudio) }
+        let (switches, microphone, remote, camera) = lock.withLock { (self.switches, self.microphone, remoteAudio, self.camera) }
         microphone?.isEnabled = switches.sends
+        camera?.track.isEnabled = !switches.held
         for track in remote { track.isEnabled = !switches.held }
     }
 
@@ -244,6 +304,7 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
             defer { self.peer = nil }
             return self.peer
         }
+        lock.withLock { camera }?.stop()
         peer?.close()
         sink.finish()
     }
@@ -255,6 +316,7 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
     public func peerConnection(_ peerConnection: RTCPeerConnection, didAdd stream: RTCMediaStream) {
         let held = lock.withLock { () -> Bool in
             remoteAudio += stream.audioTracks
+            if let video = stream.videoTracks.first { remoteVideo = video }
             return switches.held
         }
         for track in stream.audioTracks { track.isEnabled = !held }

@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import AVFoundation
 import NetworkStandIn
 @testable import ParleyApple
 import ParleyKit
@@ -93,6 +94,55 @@ struct WebRTCAdapterTests {
         try await peer.sendDTMF("12#")
         #expect(rtc.standInSenders.first?.standInTones == "12#")
         await #expect(throws: (any Error).self) { try await peer.sendDTMF("hello") }
+    }
+
+    @Test func aVideoCallCapturesTheFrontCameraAtASensibleFormatAndShowsTheFarSide() async throws {
+        let formats = [
+            AVCaptureDevice.Format(standInWidth: 352, height: 288, maxFrameRate: 30),
+            AVCaptureDevice.Format(standInWidth: 640, height: 480, maxFrameRate: 30),
+            AVCaptureDevice.Format(standInWidth: 1280, height: 720, maxFrameRate: 60),
+            AVCaptureDevice.Format(standInWidth: 1920, height: 1080, maxFrameRate: 30),
+        ]
+        RTCCameraVideoCapturer.standInDevices.withLock {
+            $0 = [AVCaptureDevice(standInID: "back", name: "Back Camera", position: .back, formats: formats),
+                  AVCaptureDevice(standInID: "front", name: "Front Camera", position: .front, formats: formats)]
+        }
+        defer { RTCCameraVideoCapturer.standInDevices.withLock { $0 = [] } }
+        let factory = RTCPeerConnectionFactory()
+        let adapter = WebRTCPeerConnectionFactory(factory: factory)
+        let port = try await adapter.makePeerConnection(PeerConnectionConfiguration(iceServers: [], media: MediaSpec(audio: true, video: true)))
+        let peer = try #require(port as? WebRTCPeerConnection)
+        let rtc = try #require(factory.standInPeerConnections.first)
+        #expect(rtc.standInRecords.prefix(2) == [.addTrack("audio"), .addTrack("video")])
+        var made = adapter.peerConnections.makeAsyncIterator()
+        #expect(await made.next() === peer, "the app learns of the connection, for its video views")
+        let local = try #require(peer.localVideoTrack)
+        #expect(local.kind == "video")
+        let capturing = try #require(peer.cameraCapturer?.standInCapturing)
+        #expect(capturing.device == "front" && capturing.width == 640 && capturing.height == 480 && capturing.fps == 30)
+        let remote = RTCMediaStream.standInRemoteVideo("far")
+        rtc.standInAddRemote(remote)
+        #expect(peer.remoteVideoTrack === remote.videoTracks.first)
+        // Hold stops the camera's track from sending; resume sends it again.
+        await peer.setOnHold(true)
+        #expect(!local.isEnabled)
+        await peer.setOnHold(false)
+        #expect(local.isEnabled)
+        // Offers ask for video.
+        _ = try await peer.createOffer(iceRestart: false)
+
+        // The format: the smallest that is at least 640×480 at 30 fps; with none, the biggest there is.
+        let chosen = try #require(Camera.format(formats))
+        #expect(CMVideoFormatDescriptionGetDimensions(chosen.0.formatDescription) == CMVideoDimensions(width: 640, height: 480))
+        #expect(chosen.1 == 30)
+        let small = [AVCaptureDevice.Format(standInWidth: 320, height: 240, maxFrameRate: 15),
+                     AVCaptureDevice.Format(standInWidth: 352, height: 288, maxFrameRate: 15)]
+        let fallback = try #require(Camera.format(small))
+        #expect(CMVideoFormatDescriptionGetDimensions(fallback.0.formatDescription).width == 352)
+        #expect(fallback.1 == 15, "never more frames than the format does")
+        #expect(Camera.format([]) == nil)
+        await peer.close()
+        #expect(peer.cameraCapturer?.standInCapturing == nil, "closing the call stops the camera")
     }
 
     @Test func statisticsMapToTheCoresSampleAndTheFirstPacketsSayAudioStarted() async throws {

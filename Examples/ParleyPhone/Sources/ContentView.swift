@@ -3,6 +3,7 @@ import ParleyApple
 import ParleyKit
 import ParleyProtocol
 import SwiftUI
+import WebRTC
 
 struct ContentView: View {
     let model: PhoneModel
@@ -67,6 +68,13 @@ struct PhoneView: View {
                     }
                     .disabled(callee.isEmpty)
                     .accessibilityLabel("Call \(callee)")
+                    Button {
+                        Task { await model.call(callee, video: true) }
+                    } label: {
+                        Image(systemName: "video.fill")
+                    }
+                    .disabled(callee.isEmpty)
+                    .accessibilityLabel("Video call \(callee)")
                 }
             }
             if !model.calls.isEmpty {
@@ -97,6 +105,13 @@ struct CallRow: View {
                 Text(phaseText).foregroundStyle(.secondary)
             }
             if call.calleeOffline { Text("Nobody answers: they are offline.").font(.footnote) }
+            if call.video, call.phase == .connected {
+                ZStack(alignment: .bottomTrailing) {
+                    VideoView(track: model.media?.remoteVideoTrack).aspectRatio(3 / 4, contentMode: .fit)
+                    VideoView(track: model.media?.localVideoTrack).frame(width: 90, height: 120).padding(8)
+                }
+                .accessibilityLabel("Video")
+            }
             if let bars = call.bars, let mos = call.mos {
                 QualityBars(bars: bars).accessibilityLabel(String(format: "Call quality %d of 5, MOS %.1f", bars, mos))
             }

@@ -1,5 +1,6 @@
 // Stand-in for Apple's AVFAudio on Linux: only the declarations ParleyApple uses, transcribed from
-// the iOS 17.5 SDK (Xcode 15.4), AVFAudio.framework/Headers/AVAudioSession.h,
+// the iOS SDK headers (checked against the iOS 16.5 SDK in theos/sdks@4af4cb1d; `routeDisconnected`
+// is iOS 17's), AVFAudio.framework/Headers/AVAudioSession.h,
 // AVAudioSessionTypes.h and AVAudioSessionRoute.h, with the Swift spellings the headers import as
 // (NS_SWIFT_NAME, NS_TYPED_EXTENSIBLE_ENUM → nested structs). Apple platforms use the real framework;
 // this module exists only in the Linux build (see Package.swift and docs/apple-stand-ins.md).

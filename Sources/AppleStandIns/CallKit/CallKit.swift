@@ -1,6 +1,7 @@
 // Stand-in for Apple's CallKit on Linux: only the declarations ParleyApple uses, transcribed from the
-// iOS 17.5 SDK (Xcode 15.4), CallKit.framework/Headers/<the file named above each declaration>,
-// in the Swift spelling the headers import as. Apple platforms use the real framework; this module
+// iOS SDK headers, CallKit.framework/Headers/<the file named above each declaration>, in the Swift
+// spelling the headers and CallKit's API notes import as — checked against the iOS 16.5 SDK mirrored
+// in theos/sdks@4af4cb1d (the newest copy reachable here; every declaration used is in it). Apple platforms use the real framework; this module
 // exists only in the Linux build (Package.swift; docs/apple-stand-ins.md lists where it cannot match).
 //
 // It behaves as the system does where a test can observe it: a call UUID is reported once; an

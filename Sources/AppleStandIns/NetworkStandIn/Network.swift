@@ -1,7 +1,7 @@
 // Stand-in for Apple's Network framework on Linux, as module `NetworkStandIn`: a module named
 // `Network` would make `canImport(Network)` true for every package in the build, and SwiftNIO and
 // Hummingbird take that to mean an Apple platform. Only what ParleyApple uses of `NWPathMonitor`,
-// transcribed from the iOS 17.5 SDK's Swift interface (Network.framework/Modules/
+// transcribed from the iOS SDK's Swift interface (checked against iOS 16.5's, theos/sdks@4af4cb1d) (Network.framework/Modules/
 // Network.swiftmodule/arm64-apple-ios.swiftinterface; Network has no Objective-C header for these
 // Swift types). Apple platforms use the real framework. Hooks for tests are marked "Stand-in only".
 

@@ -1,5 +1,6 @@
 // Stand-in for Apple's PushKit on Linux: only the declarations ParleyApple uses, transcribed from the
-// iOS 17.5 SDK (Xcode 15.4), PushKit.framework/Headers/PKPushRegistry.h, PKPushCredentials.h,
+// iOS SDK headers (checked against the iOS 16.5 SDK as mirrored in theos/sdks@4af4cb1d, the newest
+// copy reachable here; every declaration used is in it, below the package's iOS 17 floor), PushKit.framework/Headers/PKPushRegistry.h, PKPushCredentials.h,
 // PKPushPayload.h and PKDefines.h, in their Swift spelling. Apple platforms use the real framework.
 //
 // It checks iOS 13's rule as the system enforces it: an app that completes a VoIP push without

@@ -1,14 +1,17 @@
 // Stand-in for Google's WebRTC Objective-C framework on Linux: only the declarations ParleyApple uses,
 // transcribed from WebRTC's sdk/objc/api/peerconnection/*.h and sdk/objc/components/audio/
-// RTCAudioSession.h at branch-heads/6099 (M120, the WebRTC of the pinned binary package
-// stasel/WebRTC 120.0.0), in the Swift spelling the headers import as (RTC_OBJC_TYPE(X) is `X`).
+// RTCAudioSession.h (checked against M125, webrtc-sdk/webrtc m125_release = upstream branch-heads/6422;
+// the package pins stasel/WebRTC 120.0.0, M120, which has every declaration used — the typed
+// setCategory:mode:options:error: since M116), in the Swift spelling the standard import rules give
+// (the headers have no NS_SWIFT_NAME; RTC_OBJC_TYPE(X) is `X`; a protocol sharing a class's name
+// imports as `XProtocol`).
 // Apple platforms use the real framework; this module exists only in the Linux build.
 //
 // The peer connection here negotiates nothing: it keeps the W3C signaling state machine (the
 // transitions libwebrtc allows and the errors it gives for the others), records what was asked of it,
 // and lets a test play the network (delegate events, statistics). Hooks are marked "Stand-in only".
 
-import AVFAudio
+import AVFoundation
 import Foundation
 
 // MARK: RTCSessionDescription.h
@@ -187,13 +190,124 @@ open class RTCAudioTrack: RTCMediaStreamTrack, @unchecked Sendable {
     }
 }
 
+// MARK: RTCVideoRenderer.h, RTCVideoCapturer.h, RTCVideoSource.h, RTCVideoTrack.h, RTCCameraVideoCapturer.h
+
+/// `@interface RTCVideoFrame : NSObject` (only as renderers receive it).
+open class RTCVideoFrame: NSObject, @unchecked Sendable {}
+
+/// `@protocol RTCVideoRenderer <NSObject>`
+public protocol RTCVideoRenderer: NSObjectProtocol {
+    /// `- (void)setSize:(CGSize)size;`
+    func setSize(_ size: CGSize)
+    /// `- (void)renderFrame:(nullable RTCVideoFrame *)frame;`
+    func renderFrame(_ frame: RTCVideoFrame?)
+}
+
+/// `@protocol RTCVideoCapturerDelegate <NSObject>`
+public protocol RTCVideoCapturerDelegate: NSObjectProtocol {
+    /// `- (void)capturer:(RTCVideoCapturer *)capturer didCaptureVideoFrame:(RTCVideoFrame *)frame;`
+    func capturer(_ capturer: RTCVideoCapturer, didCapture frame: RTCVideoFrame)
+}
+
+/// `@interface RTCVideoCapturer : NSObject`
+open class RTCVideoCapturer: NSObject, @unchecked Sendable {
+    /// `@property(nonatomic, weak) id<RTCVideoCapturerDelegate> delegate;`
+    open weak var delegate: (any RTCVideoCapturerDelegate)?
+
+    /// `- (instancetype)initWithDelegate:(id<RTCVideoCapturerDelegate>)delegate;`
+    public init(delegate: any RTCVideoCapturerDelegate) { self.delegate = delegate }
+}
+
+/// `@interface RTCVideoSource : RTCMediaSource <RTCVideoCapturerDelegate>`
+open class RTCVideoSource: NSObject, RTCVideoCapturerDelegate, @unchecked Sendable {
+    open func capturer(_ capturer: RTCVideoCapturer, didCapture frame: RTCVideoFrame) {}
+}
+
+/// `@interface RTCVideoTrack : RTCMediaStreamTrack`
+open class RTCVideoTrack: RTCMediaStreamTrack, @unchecked Sendable {
+    private let renderersLock = NSLock()
+    private var renderers: [any RTCVideoRenderer] = []
+
+    init(trackId: String) { super.init(kind: "video", trackId: trackId) }
+
+    /// `- (void)addRenderer:(id<RTCVideoRenderer>)renderer;`
+    open func add(_ renderer: any RTCVideoRenderer) { renderersLock.withLock { renderers.append(renderer) } }
+    /// `- (void)removeRenderer:(id<RTCVideoRenderer>)renderer;`
+    open func remove(_ renderer: any RTCVideoRenderer) { renderersLock.withLock { renderers.removeAll { $0 === renderer } } }
+
+    /// Stand-in only.
+    public var standInRendererCount: Int { renderersLock.withLock { renderers.count } }
+}
+
+/// `@interface RTCCameraVideoCapturer : RTCVideoCapturer`
+open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
+    private let lock = NSLock()
+    private var capturing: (device: AVCaptureDevice, format: AVCaptureDevice.Format, fps: Int)?
+
+    /// `+ (NSArray<AVCaptureDevice *> *)captureDevices;`
+    open class func captureDevices() -> [AVCaptureDevice] { standInDevices.withLock { $0 } }
+
+    /// `+ (NSArray<AVCaptureDeviceFormat *> *)supportedFormatsForDevice:(AVCaptureDevice *)device;`
+    open class func supportedFormats(for device: AVCaptureDevice) -> [AVCaptureDevice.Format] { device.formats }
+
+    /// `- (void)startCaptureWithDevice:(AVCaptureDevice *)device format:(AVCaptureDeviceFormat *)format
+    ///    fps:(NSInteger)fps completionHandler:(nullable void (^)(NSError *_Nullable))completionHandler;`
+    open func startCapture(with device: AVCaptureDevice, format: AVCaptureDevice.Format, fps: Int,
+                           completionHandler: (@Sendable ((any Error)?) -> Void)? = nil) {
+        lock.withLock { capturing = (device, format, fps) }
+        completionHandler?(nil)
+    }
+
+    /// `- (void)stopCaptureWithCompletionHandler:(nullable void (^)(void))completionHandler;`
+    open func stopCapture(completionHandler: (@Sendable () -> Void)? = nil) {
+        lock.withLock { capturing = nil }
+        completionHandler?()
+    }
+
+    // MARK: Stand-in only
+
+    /// The cameras this "device" has.
+    public static let standInDevices = RTCStandInBox<[AVCaptureDevice]>([])
+
+    /// What it captures now: the device's id, the format's size, the frame rate.
+    public var standInCapturing: (device: String, width: Int32, height: Int32, fps: Int)? {
+        lock.withLock {
+            capturing.map { ($0.device.uniqueID, CMVideoFormatDescriptionGetDimensions($0.format.formatDescription).width,
+                             CMVideoFormatDescriptionGetDimensions($0.format.formatDescription).height, $0.fps) }
+        }
+    }
+}
+
+/// A value behind a lock (stand-in state shared by a class).
+public final class RTCStandInBox<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    public init(_ value: Value) { self.value = value }
+    public func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
+
 /// `@interface RTCMediaStream : NSObject`
 open class RTCMediaStream: NSObject, @unchecked Sendable {
     /// `@property(nonatomic, readonly) NSArray<RTCAudioTrack *> *audioTracks;`
     open private(set) var audioTracks: [RTCAudioTrack]
+    /// `@property(nonatomic, readonly) NSArray<RTCVideoTrack *> *videoTracks;`
+    open private(set) var videoTracks: [RTCVideoTrack] = []
 
     /// Stand-in only: remote streams come from libwebrtc.
-    public init(standInAudioTracks audioTracks: [RTCAudioTrack]) { self.audioTracks = audioTracks }
+    public init(standInAudioTracks audioTracks: [RTCAudioTrack], videoTracks: [RTCVideoTrack] = []) {
+        self.audioTracks = audioTracks
+        self.videoTracks = videoTracks
+    }
+
+    /// Stand-in only: a remote audio and video stream.
+    public static func standInRemoteVideo(_ trackId: String) -> RTCMediaStream {
+        RTCMediaStream(standInAudioTracks: [RTCAudioTrack(source: RTCAudioSource(), trackId: trackId + "-audio")],
+                       videoTracks: [RTCVideoTrack(trackId: trackId)])
+    }
 
     /// Stand-in only: a remote audio track.
     public static func standInRemoteAudio(_ trackId: String) -> RTCMediaStream {
@@ -229,20 +343,61 @@ public protocol RTCDtmfSender: NSObjectProtocol {
     func insertDtmf(_ tones: String, duration: TimeInterval, interToneGap: TimeInterval) -> Bool
 }
 
-/// `@protocol RTCRtpSender <NSObject>` (the framework's object conforms; Swift sees the protocol).
-public protocol RTCRtpSender: NSObjectProtocol {
+/// `@protocol RTCRtpSender <NSObject>` — imported as `RTCRtpSenderProtocol`, since the class below
+/// has the same name.
+public protocol RTCRtpSenderProtocol: NSObjectProtocol {
     /// `@property(nonatomic, copy) RTCRtpParameters *parameters;` — a copy: set it back to apply.
     var parameters: RTCRtpParameters { get set }
+    /// `@property(nonatomic, readonly) NSString *senderId;`
+    var senderId: String { get }
     /// `@property(nonatomic, copy, nullable) RTCMediaStreamTrack *track;`
     var track: RTCMediaStreamTrack? { get set }
     /// `@property(nonatomic, readonly, nullable) id<RTCDtmfSender> dtmfSender;`
     var dtmfSender: (any RTCDtmfSender)? { get }
 }
 
-/// `@protocol RTCRtpReceiver <NSObject>`
-public protocol RTCRtpReceiver: NSObjectProtocol {
-    /// `@property(nonatomic, readonly, nullable) RTCMediaStreamTrack *track;`
-    var track: RTCMediaStreamTrack? { get }
+/// `@interface RTCRtpSender : NSObject <RTCRtpSender>`
+open class RTCRtpSender: NSObject, RTCRtpSenderProtocol, @unchecked Sendable {
+    private let lock = NSLock()
+    private var _parameters = RTCRtpParameters()
+    private var _track: RTCMediaStreamTrack?
+    private let dtmf = StandInDtmfSender()
+    open private(set) var senderId = UUID().uuidString
+
+    init(track: RTCMediaStreamTrack) { _track = track }
+
+    open var parameters: RTCRtpParameters {
+        get { lock.withLock { _parameters } }
+        set { lock.withLock { _parameters = newValue } }
+    }
+
+    open var track: RTCMediaStreamTrack? {
+        get { lock.withLock { _track } }
+        set { lock.withLock { _track = newValue } }
+    }
+
+    open var dtmfSender: (any RTCDtmfSender)? { track?.kind == "audio" ? dtmf : nil }
+
+    /// Stand-in only: every tone inserted so far.
+    public var standInTones: String { dtmf.tones }
+}
+
+/// The DTMF sender of an audio sender (libwebrtc's `RTCDtmfSender` object, not public).
+final class StandInDtmfSender: NSObject, RTCDtmfSender, @unchecked Sendable {
+    private let lock = NSLock()
+    private var inserted = ""
+
+    var canInsertDtmf: Bool { true }
+
+    /// libwebrtc accepts 0-9 A-D # * and ',' (a 2 s pause); durations 40…6000 ms, gaps ≥ 30 ms.
+    func insertDtmf(_ tones: String, duration: TimeInterval, interToneGap: TimeInterval) -> Bool {
+        guard (0.04...6).contains(duration), interToneGap >= 0.03,
+              tones.uppercased().allSatisfy({ "0123456789ABCD#*,".contains($0) }) else { return false }
+        lock.withLock { inserted += tones }
+        return true
+    }
+
+    var tones: String { lock.withLock { inserted } }
 }
 
 // MARK: RTCStatisticsReport.h
@@ -329,7 +484,7 @@ open class RTCPeerConnection: NSObject, @unchecked Sendable {
     private let lock = NSLock()
     private weak var _delegate: (any RTCPeerConnectionDelegate)?
     private var _signalingState: RTCSignalingState = .stable
-    private var _senders: [StandInSender] = []
+    private var _senders: [RTCRtpSender] = []
     private var _records: [StandInRecord] = []
     private var _statistics = RTCStatisticsReport(standInTimestamp: 0, statistics: [])
     private var offerCount = 0
@@ -344,17 +499,17 @@ open class RTCPeerConnection: NSObject, @unchecked Sendable {
 
     /// `@property(nonatomic, readonly) RTCSignalingState signalingState;`
     open var signalingState: RTCSignalingState { lock.withLock { _signalingState } }
-    /// `@property(nonatomic, readonly) NSArray<id<RTCRtpSender>> *senders;`
-    open var senders: [any RTCRtpSender] { lock.withLock { _senders } }
+    /// `@property(nonatomic, readonly) NSArray<RTCRtpSender *> *senders;`
+    open var senders: [RTCRtpSender] { lock.withLock { _senders } }
 
     init(configuration: RTCConfiguration, delegate: (any RTCPeerConnectionDelegate)?) {
         standInConfiguration = configuration
         _delegate = delegate
     }
 
-    /// `- (nullable id<RTCRtpSender>)addTrack:(RTCMediaStreamTrack *)track streamIds:(NSArray<NSString *> *)streamIds;`
-    open func add(_ track: RTCMediaStreamTrack, streamIds: [String]) -> (any RTCRtpSender)? {
-        let sender = StandInSender(track: track)
+    /// `- (nullable RTCRtpSender *)addTrack:(RTCMediaStreamTrack *)track streamIds:(NSArray<NSString *> *)streamIds;`
+    open func add(_ track: RTCMediaStreamTrack, streamIds: [String]) -> RTCRtpSender? {
+        let sender = RTCRtpSender(track: track)
         lock.withLock {
             _senders.append(sender)
             _records.append(.addTrack(track.kind))
@@ -487,41 +642,8 @@ open class RTCPeerConnection: NSObject, @unchecked Sendable {
     public func standInShouldNegotiate() { delegate?.peerConnectionShouldNegotiate(self) }
     public func standInAddRemote(_ stream: RTCMediaStream) { delegate?.peerConnection(self, didAdd: stream) }
 
-    /// The senders, as the stand-in keeps them (parameters set, DTMF inserted).
-    public var standInSenders: [StandInSender] { lock.withLock { _senders } }
-
-    public final class StandInSender: NSObject, RTCRtpSender, RTCDtmfSender, @unchecked Sendable {
-        private let lock = NSLock()
-        private var _parameters = RTCRtpParameters()
-        private var _track: RTCMediaStreamTrack?
-        private var _tones = ""
-
-        init(track: RTCMediaStreamTrack) { _track = track }
-
-        public var parameters: RTCRtpParameters {
-            get { lock.withLock { _parameters } }
-            set { lock.withLock { _parameters = newValue } }
-        }
-
-        public var track: RTCMediaStreamTrack? {
-            get { lock.withLock { _track } }
-            set { lock.withLock { _track = newValue } }
-        }
-
-        public var dtmfSender: (any RTCDtmfSender)? { track?.kind == "audio" ? self : nil }
-        public var canInsertDtmf: Bool { true }
-
-        /// libwebrtc accepts 0-9 A-D # * and ',' (a 2 s pause); durations 40…6000 ms, gaps ≥ 30 ms.
-        public func insertDtmf(_ tones: String, duration: TimeInterval, interToneGap: TimeInterval) -> Bool {
-            guard (0.04...6).contains(duration), interToneGap >= 0.03,
-                  tones.uppercased().allSatisfy({ "0123456789ABCD#*,".contains($0) }) else { return false }
-            lock.withLock { _tones += tones }
-            return true
-        }
-
-        /// Every tone inserted so far.
-        public var standInTones: String { lock.withLock { _tones } }
-    }
+    /// The senders (parameters set, DTMF inserted).
+    public var standInSenders: [RTCRtpSender] { lock.withLock { _senders } }
 }
 
 // MARK: RTCPeerConnectionFactory.h
@@ -536,6 +658,12 @@ open class RTCPeerConnectionFactory: NSObject, @unchecked Sendable {
 
     /// `- (RTCAudioSource *)audioSourceWithConstraints:(nullable RTCMediaConstraints *)constraints;`
     open func audioSource(with constraints: RTCMediaConstraints?) -> RTCAudioSource { RTCAudioSource() }
+
+    /// `- (RTCVideoSource *)videoSource;`
+    open func videoSource() -> RTCVideoSource { RTCVideoSource() }
+
+    /// `- (RTCVideoTrack *)videoTrackWithSource:(RTCVideoSource *)source trackId:(NSString *)trackId;`
+    open func videoTrack(with source: RTCVideoSource, trackId: String) -> RTCVideoTrack { RTCVideoTrack(trackId: trackId) }
 
     /// `- (RTCAudioTrack *)audioTrackWithSource:(RTCAudioSource *)source trackId:(NSString *)trackId;`
     open func audioTrack(with source: RTCAudioSource, trackId: String) -> RTCAudioTrack {

@@ -1,0 +1,64 @@
+// Stand-in for the part of Apple's AVFoundation ParleyApple uses to pick a camera, transcribed from the
+// iOS SDK headers (checked against the iOS 16.5 SDK as mirrored in theos/sdks@4af4cb1d, the newest
+// copy reachable here; every declaration used is in it, below the package's iOS 17 floor), AVFoundation.framework/Headers/AVCaptureDevice.h. Apple platforms use the
+// real framework (which also re-exports AVFAudio and CoreMedia, as this module does).
+// Hooks for tests are marked "Stand-in only".
+
+@_exported import AVFAudio
+@_exported import CoreMedia
+import Foundation
+
+/// `@interface AVFrameRateRange : NSObject`
+open class AVFrameRateRange: NSObject, @unchecked Sendable {
+    /// `@property(readonly) Float64 minFrameRate;`
+    open private(set) var minFrameRate: Double
+    /// `@property(readonly) Float64 maxFrameRate;`
+    open private(set) var maxFrameRate: Double
+
+    /// Stand-in only.
+    public init(standInMin minFrameRate: Double, max maxFrameRate: Double) {
+        self.minFrameRate = minFrameRate
+        self.maxFrameRate = maxFrameRate
+    }
+}
+
+/// `@interface AVCaptureDevice : NSObject`
+open class AVCaptureDevice: NSObject, @unchecked Sendable {
+    /// `typedef NS_ENUM(NSInteger, AVCaptureDevicePosition)` — imported as `AVCaptureDevice.Position`.
+    public enum Position: Int, Sendable {
+        case unspecified = 0
+        case back = 1
+        case front = 2
+    }
+
+    /// `@interface AVCaptureDeviceFormat : NSObject` — imported as `AVCaptureDevice.Format`.
+    open class Format: NSObject, @unchecked Sendable {
+        /// `@property(nonatomic, readonly) CMFormatDescriptionRef formatDescription;`
+        open private(set) var formatDescription: CMFormatDescription
+        /// `@property(nonatomic, readonly) NSArray<AVFrameRateRange *> *videoSupportedFrameRateRanges;`
+        open private(set) var videoSupportedFrameRateRanges: [AVFrameRateRange]
+
+        /// Stand-in only.
+        public init(standInWidth width: Int32, height: Int32, maxFrameRate: Double) {
+            formatDescription = CMFormatDescription(standInWidth: width, height: height)
+            videoSupportedFrameRateRanges = [AVFrameRateRange(standInMin: 1, max: maxFrameRate)]
+        }
+    }
+
+    /// `@property(nonatomic, readonly) NSString *uniqueID;`
+    open private(set) var uniqueID: String
+    /// `@property(nonatomic, readonly) NSString *localizedName;`
+    open private(set) var localizedName: String
+    /// `@property(nonatomic, readonly) AVCaptureDevicePosition position;`
+    open private(set) var position: Position
+    /// `@property(nonatomic, readonly) NSArray<AVCaptureDeviceFormat *> *formats;`
+    open private(set) var formats: [Format]
+
+    /// Stand-in only: devices come from the system.
+    public init(standInID uniqueID: String, name: String, position: Position, formats: [Format]) {
+        self.uniqueID = uniqueID
+        self.localizedName = name
+        self.position = position
+        self.formats = formats
+    }
+}
