@@ -29,14 +29,15 @@ let swiftSettings: [SwiftSetting] = [
 #if os(Linux)
 let standInSettings = swiftSettings
 let appleTargets: [Target] = [
+    .target(name: "StandInSupport", path: "Sources/AppleStandIns/StandInSupport", swiftSettings: standInSettings),
     .target(name: "AVFAudio", path: "Sources/AppleStandIns/AVFAudio", swiftSettings: standInSettings),
-    .target(name: "CallKit", dependencies: ["AVFAudio"], path: "Sources/AppleStandIns/CallKit", swiftSettings: standInSettings),
-    .target(name: "PushKit", dependencies: ["CallKit"], path: "Sources/AppleStandIns/PushKit", swiftSettings: standInSettings),
+    .target(name: "CallKit", dependencies: ["AVFAudio", "StandInSupport"], path: "Sources/AppleStandIns/CallKit", swiftSettings: standInSettings),
+    .target(name: "PushKit", dependencies: ["CallKit", "StandInSupport"], path: "Sources/AppleStandIns/PushKit", swiftSettings: standInSettings),
     // Not named `Network`: SwiftNIO and Hummingbird take `canImport(Network)` to mean an Apple platform.
-    .target(name: "NetworkStandIn", path: "Sources/AppleStandIns/NetworkStandIn", swiftSettings: standInSettings),
+    .target(name: "NetworkStandIn", dependencies: ["StandInSupport"], path: "Sources/AppleStandIns/NetworkStandIn", swiftSettings: standInSettings),
     .target(name: "CoreMedia", path: "Sources/AppleStandIns/CoreMedia", swiftSettings: standInSettings),
     .target(name: "AVFoundation", dependencies: ["AVFAudio", "CoreMedia"], path: "Sources/AppleStandIns/AVFoundation", swiftSettings: standInSettings),
-    .target(name: "WebRTC", dependencies: ["AVFoundation"], path: "Sources/AppleStandIns/WebRTC", swiftSettings: standInSettings),
+    .target(name: "WebRTC", dependencies: ["AVFoundation", "StandInSupport"], path: "Sources/AppleStandIns/WebRTC", swiftSettings: standInSettings),
 ]
 let appleFrameworks: [Target.Dependency] = ["AVFAudio", "AVFoundation", "CoreMedia", "CallKit", "PushKit", "NetworkStandIn", "WebRTC"]
 let applePackages: [Package.Dependency] = []

@@ -14,13 +14,25 @@ import WebRTC
 /// Serialized: the audio session, like iOS's, is one per process.
 @Suite("iPhone adapters", .serialized)
 struct AppleAdapterTests {
-    @Test func anIncomingCallIsAnsweredThroughCallKitAndAudioStartsOnlyOnEachActivation() async throws {
+    /// A server, bob's iPhone and alice calling him: returns once CallKit shows the call.
+    static func aliceCallsBob(holdPeers: Bool = false) async throws -> (LiveServer, IPhone, OtherParty, UUID) {
         let server = try await LiveServer.start()
-        let bob = try await IPhone.start(server, user: "bob", device: "bob-iphone")
+        let bob = try await IPhone.start(server, user: "bob", device: "bob-iphone", holdPeers: holdPeers)
         let alice = OtherParty(server, user: "alice")
         try await alice.start()
         let call = alice.call("bob")
         try await eventually("CallKit shows the call") { bob.incoming == [call] }
+        return (server, bob, alice, call)
+    }
+
+    static func finish(_ server: LiveServer, _ bob: IPhone, _ alice: OtherParty) async throws {
+        await alice.stop()
+        await bob.phone.stop()
+        try await server.stop()
+    }
+
+    @Test func anIncomingCallIsAnsweredThroughCallKitAndAudioStartsOnlyOnEachActivation() async throws {
+        let (server, bob, alice, call) = try await Self.aliceCallsBob()
 
         // The user answers on the lock screen: the action stays open until the core can start media.
         let answer = CXAnswerCallAction(call: call)
@@ -53,19 +65,12 @@ struct AppleAdapterTests {
         // The system resets: every call ends, and the other party is told.
         bob.system.standInReset()
         try await eventually("alice's call ends") { alice.provider.endReason(of: call) != nil }
-        await alice.stop()
-        await bob.phone.stop()
-        try await server.stop()
+        try await Self.finish(server, bob, alice)
     }
 
     @Test func anAnswerForACallThatCannotBeJoinedFails() async throws {
-        let server = try await LiveServer.start()
         // Media is slow to come up, so the answer is still open when the caller gives up.
-        let bob = try await IPhone.start(server, user: "bob", device: "bob-iphone", holdPeers: true)
-        let alice = OtherParty(server, user: "alice")
-        try await alice.start()
-        let call = alice.call("bob")
-        try await eventually("CallKit shows the call") { bob.incoming == [call] }
+        let (server, bob, alice, call) = try await Self.aliceCallsBob(holdPeers: true)
         let answer = CXAnswerCallAction(call: call)
         bob.system.standInPerform(answer)
         try await Task.sleep(for: .milliseconds(200))
@@ -74,9 +79,7 @@ struct AppleAdapterTests {
         try await eventually("alice hung up") { alice.provider.outcome(of: end) == true }
         try await eventually("the answer fails") { answer.standInOutcome == .failed }
         bob.peers.releaseCreation()
-        await alice.stop()
-        await bob.phone.stop()
-        try await server.stop()
+        try await Self.finish(server, bob, alice)
     }
 
     @Test func aVoIPPushIsReportedBeforeItsCompletionEvenWhenItIsMalformedOrLate() async throws {
@@ -103,18 +106,11 @@ struct AppleAdapterTests {
         // A payload that is not Parley's: still reported first, then ended (iOS would end the app otherwise).
         #expect(await bob.pushes.registry.standInDeliver(["aps": [String: String]()]) == .reportedThenCompleted)
         #expect(bob.incoming.count == 3)
-        await alice.stop()
-        await bob.phone.stop()
-        try await server.stop()
+        try await Self.finish(server, bob, alice)
     }
 
     @Test func routeChangesAndInterruptionsReachThePolicyAndComeBackAsRoutes() async throws {
-        let server = try await LiveServer.start()
-        let bob = try await IPhone.start(server, user: "bob", device: "bob-iphone")
-        let alice = OtherParty(server, user: "alice")
-        try await alice.start()
-        let call = alice.call("bob")
-        try await eventually("CallKit shows the call") { bob.incoming == [call] }
+        let (server, bob, alice, call) = try await Self.aliceCallsBob()
         let answer = CXAnswerCallAction(call: call)
         bob.system.standInPerform(answer)
         try await eventually("answered") { answer.standInOutcome == .fulfilled }
@@ -142,9 +138,7 @@ struct AppleAdapterTests {
         await bob.phone.setSpeaker(true)
         try await eventually("speaker") { AVAudioSession.sharedInstance().standInRecords.contains(.override(.speaker)) }
         #expect(!AVAudioSession.sharedInstance().categoryOptions.contains(.defaultToSpeaker))
-        await alice.stop()
-        await bob.phone.stop()
-        try await server.stop()
+        try await Self.finish(server, bob, alice)
     }
 
     @Test func routeAndInterruptionNotificationsMapToTheCoresEvents() {
@@ -181,8 +175,6 @@ struct AppleAdapterTests {
         let bad = CXStartCallAction(call: UUID(), handle: CXHandle(type: .generic, value: "not a user"))
         bob.system.standInPerform(bad)
         try await eventually("refused") { bad.standInOutcome == .failed }
-        await alice.stop()
-        await bob.phone.stop()
-        try await server.stop()
+        try await Self.finish(server, bob, alice)
     }
 }

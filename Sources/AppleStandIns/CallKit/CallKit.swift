@@ -10,6 +10,7 @@
 
 import AVFAudio
 import Foundation
+import StandInSupport
 
 // MARK: CXHandle.h
 
@@ -479,14 +480,14 @@ open class CXProvider: NSObject, @unchecked Sendable {
     private func withDelegate(_ body: @escaping @Sendable (CXProvider, any CXProviderDelegate) -> Void) {
         let (delegate, queue) = lock.withLock { (self.delegate, self.queue) }
         guard let delegate else { return }
-        let box = UncheckedBox((self, delegate))
+        let box = StandInUnchecked((self, delegate))
         (queue ?? .main).async { body(box.value.0, box.value.1) }
     }
 
     /// The app's provider, as the system knows it: where `CXCallController` requests go.
-    static let registry = NSLockedBox<CXProvider?>(nil)
+    static let registry = StandInLockedBox<CXProvider?>(nil)
     /// Incoming calls reported by any provider so far (PushKit's stand-in checks a push was reported).
-    public static let incomingReports = NSLockedBox(0)
+    public static let incomingReports = StandInLockedBox(0)
 }
 
 // MARK: CXCallController.h
@@ -515,23 +516,4 @@ open class CXCallController: NSObject, @unchecked Sendable {
         }
         if let error { throw error }
     }
-}
-
-// MARK: Stand-in plumbing
-
-/// A value behind a lock (the stand-ins' shared system state).
-public final class NSLockedBox<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    public init(_ value: Value) { self.value = value }
-    public func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-}
-
-struct UncheckedBox<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }

@@ -6,6 +6,7 @@
 // Swift types). Apple platforms use the real framework. Hooks for tests are marked "Stand-in only".
 
 import Foundation
+import StandInSupport
 
 /// `public struct NWInterface : Hashable, CustomDebugStringConvertible`
 public struct NWInterface: Hashable, Sendable {
@@ -105,11 +106,5 @@ public final class NWPathMonitor: @unchecked Sendable {
         weak var monitor: NWPathMonitor?
     }
 
-    private static let monitors = LockedMonitors()
-
-    private final class LockedMonitors: @unchecked Sendable {
-        private let lock = NSLock()
-        private var value: [Weak] = []
-        func withLock<T>(_ body: (inout [Weak]) -> T) -> T { lock.withLock { body(&value) } }
-    }
+    private static let monitors = StandInLockedBox<[Weak]>([])
 }

@@ -9,6 +9,7 @@
 
 import CallKit
 import Foundation
+import StandInSupport
 
 // MARK: PKDefines.h
 
@@ -121,7 +122,7 @@ open class PKPushRegistry: NSObject, @unchecked Sendable {
     public func standInUpdateCredentials(token: Data, for type: PKPushType = .voIP) {
         lock.withLock { tokens[type] = token }
         guard desiredPushTypes?.contains(type) == true, let delegate else { return }
-        let box = UncheckedBox((self, delegate))
+        let box = StandInUnchecked((self, delegate))
         (queue ?? .main).async {
             box.value.1.pushRegistry(box.value.0, didUpdate: PKPushCredentials(standInType: type, token: token), for: type)
         }
@@ -130,7 +131,7 @@ open class PKPushRegistry: NSObject, @unchecked Sendable {
     public func standInInvalidateToken(for type: PKPushType = .voIP) {
         lock.withLock { tokens[type] = nil }
         guard let delegate else { return }
-        let box = UncheckedBox((self, delegate))
+        let box = StandInUnchecked((self, delegate))
         (queue ?? .main).async { box.value.1.pushRegistry(box.value.0, didInvalidatePushTokenFor: type) }
     }
 
@@ -139,9 +140,9 @@ open class PKPushRegistry: NSObject, @unchecked Sendable {
     public func standInDeliver(_ payload: [AnyHashable: Any], timeout: Duration = .seconds(5)) async -> StandInDelivery {
         guard desiredPushTypes?.contains(.voIP) == true, let delegate else { return .notDelivered }
         let reportsBefore = CXProvider.incomingReports.withLock { $0 }
-        let box = UncheckedBox((self, delegate, PKPushPayload(standInType: .voIP, dictionaryPayload: payload)))
+        let box = StandInUnchecked((self, delegate, PKPushPayload(standInType: .voIP, dictionaryPayload: payload)))
         let reportsAtCompletion: Int? = await withCheckedContinuation { continuation in
-            let once = NSLockedBox(false)
+            let once = StandInLockedBox(false)
             let resume: @Sendable (Int?) -> Void = { value in
                 guard once.withLock({ done in defer { done = true }; return !done }) else { return }
                 continuation.resume(returning: value)
@@ -159,9 +160,4 @@ open class PKPushRegistry: NSObject, @unchecked Sendable {
         guard let reportsAtCompletion else { return .neverCompleted }
         return reportsAtCompletion > reportsBefore ? .reportedThenCompleted : .terminatedForNotReporting
     }
-}
-
-struct UncheckedBox<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }

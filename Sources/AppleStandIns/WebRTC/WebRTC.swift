@@ -13,6 +13,7 @@
 
 import AVFoundation
 import Foundation
+import StandInSupport
 
 // MARK: RTCSessionDescription.h
 
@@ -267,7 +268,7 @@ open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
     // MARK: Stand-in only
 
     /// The cameras this "device" has.
-    public static let standInDevices = RTCStandInBox<[AVCaptureDevice]>([])
+    public static let standInDevices = StandInLockedBox<[AVCaptureDevice]>([])
 
     /// What it captures now: the device's id, the format's size, the frame rate.
     public var standInCapturing: (device: String, width: Int32, height: Int32, fps: Int)? {
@@ -275,18 +276,6 @@ open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
             capturing.map { ($0.device.uniqueID, CMVideoFormatDescriptionGetDimensions($0.format.formatDescription).width,
                              CMVideoFormatDescriptionGetDimensions($0.format.formatDescription).height, $0.fps) }
         }
-    }
-}
-
-/// A value behind a lock (stand-in state shared by a class).
-public final class RTCStandInBox<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    public init(_ value: Value) { self.value = value }
-    public func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
     }
 }
 
