@@ -42,6 +42,27 @@ public actor APNsClient {
 
         public init(key: APNsSigningKey) { self.key = key }
 
+        /// Refuses what cannot work, before anything runs: an endpoint that is not https, a CA file
+        /// without a certificate.
+        public func validate() throws(APNsConfigurationError) {
+            for url in endpoints.values where url.scheme != "https" || url.host == nil {
+                throw APNsConfigurationError("the APNs endpoint must be an https URL, not \(url.absoluteString)")
+            }
+            _ = try extraRoots()
+        }
+
+        func extraRoots() throws(APNsConfigurationError) -> [NIOSSLCertificate]? {
+            guard let file = extraRootCertificateFile else { return nil }
+            let roots: [NIOSSLCertificate]
+            do {
+                roots = try NIOSSLCertificate.fromPEMFile(file)
+            } catch {
+                throw APNsConfigurationError("cannot read a PEM certificate from the APNs CA file \(file)")
+            }
+            guard !roots.isEmpty else { throw APNsConfigurationError("no certificate in the APNs CA file \(file)") }
+            return roots
+        }
+
         /// Sends both environments to `url` (`--apns-url`).
         public mutating func useEndpoint(_ url: URL) {
             endpoints = [.production: url, .sandbox: url]
@@ -61,20 +82,7 @@ public actor APNsClient {
     public init(configuration: Configuration, logger: Logger, observe: @escaping @Sendable (APNsExchange) -> Void = { _ in },
                 wallClock: @escaping @Sendable () -> Date = { Date() }) throws(APNsConfigurationError) {
         var tls = TLSConfiguration.makeClientConfiguration()
-        if let file = configuration.extraRootCertificateFile {
-            do {
-                let roots = try NIOSSLCertificate.fromPEMFile(file)
-                guard !roots.isEmpty else { throw APNsConfigurationError("no certificate in \(file)") }
-                tls.additionalTrustRoots = [.certificates(roots)]
-            } catch let error as APNsConfigurationError {
-                throw error
-            } catch {
-                throw APNsConfigurationError("cannot read a PEM certificate from the APNs CA file \(file)")
-            }
-        }
-        for url in configuration.endpoints.values where url.scheme != "https" || url.host == nil {
-            throw APNsConfigurationError("the APNs endpoint must be an https URL, not \(url.absoluteString)")
-        }
+        if let roots = try configuration.extraRoots() { tls.additionalTrustRoots = [.certificates(roots)] }
         var http = HTTPClient.Configuration(tlsConfiguration: tls)
         http.httpVersion = .automatic  // HTTP/2 by ALPN, which APNs requires
         // APNs asks providers to keep their connections open rather than open one per push.
@@ -120,6 +128,9 @@ public actor APNsClient {
                     _ = tokens.renew(after: token, now: wallClock())
                     logger.notice("APNs refused the provider token; made a new one", metadata: ["apns.reason": "\(reason ?? "")"])
                     continue
+                case (429, APNsReason.tooManyProviderTokenUpdates):
+                    // Waiting with the same token does not help, and a new one now would be refused too.
+                    return .failed(status: status, reason: reason ?? "", apnsID: apnsID)
                 case (429, _), (500..., _):
                     retryReason = "\(status) \(reason ?? "")"
                 default:

@@ -61,6 +61,9 @@ public final class APNsDouble: Sendable {
 
     private struct Device {
         var topic: String
+        /// What the token was issued for: a PushKit token takes `voip` pushes only, an app's
+        /// notification token everything else.
+        var pushType: String
         var unregisteredAt: Date?
     }
 
@@ -143,9 +146,10 @@ public final class APNsDouble: Sendable {
 
     // MARK: What the test sets up
 
-    /// A device with the app `topic` (its bundle id) installed, known to this service by `token`.
-    public func addDevice(token: String, topic: String) {
-        state.withLockedValue { $0.devices[token.lowercased()] = Device(topic: topic) }
+    /// A device with the app `topic` (its bundle id) installed, known to this service by `token`:
+    /// a PushKit token (`voip`) or the app's notification token (`alert`).
+    public func addDevice(token: String, topic: String, pushType: String = "voip") {
+        state.withLockedValue { $0.devices[token.lowercased()] = Device(topic: topic, pushType: pushType) }
     }
 
     /// The app was removed from the device at `date`: APNs answers 410 `Unregistered` from now on.
@@ -231,6 +235,8 @@ public final class APNsDouble: Sendable {
         guard !token.isEmpty, token.count.isMultiple(of: 2), token.allSatisfy(\.isHexDigit),
               let device = state.withLockedValue({ $0.devices[token] }) else { return refuse(400, "BadDeviceToken") }
         if let removed = device.unregisteredAt { return refuse(410, "Unregistered", removed) }
+        // A VoIP token takes VoIP pushes only, a notification token no VoIP push.
+        guard (pushType == "voip") == (device.pushType == "voip") else { return refuse(400, "DeviceTokenNotForTopic") }
         // A VoIP push's topic is the app's bundle id with `.voip`; any other push's is the bundle id.
         let expectedTopic = pushType == "voip" ? device.topic + ".voip" : device.topic
         guard topic == expectedTopic else {

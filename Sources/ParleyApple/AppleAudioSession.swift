@@ -98,11 +98,12 @@ public final class AppleAudioSession: AudioSession, @unchecked Sendable {
 
     private func observe() {
         let sink = self.sink
-        observers.append(notifications.addObserver(forName: AVAudioSession.routeChangeNotification, object: nil, queue: nil) { [rtc] note in
+        observers.append(notifications.addObserver(forName: AVAudioSession.routeChangeNotification, object: nil, queue: nil) { note in
             let previous = note.userInfo?[AVAudioSessionRouteChangePreviousRouteKey] as? AVAudioSessionRouteDescription
             guard let raw = (note.userInfo?[AVAudioSessionRouteChangeReasonKey] as? NSNumber)?.uintValue,
                   let reason = AVAudioSession.RouteChangeReason(rawValue: raw),
-                  let event = Self.routeEvent(reason: reason, current: rtc.session.currentRoute, previous: previous) else { return }
+                  let event = Self.routeEvent(reason: reason, current: AVAudioSession.sharedInstance().currentRoute,
+                                              previous: previous) else { return }
             sink.yield(.route(event))
         })
         observers.append(notifications.addObserver(forName: AVAudioSession.interruptionNotification, object: nil, queue: nil) { note in

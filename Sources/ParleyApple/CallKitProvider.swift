@@ -54,23 +54,26 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
         let call = UUID()
         let start = CXStartCallAction(call: call, handle: CXHandle(type: .generic, value: user.rawValue))
         start.isVideo = video
-        try await controller.request(CXTransaction(action: start))
+        try await request(start)
         return call
     }
 
-    public func answer(_ call: UUID) async throws { try await controller.request(CXTransaction(action: CXAnswerCallAction(call: call))) }
-    public func end(_ call: UUID) async throws { try await controller.request(CXTransaction(action: CXEndCallAction(call: call))) }
-
-    public func setMuted(_ call: UUID, _ muted: Bool) async throws {
-        try await controller.request(CXTransaction(action: CXSetMutedCallAction(call: call, muted: muted)))
-    }
-
-    public func setHeld(_ call: UUID, _ held: Bool) async throws {
-        try await controller.request(CXTransaction(action: CXSetHeldCallAction(call: call, onHold: held)))
-    }
+    public func answer(_ call: UUID) async throws { try await request(CXAnswerCallAction(call: call)) }
+    public func end(_ call: UUID) async throws { try await request(CXEndCallAction(call: call)) }
+    public func setMuted(_ call: UUID, _ muted: Bool) async throws { try await request(CXSetMutedCallAction(call: call, muted: muted)) }
+    public func setHeld(_ call: UUID, _ held: Bool) async throws { try await request(CXSetHeldCallAction(call: call, onHold: held)) }
 
     public func playDTMF(_ call: UUID, digits: String) async throws {
-        try await controller.request(CXTransaction(action: CXPlayDTMFCallAction(call: call, digits: digits, type: .singleTone)))
+        try await request(CXPlayDTMFCallAction(call: call, digits: digits, type: .singleTone))
+    }
+
+    /// The completion-handler form, whose closure carries only Sendable values: CallKit's classes
+    /// are not Sendable, so its `async` imports cannot be called from here under Swift 6.
+    private func request(_ action: CXAction) async throws {
+        let transaction = CXTransaction(action: action)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            controller.request(transaction) { error in continuation.resume(with: error.map { .failure($0) } ?? .success(())) }
+        }
     }
 
     // MARK: SystemCallProvider
@@ -84,7 +87,11 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
         update.supportsGrouping = false
         update.supportsUngrouping = false
         update.supportsDTMF = true
-        try await provider.reportNewIncomingCall(with: report.call, update: update)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            provider.reportNewIncomingCall(with: report.call, update: update) { error in
+                continuation.resume(with: error.map { .failure($0) } ?? .success(()))
+            }
+        }
     }
 
     public func reportOutgoingCallStartedConnecting(_ call: UUID) async {

@@ -50,6 +50,7 @@ public final class ParleyPhone: @unchecked Sendable {
     private let pushes: VoIPPushCoordinator<ContinuousClock>
     private let network: NetworkPathMonitor
     private let peers: any PeerConnectionFactory
+    private let transport: any SignalingTransport
     private let logger: Logger
     private let lock = NSLock()
     private var tasks: [Task<Void, Never>] = []
@@ -63,8 +64,10 @@ public final class ParleyPhone: @unchecked Sendable {
         var signalingConfiguration = SignalingClient<ContinuousClock>.Configuration(
             url: Self.signalURL(configuration.server), device: configuration.device, client: configuration.client)
         signalingConfiguration.connectTimeout = .seconds(10)
-        signaling = SignalingClient(configuration: signalingConfiguration, transport: transport ?? URLSessionSignalingTransport(),
-                                    clock: ContinuousClock(), logger: logger, tokens: configuration.token)
+        let transport = transport ?? URLSessionSignalingTransport()
+        self.transport = transport
+        signaling = SignalingClient(configuration: signalingConfiguration, transport: transport, clock: ContinuousClock(), logger: logger,
+                                    tokens: configuration.token)
         let peers = peers ?? WebRTCPeerConnectionFactory()
         self.peers = peers
         self.logger = logger
@@ -98,11 +101,28 @@ public final class ParleyPhone: @unchecked Sendable {
         network.start()
     }
 
-    /// Stops everything (sign-out). Calls in progress are ended by the server when the session lapses.
+    /// The app's notification token, from `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)`
+    /// (after `UNUserNotificationCenter` authorization): the server sends missed-call alerts to it.
+    public func registerAlertToken(_ deviceToken: Data) async {
+        await pushes.alertToken(deviceToken)
+    }
+
+    /// Signing out: the server forgets this device's push tokens, then everything stops.
+    public func signOut() async {
+        do {
+            try await pushes.unregister()
+        } catch {
+            logger.notice("could not unregister the device's push tokens", metadata: ["error": "\(error)"])
+        }
+        await stop()
+    }
+
+    /// Stops everything. Calls in progress are ended by the server when the session lapses.
     public func stop() async {
         network.stop()
         for task in lock.withLock({ () -> [Task<Void, Never>] in defer { tasks = [] }; return tasks }) { task.cancel() }
         await signaling.stop()
+        (transport as? URLSessionSignalingTransport)?.invalidate()
     }
 
     // MARK: What the app's UI does
@@ -123,6 +143,8 @@ public final class ParleyPhone: @unchecked Sendable {
     /// Joins an AudioBridge voice room (the server runs with `--janus`). The audio session is
     /// activated for the room, since no CallKit call does it; `leave(_:)` gives it back.
     public func joinRoom(_ room: RoomID, display: String) async throws -> RoomSession {
+        // A room takes the audio session itself, which would cut the audio of a CallKit call.
+        guard await !calls.hasCallInProgress else { throw RoomError("end the call before joining a voice room") }
         let session = RoomSession(room: room, display: display, signaling: signaling, peers: peers, logger: logger)
         await audio.activateForRoom()
         do {

@@ -44,6 +44,9 @@ public final class PhoneModel {
     public protocol SessionStore: Sendable {
         func load() -> Session?
         func save(_ session: Session?)
+        /// This installation's device id, made once and kept across sign-ins (the keychain in the
+        /// app): a device is the phone, not the account.
+        func installationDevice() -> DeviceID
     }
 
     public struct Session: Codable, Equatable, Sendable {
@@ -122,7 +125,7 @@ public final class PhoneModel {
             problem = "\(error)"
             return
         }
-        let session = Session(server: server, user: userID, device: DeviceID(rawValue: "ios-\(UUID().uuidString.prefix(8).lowercased())")!)
+        let session = Session(server: server, user: userID, device: store.installationDevice())
         store.save(session)
         start(session)
     }
@@ -131,7 +134,8 @@ public final class PhoneModel {
         listening?.cancel()
         mediaWatch?.cancel()
         media = nil
-        await phone?.stop()
+        await leaveRoom()
+        await phone?.signOut()
         phone = nil
         calls = []
         store.save(nil)

@@ -28,6 +28,11 @@ public final class URLSessionSignalingTransport: NSObject, SignalingTransport, U
         public var description: String { status.map { "the server refused the connection (HTTP \($0))" } ?? underlying }
     }
 
+    /// Lets the session go (it keeps its delegate, this transport, until then).
+    public func invalidate() {
+        session.finishTasksAndInvalidate()
+    }
+
     public func connect(to url: URL, token: String) async throws -> any SignalingConnection {
         var request = URLRequest(url: url)
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")

@@ -258,8 +258,11 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
 
     public func statistics() async throws -> MediaStatsSample {
         let peer = try connection
-        let report = await withCheckedContinuation { continuation in peer.statistics { continuation.resume(returning: $0) } }
-        let sample = Self.sample(report, at: .now - started)
+        let at = ContinuousClock.now - started
+        // The report is not Sendable: it is read where libwebrtc hands it over.
+        let sample = await withCheckedContinuation { continuation in
+            peer.statistics { report in continuation.resume(returning: Self.sample(report, at: at)) }
+        }
         let first = lock.withLock { () -> Bool in
             guard !heardAudio, sample.packetsReceived > 0 else { return false }
             heardAudio = true

@@ -96,6 +96,11 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         }
     }
 
+    /// Whether a call is being answered, connecting or connected (or dialed): the audio session is the call's.
+    public var hasCallInProgress: Bool {
+        calls.values.contains { $0.machine.isInProgress }
+    }
+
     /// The phase of a call, if this manager knows it.
     public func phase(of call: UUID) -> CallStateMachine.Phase? {
         calls[CallID(uuid: call)]?.machine.phase
@@ -194,15 +199,20 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             calls[body.call] = makeLive(machine)
             eventSink.yield(.incoming(body.call.uuid, from: body.from.user, name: body.from.name, video: body.media.video))
         }
-        // The push may be late: ask the server whether the call still rings.
+        // The push may be late: ask the server whether the call still rings — in a task of its own,
+        // so the next push is reported at once rather than after this round trip.
+        Task { await self.checkPushedCall(body.call) }
+    }
+
+    private func checkPushedCall(_ call: CallID) async {
         do {
-            let state = try await signaling.request { .callState(CallRequest(id: $0, call: body.call)) }
+            let state = try await signaling.request { .callState(CallRequest(id: $0, call: call)) }
                 .decodeResult(CallStateResult.self)
             if state.state == .ended {
-                await perform(body.call) { $0.remoteEnded(state.reason ?? .hangup) }
+                await perform(call) { $0.remoteEnded(state.reason ?? .hangup) }
             }
         } catch let error as SignalingError {
-            if error.serverCode == .callNotFound { await perform(body.call) { $0.remoteEnded(.cancelled) } }
+            if error.serverCode == .callNotFound { await perform(call) { $0.remoteEnded(.cancelled) } }
         } catch {
             logger.debug("could not ask for the pushed call's state", metadata: ["error": "\(error)"])
         }

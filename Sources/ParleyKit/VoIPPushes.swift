@@ -56,6 +56,8 @@ public actor VoIPPushCoordinator<C: Clock> where C.Duration == Duration {
     private var registering: Task<Void, Never>?
     /// The registration the server has, once it said so.
     public private(set) var registered: DeviceRegistration?
+    private var voip: VoIPRegistration?
+    private var alerts: VoIPRegistration?
 
     public init(source: any VoIPPushSource, calls: CallManager<C>, registrar: any DeviceRegistrar, configuration: Configuration,
                 clock: C, logger: Logger) {
@@ -72,10 +74,11 @@ public actor VoIPPushCoordinator<C: Clock> where C.Duration == Duration {
         for await event in source.events {
             switch event {
             case .token(let token):
-                register(DeviceRegistration(platform: configuration.platform, voip: VoIPRegistration(
-                    token: Self.hex(token), topic: configuration.topic, environment: configuration.environment)))
+                voip = VoIPRegistration(token: Self.hex(token), topic: configuration.topic, environment: configuration.environment)
+                register()
             case .tokenInvalidated:
-                register(DeviceRegistration(platform: configuration.platform, voip: nil))
+                voip = nil
+                register()
             case .push(let payload, let completion):
                 // Not in a task of its own: pushes are reported in the order they came.
                 await calls.handleVoIPPush(payload, completion: completion)
@@ -84,14 +87,36 @@ public actor VoIPPushCoordinator<C: Clock> where C.Duration == Duration {
         registering?.cancel()
     }
 
+    /// The app's notification token (`application(_:didRegisterForRemoteNotificationsWithDeviceToken:)`),
+    /// for alerts such as a missed call: registered beside the VoIP token.
+    public func alertToken(_ token: Data) {
+        alerts = VoIPRegistration(token: Self.hex(token), topic: configuration.topic, environment: configuration.environment)
+        register()
+    }
+
+    /// Signing out: the server forgets this device's tokens, so the next user's calls are not
+    /// announced to the previous one (and the other way round).
+    public func unregister() async throws {
+        registering?.cancel()
+        await registering?.value
+        voip = nil
+        alerts = nil
+        try await registrar.register(DeviceRegistration(platform: configuration.platform))
+        registered = nil
+    }
+
     /// The token as APNs wants it in a request path: lowercase hex.
     public static func hex(_ token: Data) -> String {
         token.map { String(format: "%02x", $0) }.joined()
     }
 
-    private func register(_ registration: DeviceRegistration) {
-        registering?.cancel()
+    private func register() {
+        let registration = DeviceRegistration(platform: configuration.platform, voip: voip, alerts: alerts)
+        let previous = registering
+        previous?.cancel()
         registering = Task {
+            // One registration in flight at a time: a stale one must not land after a newer one.
+            await previous?.value
             var wait = configuration.firstRetry
             while !Task.isCancelled {
                 do {

@@ -22,11 +22,16 @@ public struct VoIPRegistration: Hashable, Sendable, Codable {
 /// `PUT /v1/devices/{device}`.
 public struct DeviceRegistration: Hashable, Sendable, Codable {
     public var platform: Platform
+    /// The PushKit token: VoIP pushes that ring the device.
     public var voip: VoIPRegistration?
+    /// The app's notification token (`registerForRemoteNotifications`): alerts such as a missed
+    /// call. A VoIP token cannot take them. Same fields; pushes go to `topic` itself.
+    public var alerts: VoIPRegistration?
 
-    public init(platform: Platform, voip: VoIPRegistration? = nil) {
+    public init(platform: Platform, voip: VoIPRegistration? = nil, alerts: VoIPRegistration? = nil) {
         self.platform = platform
         self.voip = voip
+        self.alerts = alerts
     }
 }
 
@@ -36,14 +41,17 @@ public struct DeviceRecord: Hashable, Sendable, Codable {
     public var device: DeviceID
     public var platform: Platform
     public var voip: VoIPRegistration?
+    public var alerts: VoIPRegistration?
     /// Unix milliseconds.
     public var updatedAt: Int64
 
-    public init(user: UserID, device: DeviceID, platform: Platform, voip: VoIPRegistration?, updatedAt: Int64) {
+    public init(user: UserID, device: DeviceID, platform: Platform, voip: VoIPRegistration?, alerts: VoIPRegistration? = nil,
+                updatedAt: Int64) {
         self.user = user
         self.device = device
         self.platform = platform
         self.voip = voip
+        self.alerts = alerts
         self.updatedAt = updatedAt
     }
 }

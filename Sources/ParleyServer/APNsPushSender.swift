@@ -27,6 +27,7 @@ public struct APNsSettings: Sendable {
         var configuration = APNsClient.Configuration(key: try APNsSigningKey(file: keyFile, keyID: keyID, teamID: teamID))
         if let url { configuration.useEndpoint(url) }
         configuration.extraRootCertificateFile = caFile
+        try configuration.validate()
         return configuration
     }
 }

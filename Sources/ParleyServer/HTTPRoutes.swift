@@ -72,16 +72,17 @@ struct HTTPRoutes: Sendable {
             guard Platform.known.contains(registration.platform) else {
                 return Self.error(.badRequest, .badRequest, "platform must be one of ios, android, web, linux")
             }
-            if let voip = registration.voip {
-                guard !voip.token.isEmpty, voip.token.count <= 200, voip.token.allSatisfy(\.isHexDigit) else {
-                    return Self.error(.badRequest, .badRequest, "voip.token must be the device token in hex")
+            for (field, push) in [("voip", registration.voip), ("alerts", registration.alerts)] {
+                guard let push else { continue }
+                guard !push.token.isEmpty, push.token.count <= 200, push.token.allSatisfy(\.isHexDigit) else {
+                    return Self.error(.badRequest, .badRequest, "\(field).token must be the device token in hex")
                 }
-                guard !voip.topic.isEmpty, voip.topic.count <= 255 else {
-                    return Self.error(.badRequest, .badRequest, "voip.topic must be the app's bundle id")
+                guard !push.topic.isEmpty, push.topic.count <= 255 else {
+                    return Self.error(.badRequest, .badRequest, "\(field).topic must be the app's bundle id")
                 }
             }
             let record = DeviceRecord(user: identity.user, device: device, platform: registration.platform,
-                                      voip: registration.voip, updatedAt: wallClock())
+                                      voip: registration.voip, alerts: registration.alerts, updatedAt: wallClock())
             do { try store.upsertDevice(record) } catch { return Self.error(.internalServerError, .internal, "the device could not be stored") }
             return Self.json(record)
         }

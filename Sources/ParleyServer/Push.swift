@@ -83,6 +83,7 @@ public struct Push: Hashable, Sendable {
 
     public var user: UserID
     public var device: DeviceID
+    /// The token it goes to: the device's VoIP token for a call, its alert token for an alert.
     public var registration: VoIPRegistration
     public var content: Content
 

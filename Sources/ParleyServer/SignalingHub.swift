@@ -39,7 +39,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// Ended calls kept for `call.state` and `call.report`, oldest first, with when they ended.
     private var endedCalls: Deque<(call: CallID, at: Duration)> = []
     /// Ringing calls' devices woken by a VoIP push: told of the call by an alert if it ends unanswered.
-    private var pushedDevices: [CallID: [Push]] = [:]
+    private var pushedDevices: [CallID: [DeviceRecord]] = [:]
     private var rooms: [RoomID: [RoomParticipant]] = [:]
     private var roomsByDevice: [DeviceKey: Set<RoomID>] = [:]
     /// With Janus configured, every room is an AudioBridge room provisioned here.
@@ -367,7 +367,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             logger.error("could not read devices for push", metadata: ["error": "\(error)"])
             return 0
         }
-        var sent: [Push] = []
+        var sent: [DeviceRecord] = []
         for device in devices {
             guard let voip = device.voip else { continue }
             if let session = sessions[DeviceKey(user: device.user, device: device.device)], session.connectionID != nil { continue }
@@ -375,20 +375,22 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                                                         media: call.media, expiresAt: call.expiresAt))
             let push = Push(user: device.user, device: device.device, registration: voip, content: .incomingCall(payload))
             pushes.yield(push)
-            sent.append(push)
+            sent.append(device)
         }
         if !sent.isEmpty { pushedDevices[call.id] = sent }
         return sent.count
     }
 
-    /// A call that woke devices by push ended: if nobody answered, each of them gets a missed-call
-    /// alert (an ordinary push; iOS would have to show a call for a VoIP one).
+    /// A call that woke devices by push ended: if nobody answered, each of them with an alert token
+    /// gets a missed-call alert (an ordinary push to the app's notification token: a VoIP token
+    /// cannot take one, and iOS would have to show a call for a VoIP push).
     private func sendMissedCallAlerts(for call: CallStateMachine) {
         guard let woken = pushedDevices.removeValue(forKey: call.id), let pushes else { return }
         guard call.endReason == .noAnswer || call.endReason == .cancelled else { return }
         let alert = MissedCallAlert(call: call.id, from: .init(user: call.caller.user, name: call.caller.name), at: wallClock())
-        for push in woken {
-            pushes.yield(Push(user: push.user, device: push.device, registration: push.registration, content: .missedCall(alert)))
+        for device in woken {
+            guard let alerts = device.alerts else { continue }
+            pushes.yield(Push(user: device.user, device: device.device, registration: alerts, content: .missedCall(alert)))
         }
     }
 

@@ -190,11 +190,12 @@ struct PushService: Service {
                                                      "apns.push_type": "\(push.pushType)"])
         case .tokenInvalid(let reason, let since):
             do {
-                if try store.removeVoIPToken(user: push.user, device: push.device, token: push.registration.token, registeredBefore: since) {
+                if try store.removePushToken(push.isVoIP ? .voip : .alert, user: push.user, device: push.device,
+                                             token: push.registration.token, registeredBefore: since) {
                     metrics.pushTokensRemoved.increment()
-                    logger.notice("APNs rejected a VoIP token; forgot it", metadata: ["peer.device": device, "apns.reason": "\(reason)"])
+                    logger.notice("APNs rejected a push token; forgot it", metadata: ["peer.device": device, "apns.reason": "\(reason)"])
                 } else {
-                    logger.notice("APNs rejected a VoIP token the device has since replaced; kept the new one",
+                    logger.notice("APNs rejected a push token the device has since replaced; kept the new one",
                                   metadata: ["peer.device": device, "apns.reason": "\(reason)"])
                 }
             } catch {

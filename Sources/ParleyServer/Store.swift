@@ -20,6 +20,11 @@ public struct StoredCall: Hashable, Sendable {
     }
 }
 
+/// Which of a device's push tokens.
+public enum PushTokenKind: Sendable, Equatable {
+    case voip, alert
+}
+
 /// Where the server keeps what must outlive a process: devices, call records, and the calls that
 /// have not ended (restored after a restart, so a restart ends no call).
 ///
@@ -32,10 +37,10 @@ public protocol SignalingStore: Sendable {
     /// Removes a device; answers whether it existed.
     func deleteDevice(user: UserID, device: DeviceID) throws -> Bool
     func devices(of user: UserID) throws -> [DeviceRecord]
-    /// Drops a device's VoIP token that APNs rejected: only if the device still has that token and
-    /// did not register after `registeredBefore` (APNs' time of a 410, Unix milliseconds; nil for
-    /// `BadDeviceToken`). Answers whether the token was dropped.
-    func removeVoIPToken(user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool
+    /// Drops a device's push token that APNs rejected (its VoIP or its alert token): only if the
+    /// device still has that token and did not register after `registeredBefore` (APNs' time of a
+    /// 410, Unix milliseconds; nil for `BadDeviceToken`). Answers whether the token was dropped.
+    func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool
 
     /// Inserts calls, or updates what can change of them (answer, end, quality), in one transaction.
     func saveCalls(_ calls: [StoredCall]) throws
@@ -105,18 +110,42 @@ public final class SQLiteStore: SignalingStore {
             }
             try db.execute(sql: "CREATE INDEX call_unfinished ON call(createdAt) WHERE endedAt IS NULL")
         }
+        migrator.registerMigration("v3: alert tokens beside VoIP tokens") { db in
+            try db.alter(table: "device") { t in
+                t.add(column: "alertToken", .text)
+                t.add(column: "alertTopic", .text)
+                t.add(column: "alertEnvironment", .text)
+            }
+        }
         return migrator
     }
 
     public func upsertDevice(_ device: DeviceRecord) throws {
         try database.write { db in
+            // A token belongs to one installation: whoever had it before (another user signed in on the
+            // same phone) must not be woken by it any more.
+            if let token = device.voip?.token {
+                try db.execute(sql: """
+                    UPDATE device SET voipToken = NULL, voipTopic = NULL, voipEnvironment = NULL
+                    WHERE voipToken = ? AND NOT (user = ? AND device = ?)
+                    """, arguments: [token, device.user.rawValue, device.device.rawValue])
+            }
+            if let token = device.alerts?.token {
+                try db.execute(sql: """
+                    UPDATE device SET alertToken = NULL, alertTopic = NULL, alertEnvironment = NULL
+                    WHERE alertToken = ? AND NOT (user = ? AND device = ?)
+                    """, arguments: [token, device.user.rawValue, device.device.rawValue])
+            }
             try db.execute(sql: """
-                INSERT INTO device (user, device, platform, voipToken, voipTopic, voipEnvironment, updatedAt)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO device (user, device, platform, voipToken, voipTopic, voipEnvironment,
+                                    alertToken, alertTopic, alertEnvironment, updatedAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(user, device) DO UPDATE SET platform = excluded.platform, voipToken = excluded.voipToken,
-                  voipTopic = excluded.voipTopic, voipEnvironment = excluded.voipEnvironment, updatedAt = excluded.updatedAt
+                  voipTopic = excluded.voipTopic, voipEnvironment = excluded.voipEnvironment, alertToken = excluded.alertToken,
+                  alertTopic = excluded.alertTopic, alertEnvironment = excluded.alertEnvironment, updatedAt = excluded.updatedAt
                 """, arguments: [device.user.rawValue, device.device.rawValue, device.platform.rawValue,
-                                 device.voip?.token, device.voip?.topic, device.voip?.environment.rawValue, device.updatedAt])
+                                 device.voip?.token, device.voip?.topic, device.voip?.environment.rawValue,
+                                 device.alerts?.token, device.alerts?.topic, device.alerts?.environment.rawValue, device.updatedAt])
         }
     }
 
@@ -134,11 +163,12 @@ public final class SQLiteStore: SignalingStore {
         }
     }
 
-    public func removeVoIPToken(user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool {
-        try database.write { db in
+    public func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool {
+        let column = kind == .voip ? "voip" : "alert"
+        return try database.write { db in
             try db.execute(sql: """
-                UPDATE device SET voipToken = NULL, voipTopic = NULL, voipEnvironment = NULL
-                WHERE user = ? AND device = ? AND voipToken = ? AND (? IS NULL OR updatedAt <= ?)
+                UPDATE device SET \(column)Token = NULL, \(column)Topic = NULL, \(column)Environment = NULL
+                WHERE user = ? AND device = ? AND \(column)Token = ? AND (? IS NULL OR updatedAt <= ?)
                 """, arguments: [user.rawValue, device.rawValue, token, registeredBefore, registeredBefore])
             return db.changesCount > 0
         }
@@ -198,13 +228,13 @@ public final class SQLiteStore: SignalingStore {
 
     private static func deviceRecord(_ row: Row) -> DeviceRecord? {
         guard let user = UserID(rawValue: row["user"]), let device = DeviceID(rawValue: row["device"]) else { return nil }
-        var voip: VoIPRegistration?
-        if let token: String = row["voipToken"], let topic: String = row["voipTopic"],
-           let environment = VoIPRegistration.Environment(rawValue: row["voipEnvironment"] ?? "") {
-            voip = VoIPRegistration(token: token, topic: topic, environment: environment)
+        func registration(_ column: String) -> VoIPRegistration? {
+            guard let token: String = row["\(column)Token"], let topic: String = row["\(column)Topic"],
+                  let environment = VoIPRegistration.Environment(rawValue: row["\(column)Environment"] ?? "") else { return nil }
+            return VoIPRegistration(token: token, topic: topic, environment: environment)
         }
-        return DeviceRecord(user: user, device: device, platform: Platform(rawValue: row["platform"]), voip: voip,
-                            updatedAt: row["updatedAt"])
+        return DeviceRecord(user: user, device: device, platform: Platform(rawValue: row["platform"]), voip: registration("voip"),
+                            alerts: registration("alert"), updatedAt: row["updatedAt"])
     }
 
     private static func callRecord(_ row: Row) -> CallRecord? {

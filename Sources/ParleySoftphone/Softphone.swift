@@ -125,19 +125,21 @@ public actor Softphone {
 
     /// Registers this device for VoIP pushes, as an iPhone app does after sign-in with PushKit's
     /// token; a call to its user then wakes it while it has no connection (`handleVoIPPush`).
-    public func registerForVoIPPushes(_ registration: VoIPRegistration) async throws {
-        try await Self.registerForVoIPPushes(registration, options: options)
+    /// - Parameter alerts: the app's notification token, for alerts such as a missed call.
+    public func registerForVoIPPushes(_ registration: VoIPRegistration, alerts: VoIPRegistration? = nil) async throws {
+        try await Self.registerForVoIPPushes(registration, alerts: alerts, options: options)
     }
 
     /// The same, without a softphone (and its media engine): what `parley listen --register-voip` does.
-    public static func registerForVoIPPushes(_ registration: VoIPRegistration, options: SoftphoneOptions) async throws {
+    public static func registerForVoIPPushes(_ registration: VoIPRegistration, alerts: VoIPRegistration? = nil,
+                                             options: SoftphoneOptions) async throws {
         var token = options.token ?? ""
         if token.isEmpty { token = try await Self.developmentToken(server: options.server, user: options.user, name: options.name) }
         var request = URLRequest(url: options.server.appendingPathComponent("v1/devices/\(options.device)"))
         request.httpMethod = "PUT"
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
-        request.httpBody = try JSONEncoder().encode(DeviceRegistration(platform: .linux, voip: registration))
+        request.httpBody = try JSONEncoder().encode(DeviceRegistration(platform: .linux, voip: registration, alerts: alerts))
         request.timeoutInterval = 5
         let (_, response) = try await URLSession.shared.data(for: request)
         guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {

@@ -106,6 +106,9 @@ struct AppleAdapterTests {
         // A payload that is not Parley's: still reported first, then ended (iOS would end the app otherwise).
         #expect(await bob.pushes.registry.standInDeliver(["aps": [String: String]()]) == .reportedThenCompleted)
         #expect(bob.incoming.count == 3)
+        // Signing out: the server forgets the phone's tokens, so the next user's calls do not reach this account.
+        await bob.phone.signOut()
+        #expect(try server.server.store.devices(of: "bob").first { $0.device == "bob-iphone" }?.voip == nil)
         try await Self.finish(server, bob, alice)
     }
 

@@ -28,6 +28,8 @@ final class MemoryStore: PhoneModel.SessionStore, @unchecked Sendable {
     private var session: PhoneModel.Session?
     func load() -> PhoneModel.Session? { lock.withLock { session } }
     func save(_ session: PhoneModel.Session?) { lock.withLock { self.session = session } }
+    let device = DeviceID(rawValue: "ios-\(UUID().uuidString.prefix(8).lowercased())")!
+    func installationDevice() -> DeviceID { device }
 }
 
 /// The example app's model, with the adapters over the stand-ins and a real server.

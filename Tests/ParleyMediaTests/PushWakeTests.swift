@@ -32,10 +32,13 @@ struct PushWakeTests {
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-push-\(UUID().uuidString.prefix(8))")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+            let alerts = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
             apns.addDevice(token: token, topic: topic)
+            apns.addDevice(token: alerts, topic: topic, pushType: "alert")
             // Signed in once: the phone registers PushKit's token, then the app is suspended (no connection).
             let phone = try bobsPhone(server, directory)
-            try await phone.registerForVoIPPushes(VoIPRegistration(token: token, topic: topic, environment: .sandbox))
+            try await phone.registerForVoIPPushes(VoIPRegistration(token: token, topic: topic, environment: .sandbox),
+                                                  alerts: VoIPRegistration(token: alerts, topic: topic, environment: .sandbox))
             await phone.stop()
             return Setup(team: team, apns: apns, server: server, directory: directory)
         }

@@ -82,7 +82,7 @@ struct FailingStore: SignalingStore {
     func upsertDevice(_ device: DeviceRecord) throws { throw Down() }
     func deleteDevice(user: UserID, device: DeviceID) throws -> Bool { throw Down() }
     func devices(of user: UserID) throws -> [DeviceRecord] { [] }
-    func removeVoIPToken(user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool { false }
+    func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool { false }
     func saveCalls(_ calls: [StoredCall]) throws { throw Down() }
     func call(_ id: CallID) throws -> CallRecord? { nil }
     func calls(of user: UserID, limit: Int) throws -> [CallRecord] { [] }

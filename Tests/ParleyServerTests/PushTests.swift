@@ -23,12 +23,17 @@ struct PushHarness {
         return PushHarness(team: team, apns: apns, server: server)
     }
 
-    /// Registers `device` of `user` with a VoIP token; `known` installs the app on the double's side too.
-    func register(_ user: UserID, _ device: String, token: String, environment: String = "production", known: Bool = true) async throws {
-        let body = #"{"platform":"ios","voip":{"token":"\#(token)","topic":"\#(Self.topic)","environment":"\#(environment)"}}"#
+    /// Registers `device` of `user` with a VoIP token (and an alert token, if given); `known` installs
+    /// the app on the double's side too.
+    func register(_ user: UserID, _ device: String, token: String, alerts: String? = nil, environment: String = "production",
+                  known: Bool = true) async throws {
+        let alertsField = alerts.map { #","alerts":{"token":"\#($0)","topic":"\#(Self.topic)","environment":"\#(environment)"}"# } ?? ""
+        let body = #"{"platform":"ios","voip":{"token":"\#(token)","topic":"\#(Self.topic)","environment":"\#(environment)"}\#(alertsField)}"#
         let status = try await server.http("PUT", "/v1/devices/\(device)", token: try await server.token(user), json: body).status
         #expect(status == 200)
-        if known { apns.addDevice(token: token, topic: Self.topic) }
+        guard known else { return }
+        apns.addDevice(token: token, topic: Self.topic)
+        if let alerts { apns.addDevice(token: alerts, topic: Self.topic, pushType: "alert") }
     }
 
     func token(of user: UserID, _ device: DeviceID) throws -> String? {
@@ -96,18 +101,23 @@ struct PushTests {
         try await push.stop()
     }
 
+    static let alerts = String(repeating: "a1", count: 32)
+
     @Test func aCancelledCallSendsTheWokenDeviceAMissedCallAlertNotAVoIPPush() async throws {
         let push = try await PushHarness.start()
-        try await push.register("bob", "sleeping-iphone", token: Self.sleeping)
+        try await push.register("bob", "sleeping-iphone", token: Self.sleeping, alerts: Self.alerts)
+        // A device with a VoIP token only cannot take an alert: it gets none.
+        try await push.register("bob", "voip-only-ipad", token: Self.removed)
         let alice = try await push.server.device("alice", "a1", name: "Alice")
         let call: CallID = "0b0c7a52-9d5e-4f0e-8d1b-6f4e1b9d2a10"
         _ = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
-        try await eventually { push.apns.delivered.count == 1 }
+        try await eventually { push.apns.delivered.count == 2 }
         _ = try await alice.request { .callHangup(CallHangup(id: $0, call: call)) }.get()
 
-        try await eventually { push.apns.delivered.count == 2 }
+        try await eventually { push.apns.delivered.count == 3 }
         let alert = try #require(push.apns.delivered.last)
         #expect(alert.pushType == "alert")
+        #expect(alert.deviceToken == Self.alerts, "to the app's notification token, not the VoIP one")
         #expect(alert.topic == "net.parley.app", "an alert's topic is the bundle id")
         let body = try JSONDecoder().decode(MissedCallAlert.self, from: alert.body)
         #expect(body.aps.alert.title == "Missed call")
@@ -117,14 +127,16 @@ struct PushTests {
         let woken = try await push.server.device("bob", "sleeping-iphone")
         let state = try await woken.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self)
         #expect(state.reason == .cancelled)
-        #expect(push.apns.delivered.filter { $0.pushType == "voip" }.count == 1, "a cancellation is never a VoIP push")
+        #expect(push.apns.delivered.filter { $0.pushType == "voip" }.count == 2, "a cancellation is never a VoIP push")
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(push.apns.delivered.filter { $0.pushType == "alert" }.count == 1, "none to the VoIP-only device")
         await push.expectMetric(#"parley_pushes_total{type="alert",outcome="delivered"} 1"#)
         try await push.stop()
     }
 
     @Test func anUnansweredCallAlertsAndAnAnsweredOneDoesNot() async throws {
         let push = try await PushHarness.start { $0.ringTimeout = .seconds(1) }
-        try await push.register("bob", "sleeping-iphone", token: Self.sleeping)
+        try await push.register("bob", "sleeping-iphone", token: Self.sleeping, alerts: Self.alerts)
         let alice = try await push.server.device("alice", "a1")
         let unanswered: CallID = "11111111-2222-4333-8444-555555555555"
         _ = try await alice.request { .callInvite(CallInvite(id: $0, call: unanswered, to: "bob")) }.get()
@@ -187,6 +199,20 @@ struct PushTests {
         await push.expectMetric(#"parley_apns_responses_total{status="503"} 1"#)
         await push.expectMetric(#"parley_apns_responses_total{status="429"} 1"#)
         #expect(try push.token(of: "bob", "sleeping-iphone") == Self.sleeping)
+        try await push.stop()
+    }
+
+    @Test func aTokenBelongsToTheLastAccountThatRegisteredIt() async throws {
+        let push = try await PushHarness.start()
+        try await push.register("bob", "family-iphone", token: Self.sleeping, alerts: Self.alerts)
+        // Carol signs in on the same phone: its tokens are hers now, and bob's calls must not ring it.
+        try await push.register("carol", "family-iphone", token: Self.sleeping, alerts: Self.alerts)
+        #expect(try push.token(of: "bob", "family-iphone") == nil)
+        #expect(try push.server.server.store.devices(of: "bob").first?.alerts == nil)
+        #expect(try push.token(of: "carol", "family-iphone") == Self.sleeping)
+        let alice = try await push.server.device("alice", "a1")
+        let ack = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "bob")) }.get()
+        #expect(ack.result["pushed"] == .number(0))
         try await push.stop()
     }
 

@@ -3,6 +3,7 @@ import ParleyKit
 import ParleyProtocol
 import SwiftUI
 import UIKit
+import UserNotifications
 
 /// The example app: a one-to-one voice phone on Parley. Everything beyond the views lives in
 /// ParleyApple (`PhoneModel`, `ParleyPhone`, the adapters), compiled and tested on Linux.
@@ -32,7 +33,16 @@ final class AppDelegate: NSObject, UIApplicationDelegate {
 
     func application(_ application: UIApplication, didFinishLaunchingWithOptions launchOptions: [UIApplication.LaunchOptionsKey: Any]? = nil) -> Bool {
         model.restore()
+        // Missed-call alerts come to the app's notification token (a VoIP token cannot take them).
+        UNUserNotificationCenter.current().requestAuthorization(options: [.alert, .sound, .badge]) { granted, _ in
+            guard granted else { return }
+            DispatchQueue.main.async { application.registerForRemoteNotifications() }
+        }
         return true
+    }
+
+    func application(_ application: UIApplication, didRegisterForRemoteNotificationsWithDeviceToken deviceToken: Data) {
+        Task { await model.phone?.registerAlertToken(deviceToken) }
     }
 }
 
@@ -49,9 +59,17 @@ enum AppSettings {
     }
 }
 
-/// Keeps the signed-in session between launches.
+/// Keeps the signed-in session between launches, and the installation's device id.
 struct UserDefaultsSessionStore: PhoneModel.SessionStore {
     private static let key = "parley.session"
+    private static let deviceKey = "parley.device"
+
+    func installationDevice() -> DeviceID {
+        if let saved = UserDefaults.standard.string(forKey: Self.deviceKey).flatMap(DeviceID.init(rawValue:)) { return saved }
+        let device = DeviceID(rawValue: "ios-\(UUID().uuidString.prefix(8).lowercased())")!
+        UserDefaults.standard.set(device.rawValue, forKey: Self.deviceKey)
+        return device
+    }
 
     func load() -> PhoneModel.Session? {
         UserDefaults.standard.data(forKey: Self.key).flatMap { try? JSONDecoder().decode(PhoneModel.Session.self, from: $0) }

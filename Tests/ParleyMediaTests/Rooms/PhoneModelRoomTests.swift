@@ -17,6 +17,8 @@ final class MemorySessionStore: PhoneModel.SessionStore, @unchecked Sendable {
     private var session: PhoneModel.Session?
     func load() -> PhoneModel.Session? { lock.withLock { session } }
     func save(_ session: PhoneModel.Session?) { lock.withLock { self.session = session } }
+    let device = DeviceID(rawValue: "ios-\(UUID().uuidString.prefix(8).lowercased())")!
+    func installationDevice() -> DeviceID { device }
 }
 
 /// The example app's voice room, through its model, in a real AudioBridge room with a Linux client.
