@@ -1,5 +1,6 @@
 import AVFAudio
 import Foundation
+import Logging
 import ParleyKit
 import WebRTC
 
@@ -20,11 +21,14 @@ public final class AppleAudioSession: AudioSession, @unchecked Sendable {
     private let sink: AsyncStream<Event>.Continuation
     private let rtc: RTCAudioSession
     private let notifications: NotificationCenter
+    private let logger: Logger
     private var observers: [any NSObjectProtocol] = []
 
-    public init(rtc: RTCAudioSession = .sharedInstance(), notifications: NotificationCenter = .default) {
+    public init(rtc: RTCAudioSession = .sharedInstance(), notifications: NotificationCenter = .default,
+                logger: Logger = Logger(label: "parley.audio")) {
         self.rtc = rtc
         self.notifications = notifications
+        self.logger = logger
         (events, sink) = AsyncStream.makeStream()
         rtc.useManualAudio = true
         rtc.isAudioEnabled = false
@@ -91,7 +95,8 @@ public final class AppleAudioSession: AudioSession, @unchecked Sendable {
     private func withConfiguration(_ body: (RTCAudioSession) throws -> Void) {
         rtc.lockForConfiguration()
         defer { rtc.unlockForConfiguration() }
-        try? body(rtc)
+        // The call goes on with the session as it is (iOS refuses, say, a route that just went away).
+        do { try body(rtc) } catch { logger.notice("the audio session refused a change", metadata: ["error": "\(error)"]) }
     }
 
     // MARK: What the system does

@@ -60,7 +60,7 @@ public final class ParleyPhone: @unchecked Sendable {
                 transport: (any SignalingTransport)? = nil) {
         self.configuration = configuration
         callKit = CallKitProvider(configuration: configuration.callKit)
-        audio = AppleAudioSession()
+        audio = AppleAudioSession(logger: logger)
         var signalingConfiguration = SignalingClient<ContinuousClock>.Configuration(
             url: Self.signalURL(configuration.server), device: configuration.device, client: configuration.client)
         signalingConfiguration.connectTimeout = .seconds(10)

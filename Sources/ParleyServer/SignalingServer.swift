@@ -183,7 +183,8 @@ struct PushService: Service {
     private func send(_ push: Push, with sender: any PushSender) async {
         let device: Logger.MetadataValue = "\(push.user)/\(push.device)"
         let outcome = await sender.send(push)
-        metrics.pushed(push, outcome)
+        // Counted once handled (a rejected token forgotten), so the count says the work is done.
+        defer { metrics.pushed(push, outcome) }
         switch outcome {
         case .delivered(let id):
             logger.info("push delivered", metadata: ["peer.device": device, "call.id": "\(push.call)", "apns.id": "\(id)",

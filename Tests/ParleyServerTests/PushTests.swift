@@ -173,11 +173,12 @@ struct PushTests {
             _ = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: callee)) }.get()
         }
         try await eventually { push.apns.requests.count == 3 }
-        try await eventually { try push.token(of: "bob", "bad") == nil }
-        try await Task.sleep(for: .milliseconds(200))
+        // Every answer handled (bob's and carol's rejections, dave's failure): then look at the store.
+        await push.expectMetric(#"parley_pushes_total{type="voip",outcome="token_invalid"} 2"#)
+        await push.expectMetric(#"parley_pushes_total{type="voip",outcome="failed"} 1"#)
+        #expect(try push.token(of: "bob", "bad") == nil)
         #expect(try push.token(of: "carol", "reinstalled") == Self.removed)
         #expect(try push.token(of: "dave", "iphone") == Self.online)
-        await push.expectMetric(#"parley_pushes_total{type="voip",outcome="failed"} 1"#)
         await push.expectMetric("parley_push_tokens_removed_total 1")
         try await push.stop()
     }
