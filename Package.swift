@@ -16,6 +16,8 @@ import PackageDescription
 //   ParleyRooms     a device in an AudioBridge voice room, over any PeerConnectionFactory (Linux and iPhone)
 //   ParleyTesting   in-memory transport and fakes of the SDK's ports, for apps' own tests
 //   ParleyCLI       the `parley` command line, a thin layer over the libraries
+//   ParleyWire      an impaired link between two network namespaces (TUN devices; C shim in CParleyNet),
+//                   `parley-wire`, for the quality benchmark and the tests: this kernel has no netem
 //   ParleyApple     the iPhone adapters: CallKit, PushKit, AVAudioSession, WebRTC, URLSession, Network
 //                   (on Linux built against the stand-ins in Sources/AppleStandIns; docs/apple-stand-ins.md)
 let swiftSettings: [SwiftSetting] = [
@@ -66,6 +68,7 @@ let package = Package(
         .library(name: "ParleyTesting", targets: ["ParleyTesting"]),
         .library(name: "ParleyApple", targets: ["ParleyApple"]),
         .executable(name: "parley", targets: ["ParleyCLI"]),
+        .executable(name: "parley-wire", targets: ["ParleyWireCLI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -277,6 +280,25 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(name: "CParleyNet"),
+        .target(
+            name: "ParleyWire",
+            dependencies: ["CParleyNet"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "ParleyWireCLI",
+            dependencies: [
+                "ParleyWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ParleyWireTests",
+            dependencies: ["ParleyWire"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "ParleyProtocolTests",
             dependencies: ["ParleyProtocol"],
@@ -306,6 +328,7 @@ let package = Package(
                 "ParleyServer",
                 "ParleyServerTesting",
                 "ParleyProtocol",
+                "ParleyWire",
                 .product(name: "Logging", package: "swift-log"),
             ] + appleFrameworks,
             swiftSettings: swiftSettings
