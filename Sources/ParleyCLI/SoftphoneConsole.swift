@@ -35,6 +35,9 @@ struct SoftphoneArguments: ParsableArguments {
     @Option(name: .customLong("ice-address"), help: "Use only this local address for media (repeatable). Default: 127.0.0.1 for a loopback server, else every interface.")
     var iceAddresses: [String] = []
 
+    @Option(name: .customLong("quality-log"), help: "Append a JSON line for every quality report and encoder change to this file.")
+    var qualityLog: String?
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error.")
     var logLevel: String = Serve.env("PARLEY_LOG_LEVEL") ?? "error"
 
@@ -83,8 +86,10 @@ struct SoftphoneArguments: ParsableArguments {
         let loopbackServer = host == "127.0.0.1" || host == "localhost" || host == "::1"
         media.localAddresses = iceAddresses.isEmpty && loopbackServer ? ["127.0.0.1"] : iceAddresses
         let token = self.token ?? Serve.env("PARLEY_TOKEN")
-        return SoftphoneOptions(server: serverURL, user: UserID(rawValue: user)!, name: nil, token: token,
-                                device: device.flatMap(DeviceID.init(rawValue:)), media: media)
+        var options = SoftphoneOptions(server: serverURL, user: UserID(rawValue: user)!, name: nil, token: token,
+                                       device: device.flatMap(DeviceID.init(rawValue:)), media: media)
+        options.qualityLog = qualityLog.map { URL(fileURLWithPath: $0) }
+        return options
     }
 }
 

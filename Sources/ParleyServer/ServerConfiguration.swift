@@ -97,7 +97,8 @@ public struct ConfigurationError: Error, CustomStringConvertible {
 }
 
 /// Which browser pages may open a signaling connection: the server's own origin, the configured
-/// ones, and in development mode on loopback any loopback page. Native clients send no `Origin`.
+/// ones, and in development mode on loopback any loopback page. Native clients send no `Origin`,
+/// or a `ws:`/`wss:` one (swift-websocket sends `ws://host`), which no browser page ever sends.
 struct OriginPolicy: Sendable {
     let allowed: Set<String>
     let anyLoopback: Bool
@@ -112,6 +113,7 @@ struct OriginPolicy: Sendable {
         let normalised = Self.normalised(origin)
         if allowed.contains(normalised) { return true }
         guard let url = URL(string: normalised), let originHost = url.host else { return false }
+        if url.scheme == "ws" || url.scheme == "wss" { return true }
         let originAuthority = url.port.map { "\(originHost):\($0)" } ?? originHost
         if let host, originAuthority.lowercased() == host.lowercased() { return true }
         return anyLoopback && ServerConfiguration.isLoopback(host: originHost)

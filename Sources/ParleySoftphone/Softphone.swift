@@ -27,6 +27,8 @@ public struct SoftphoneOptions: Sendable {
     /// Media only through the TURN relays the server hands out.
     public var relayOnly = false
     public var connectTimeout: Duration = .seconds(5)
+    /// A JSON line here for every quality report and encoder change (benchmarks plot them).
+    public var qualityLog: URL?
 
     public init(server: URL, user: UserID, name: String? = nil, token: String? = nil, device: DeviceID? = nil,
                 media: MediaEngineConfiguration = MediaEngineConfiguration()) {
@@ -90,6 +92,7 @@ public actor Softphone {
     private var manager: CallManager<ContinuousClock>?
     private var tasks: [Task<Void, Never>] = []
     private var timelines: [UUID: CallTimeline] = [:]
+    private var qualityLogHandle: FileHandle?
     private var peers: [UUID: GStreamerPeerConnection] = [:]
 
     public init(options: SoftphoneOptions, logger: Logger) throws {
@@ -260,8 +263,10 @@ public actor Softphone {
             eventSink.yield(.phase(call, phase))
         case .quality(let call, let report):
             timelines[call]?.quality = report
+            logQuality(call, #""mos":\#(report.mos),"rttMs":\#(report.rttMs),"jitterMs":\#(report.jitterMs),"lossPct":\#(report.lossPct),"receivedKbps":\#(report.bitrateKbps)"#)
         case .bitrate(let call, let setting):
             timelines[call]?.bitrate = setting
+            logQuality(call, #""bitrateKbps":\#(setting.bitrateKbps),"fec":\#(setting.fec),"expectedLossPct":\#(setting.expectedLossPct)"#)
         case .remoteUpdated(let call, let muted, let held):
             eventSink.yield(.remoteUpdated(call, muted: muted, held: held))
         case .invited(let call, let devices, let pushed):
@@ -274,6 +279,19 @@ public actor Softphone {
         case .incoming, .route, .pausedByInterruption:
             break  // incoming calls are announced by the provider (`HeadlessCallProvider.Notice`)
         }
+    }
+
+    /// Appends `fields` (JSON members) with the call and the seconds since it connected.
+    private func logQuality(_ call: UUID, _ fields: String) {
+        guard let url = options.qualityLog else { return }
+        let connected = timelines[call]?.connected
+        let seconds = connected.map { (ContinuousClock.now - $0).seconds } ?? 0
+        let line = #"{"call":"\#(call.uuidString.lowercased())","t":\#((seconds * 1000).rounded() / 1000),\#(fields)}"# + "\n"
+        if qualityLogHandle == nil {
+            _ = FileManager.default.createFile(atPath: url.path, contents: nil)
+            qualityLogHandle = try? FileHandle(forWritingTo: url)
+        }
+        try? qualityLogHandle?.write(contentsOf: Data(line.utf8))
     }
 
     private func handle(_ notice: HeadlessCallProvider.Notice) {

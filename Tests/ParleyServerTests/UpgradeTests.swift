@@ -50,6 +50,9 @@ struct SafeDefaultsTests {
         #expect(try await status(production, origin: "https://app.example.com") == 101)
         #expect(try await status(production, origin: "https://evil.example.net") == 403)
         #expect(try await status(production, origin: "http://127.0.0.1:9999") == 403, "another local page, outside development mode")
+        // swift-websocket (Parley's own CLI) sends Origin: ws://host, without the port; no browser does.
+        #expect(try await status(production, origin: "ws://198.51.100.2") == 101, "a native WebSocket library")
+        #expect(try await status(production, origin: "wss://parley.example.com") == 101)
         try await production.stop()
 
         let development = try await LiveServer.start()
