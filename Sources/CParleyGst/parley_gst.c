@@ -423,6 +423,7 @@ static gboolean collect_stats(GQuark field, const GValue *value, gpointer data) 
         // 1.22's candidate-pair carries no RTT; the remote report's round trip does.
         if (!is_audio(s)) break;
         if (number(s, "round-trip-time", &x) && x > 0) out->round_trip_time_ms = x * 1000.0;
+        if (number(s, "fraction-lost", &x) && x >= 0 && x > out->remote_fraction_lost) out->remote_fraction_lost = x;
         break;
     default:
         break;
@@ -434,8 +435,66 @@ void parley_stats_read(void *reply, parley_stats *out) {
     memset(out, 0, sizeof(*out));
     out->round_trip_time_ms = -1;
     out->jitter_ms = -1;
+    out->remote_fraction_lost = -1;
     if (!reply) return;
     gst_structure_foreach((GstStructure *)reply, collect_stats, out);
+}
+
+// MARK: Receive jitter buffers
+
+typedef void (*jitter_buffer_visitor)(GstElement *jitterbuffer, void *data);
+
+static int each_jitter_buffer(void *webrtc, jitter_buffer_visitor visit, void *data) {
+    int count = 0;
+    GstIterator *it = gst_bin_iterate_recurse(GST_BIN(webrtc));
+    GValue item = G_VALUE_INIT;
+    while (gst_iterator_next(it, &item) == GST_ITERATOR_OK) {
+        GstElement *element = g_value_get_object(&item);
+        GstElementFactory *factory = gst_element_get_factory(element);
+        if (factory && g_strcmp0(GST_OBJECT_NAME(factory), "rtpjitterbuffer") == 0) {
+            visit(element, data);
+            count++;
+        }
+        g_value_reset(&item);
+    }
+    g_value_unset(&item);
+    gst_iterator_free(it);
+    return count;
+}
+
+static void add_jitter_stats(GstElement *jitterbuffer, void *data) {
+    parley_jitter_stats *out = data;
+    GstStructure *stats = NULL;
+    g_object_get(jitterbuffer, "stats", &stats, NULL);
+    if (stats) {
+        guint64 value = 0;
+        if (gst_structure_get_uint64(stats, "num-pushed", &value)) out->pushed += value;
+        if (gst_structure_get_uint64(stats, "num-lost", &value)) out->lost += value;
+        if (gst_structure_get_uint64(stats, "num-late", &value)) out->late += value;
+        if (gst_structure_get_uint64(stats, "avg-jitter", &value) && value > 0 && value / 1e6 > out->jitter_ms) {
+            out->jitter_ms = value / 1e6;
+        }
+        gst_structure_free(stats);
+    }
+    guint latency = 0;
+    g_object_get(jitterbuffer, "latency", &latency, NULL);
+    out->latency_ms = latency;
+}
+
+int parley_jitter_buffers_read(void *webrtc, parley_jitter_stats *out) {
+    memset(out, 0, sizeof(*out));
+    out->jitter_ms = -1;
+    return each_jitter_buffer(webrtc, add_jitter_stats, out);
+}
+
+static void set_latency(GstElement *jitterbuffer, void *data) {
+    g_object_set(jitterbuffer, "latency", *(guint *)data, NULL);
+}
+
+void parley_jitter_buffers_set_latency(void *webrtc, unsigned int latency_ms) {
+    guint latency = latency_ms;
+    g_object_set(webrtc, "latency", latency, NULL);
+    each_jitter_buffer(webrtc, set_latency, &latency);
 }
 
 // MARK: ICE agent

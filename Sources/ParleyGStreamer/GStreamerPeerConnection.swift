@@ -42,6 +42,10 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public var iceUfrags: (local: String?, remote: String?) { lock.withLock { (localUfrag, remoteUfrag) } }
     /// The received audio's RMS level (0…1) in the last buffer.
     public var receivedAudioLevel: Double? { bridge.receivedLevel }
+    /// How long the receive jitter buffer holds packets now, ms (see `JitterBufferController`).
+    public var receiveLatencyMs: Int { lock.withLock { jitterBufferLatencyMs } }
+    /// What the encoder was last told (the bitrate controller's setting); nil: its start.
+    public var audioEncoding: BitrateController.Setting? { lock.withLock { encoding } }
 
     private let pipeline: UnsafeMutableRawPointer
     private let webrtc: UnsafeMutableRawPointer
@@ -62,10 +66,14 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     /// Whether the send chains are linked into webrtcbin yet.
     private var sending = false
     private var microphone = MicrophoneSwitches()
+    private var encoding: BitrateController.Setting?
+    private var jitterBufferLatencyMs: Int
+    private var jitterBufferTask: Task<Void, Never>?
 
     init(configuration: MediaEngineConfiguration, connection: PeerConnectionConfiguration, logger: Logger) throws {
         self.logger = logger
         self.configuration = configuration
+        jitterBufferLatencyMs = configuration.jitterBufferMs
         video = connection.media.video
         let description = PipelineDescription.base(configuration)
         var error: UnsafeMutablePointer<CChar>?
@@ -111,6 +119,31 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         // The send chains wait for the first offer, ours or the far side's, which decides their
         // payload types; meanwhile an offerer needs a negotiation to start with.
         bridge.negotiationNeeded()
+        if let adaptive = configuration.adaptiveJitterBuffer { adaptJitterBuffer(adaptive) }
+    }
+
+    /// Every quarter second, the jitter buffers' jitter and late packets set their latency.
+    private func adaptJitterBuffer(_ settings: JitterBufferController.Configuration) {
+        var settings = settings
+        settings.minimumMs = configuration.jitterBufferMs
+        let start = ContinuousClock.now
+        jitterBufferTask = Task { [weak self] in
+            var controller = JitterBufferController(configuration: settings)
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(250))
+                guard let self, let latency = self.lock.withLock({ () -> Int? in
+                    guard !self.closed else { return nil }
+                    var stats = parley_jitter_stats()
+                    guard parley_jitter_buffers_read(self.webrtc, &stats) > 0 else { return nil }
+                    guard let latency = controller.update(jitterMs: stats.jitter_ms >= 0 ? stats.jitter_ms : nil,
+                                                          lateSoFar: stats.late, now: ContinuousClock.now - start) else { return nil }
+                    parley_jitter_buffers_set_latency(self.webrtc, UInt32(latency))
+                    self.jitterBufferLatencyMs = latency
+                    return latency
+                }) else { continue }
+                self.logger.debug("jitter buffer latency changed", metadata: ["media.jitter_buffer_ms": "\(latency)"])
+            }
+        }
     }
 
     /// Links the audio (and video) send chains into webrtcbin, numbered as `offer` numbers them
@@ -118,7 +151,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private func startSending(numberedAs offer: String?) throws {
         guard !lock.withLock({ sending }) else { return }
         let opus = offer.flatMap { SDPText.payloadType(of: "opus", in: $0) } ?? configuration.opusOfferPayloadType
-        var chains = [PipelineDescription.audioSender(configuration, payloadType: opus, muted: !sendsMicrophone)]
+        var chains = [PipelineDescription.audioSender(configuration, payloadType: opus, muted: !sendsMicrophone,
+                                                      encoding: lock.withLock { encoding })]
         if video {
             let vp8 = offer.flatMap { SDPText.payloadType(of: "VP8", in: $0) } ?? PipelineDescription.vp8PayloadType
             chains.append(PipelineDescription.videoSender(configuration, payloadType: vp8))
@@ -263,6 +297,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public var sendsMicrophone: Bool { lock.withLock { microphone.sends } }
 
     public func setAudioEncoding(_ setting: BitrateController.Setting) async {
+        lock.withLock { encoding = setting }  // a send chain linked later starts with it
         guard let encoder = parley_bin_get(pipeline, "opusenc") else { return }
         defer { parley_object_unref(encoder) }
         parley_set_int(encoder, "bitrate", Int32(setting.bitrateKbps * 1000))
@@ -291,7 +326,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                                 packetsLost: Int(max(0, stats.packets_lost)),
                                 bytesSent: Int(stats.bytes_sent),
                                 bytesReceived: Int(stats.bytes_received),
-                                audioLevel: bridge.receivedLevel)
+                                audioLevel: bridge.receivedLevel,
+                                remoteLossPct: stats.remote_fraction_lost >= 0 ? stats.remote_fraction_lost * 100 : nil)
     }
 
     public func close() async { teardown() }
@@ -323,6 +359,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             return !closed
         }
         guard first else { return }
+        jitterBufferTask?.cancel()
         for channel in lock.withLock({ localChannels }) { channel.detach() }
         parley_element_stop(pipeline)
         parley_webrtc_detach(pipeline, webrtc, retainedBridge)

@@ -100,8 +100,11 @@ public struct MediaEngineConfiguration: Hashable, Sendable {
     /// Only these local addresses take part in ICE (loopback included when named); empty: every
     /// non-loopback interface, as libnice does by default.
     public var localAddresses: [String] = []
-    /// The receive jitter buffer: what first audio waits, and what absorbs network jitter.
+    /// The receive jitter buffer's shortest latency: what first audio waits. It grows with the
+    /// jitter measured during the call (`adaptiveJitterBuffer`).
     public var jitterBufferMs = 50
+    /// How the jitter buffer follows the network; nil keeps it at `jitterBufferMs`.
+    public var adaptiveJitterBuffer: JitterBufferController.Configuration? = JitterBufferController.Configuration()
     /// How often ICE sends a connectivity check (RFC 8445's Ta, at least 5 ms for media).
     public var icePacingMs = 5
     public var opusBitrate = 32_000

@@ -1,3 +1,5 @@
+import ParleyKit
+
 /// The gst-launch descriptions of a peer connection's pipeline. Kept as text so a test or a reader
 /// can see the whole media path at once.
 enum PipelineDescription {
@@ -26,12 +28,16 @@ enum PipelineDescription {
     static let audioLevelExtensionID: UInt32 = 1
 
     /// The audio send chain, ending in RTP with Opus as `payloadType`; `muted` until told otherwise.
-    static func audioSender(_ configuration: MediaEngineConfiguration, payloadType: Int, muted: Bool = false) -> String {
-        audioInput(configuration)
+    /// The encoder starts as `encoding` says (the bitrate controller's latest setting, or its start:
+    /// no FEC and no expected loss until loss is seen, so a clean call spends every bit on speech).
+    static func audioSender(_ configuration: MediaEngineConfiguration, payloadType: Int, muted: Bool = false,
+                            encoding: BitrateController.Setting? = nil) -> String {
+        let bitrate = encoding.map { Int($0.bitrateKbps * 1000) } ?? configuration.opusBitrate
+        return audioInput(configuration)
             + " ! volume name=microphone mute=\(muted)"
             + (configuration.audioLevelIndication ? " ! level audio-level-meta=true post-messages=false" : "")
-            + " ! opusenc name=opusenc audio-type=voice bitrate=\(configuration.opusBitrate) inband-fec=true"
-            + " packet-loss-percentage=5 dtx=\(configuration.dtx) frame-size=20"
+            + " ! opusenc name=opusenc audio-type=voice bitrate=\(bitrate) inband-fec=\(encoding?.fec ?? false)"
+            + " packet-loss-percentage=\(encoding?.expectedLossPct ?? 0) dtx=\(configuration.dtx) frame-size=20"
             + " ! rtpopuspay pt=\(payloadType) ! queue"
             + " ! capsfilter name=\(audioCaps) caps=\"application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,encoding-params=(string)2,useinbandfec=(string)1,minptime=(string)10,payload=\(payloadType),ssrc=(uint)\(randomSSRC())\""
     }
@@ -76,7 +82,9 @@ enum PipelineDescription {
     static func receiver(media: String, output: AudioOutputSink) -> String? {
         switch media {
         case "audio":
-            let decode = "rtpopusdepay ! opusdec plc=true ! audioconvert ! audioresample"
+            // A lost packet (the jitter buffer's gap event) is rebuilt from the next packet's in-band
+            // FEC when it carries some, else concealed, so what plays keeps the call's timeline.
+            let decode = "rtpopusdepay ! opusdec plc=true use-inband-fec=true ! audioconvert ! audioresample"
                 + " ! audio/x-raw,format=S16LE,rate=48000,channels=1 ! volume name=speaker ! identity name=received"
             return output == .device ? decode : decode + " ! fakesink sync=false async=false"
         case "video":

@@ -1,7 +1,8 @@
 /// Adaptive audio bitrate: what the encoder should run at, from the call's measured loss and RTT.
 ///
 /// - Down ×`decreaseFactor` when loss is above `decreaseAbovePct`; up ×`increaseFactor` when loss is
-///   below `increaseBelowPct` and RTT under `increaseBelowRttMs`; always within `minKbps…maxKbps`.
+///   below `increaseBelowPct` and a measured RTT under `increaseBelowRttMs` (never on an RTT not yet
+///   measured); always within `minKbps…maxKbps`.
 /// - Hysteresis: a condition must hold for `confirmations` reports in a row before it acts.
 /// - Hold-off: after any change, no increase for `increaseHoldOff` and no further decrease for
 ///   `decreaseHoldOff`, so one burst of loss does not send the rate up and down.
@@ -11,7 +12,8 @@ public struct BitrateController: Sendable {
     public struct Configuration: Hashable, Sendable {
         public var minKbps: Double = 32
         public var maxKbps: Double = 256
-        public var startKbps: Double = 64
+        /// Where the encoder starts (`MediaEngineConfiguration.opusBitrate` is the same 32 kbit/s).
+        public var startKbps: Double = 32
         public var decreaseAbovePct: Double = 5
         public var decreaseFactor: Double = 0.8
         public var increaseBelowPct: Double = 1
@@ -53,8 +55,9 @@ public struct BitrateController: Sendable {
         setting = Setting(bitrateKbps: start, fec: false, expectedLossPct: 0)
     }
 
-    /// Takes a quality report at time `now`; answers the new setting when it changed.
-    public mutating func update(lossPct: Double, rttMs: Double, now: Duration) -> Setting? {
+    /// Takes a quality report at time `now`: the loss of what we send, and the round trip, nil while
+    /// none was measured. Answers the new setting when it changed.
+    public mutating func update(lossPct: Double, rttMs: Double?, now: Duration) -> Setting? {
         let c = configuration
         var next = setting
 
@@ -67,7 +70,7 @@ public struct BitrateController: Sendable {
         }
 
         let direction = lossPct > c.decreaseAbovePct ? -1
-            : (lossPct < c.increaseBelowPct && rttMs < c.increaseBelowRttMs ? 1 : 0)
+            : (lossPct < c.increaseBelowPct && (rttMs.map { $0 < c.increaseBelowRttMs } ?? false) ? 1 : 0)
         if direction == 0 || direction != pendingDirection {
             pendingDirection = direction
             pendingCount = direction == 0 ? 0 : 1

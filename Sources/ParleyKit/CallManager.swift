@@ -548,7 +548,10 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 guard let sample = try? await peer.statistics() else { return }
                 if let report = monitor.add(sample) {
                     self.record(report, for: call)
-                    if let setting = controller.update(lossPct: report.lossPct, rttMs: report.rttMs, now: sample.at) {
+                    // The encoder adapts to what the far side loses of what we send; the far side's
+                    // reports stand in for it until its first receiver report.
+                    if let setting = controller.update(lossPct: report.remoteLossPct ?? report.lossPct,
+                                                       rttMs: report.rttKnown ? report.rttMs : nil, now: sample.at) {
                         await peer.setAudioEncoding(setting)
                         await self.emit(.bitrate(call.uuid, setting))
                     }

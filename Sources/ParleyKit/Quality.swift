@@ -12,9 +12,13 @@ public struct MediaStatsSample: Hashable, Sendable {
     public var bytesReceived: Int
     /// 0…1, of the received audio.
     public var audioLevel: Double?
+    /// The share of what we send that the far side lost, percent, from its last receiver report
+    /// (RTCP); nil before the first. This, not what we lose receiving, is what our encoder adapts to.
+    public var remoteLossPct: Double?
 
     public init(at: Duration, roundTripTimeMs: Double? = nil, jitterMs: Double? = nil, packetsReceived: Int = 0,
-                packetsLost: Int = 0, bytesSent: Int = 0, bytesReceived: Int = 0, audioLevel: Double? = nil) {
+                packetsLost: Int = 0, bytesSent: Int = 0, bytesReceived: Int = 0, audioLevel: Double? = nil,
+                remoteLossPct: Double? = nil) {
         self.at = at
         self.roundTripTimeMs = roundTripTimeMs
         self.jitterMs = jitterMs
@@ -23,6 +27,7 @@ public struct MediaStatsSample: Hashable, Sendable {
         self.bytesSent = bytesSent
         self.bytesReceived = bytesReceived
         self.audioLevel = audioLevel
+        self.remoteLossPct = remoteLossPct
     }
 }
 
@@ -32,12 +37,17 @@ public struct QualityReport: Hashable, Sendable {
     public var mos: Double
     /// 1…5 bars, from the E-model's user-satisfaction bands.
     public var score: Int
+    /// The round trip, 0 until one was measured (`rttKnown`).
     public var rttMs: Double
+    /// Whether any round trip was measured yet: decisions wait for one.
+    public var rttKnown: Bool = true
     public var jitterMs: Double
     public var lossPct: Double
     /// Received bitrate.
     public var bitrateKbps: Double
     public var audioLevel: Double?
+    /// What the far side lost of what we send, percent (see `MediaStatsSample.remoteLossPct`).
+    public var remoteLossPct: Double?
 
     /// The form `call.report` carries.
     public var callQuality: CallQuality {
@@ -104,6 +114,7 @@ public struct QualityMonitor: Sendable {
     public let model: EModel
     public let window: Int
     private var previous: MediaStatsSample?
+    private var rttKnown = false
     private var recent: [(rating: Double, rtt: Double, jitter: Double, loss: Double, bitrate: Double)] = []
 
     public init(model: EModel = .opus, window: Int = 5) {
@@ -120,6 +131,7 @@ public struct QualityMonitor: Sendable {
         let lost = max(0, sample.packetsLost - previous.packetsLost)
         let loss = received + lost > 0 ? 100 * Double(lost) / Double(received + lost) : 0
         let bitrate = seconds > 0 ? Double(max(0, sample.bytesReceived - previous.bytesReceived)) * 8 / 1000 / seconds : 0
+        if sample.roundTripTimeMs != nil { rttKnown = true }
         let rtt = sample.roundTripTimeMs ?? recent.last?.rtt ?? 0
         let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0
         recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss), rtt, jitter, loss, bitrate))
@@ -128,9 +140,9 @@ public struct QualityMonitor: Sendable {
         func mean(_ values: [Double]) -> Double { values.reduce(0, +) / Double(values.count) }
         let rating = mean(recent.map(\.rating))
         return QualityReport(mos: EModel.mos(rating: rating), score: EModel.score(rating: rating),
-                             rttMs: mean(recent.map(\.rtt)), jitterMs: mean(recent.map(\.jitter)),
+                             rttMs: mean(recent.map(\.rtt)), rttKnown: rttKnown, jitterMs: mean(recent.map(\.jitter)),
                              lossPct: mean(recent.map(\.loss)), bitrateKbps: mean(recent.map(\.bitrate)),
-                             audioLevel: sample.audioLevel)
+                             audioLevel: sample.audioLevel, remoteLossPct: sample.remoteLossPct)
     }
 }
 

@@ -113,9 +113,28 @@ typedef struct {
     uint64_t bytes_sent;
     uint64_t bytes_received;
     uint64_t packets_sent;
+    double remote_fraction_lost;  // 0…1 from the far end's last receiver report; < 0 when none yet
 } parley_stats;
 
 void parley_stats_read(void *reply, parley_stats *out);
+
+// MARK: Receive jitter buffers (rtpjitterbuffer inside webrtcbin's rtpbin)
+// webrtcbin makes them with do-lost on: a lost packet becomes a gap event that the Opus decoder
+// rebuilds from in-band FEC or conceals.
+
+/// What the jitter buffers did so far, summed over every received stream.
+typedef struct {
+    uint64_t pushed;
+    uint64_t lost;
+    uint64_t late;
+    double jitter_ms;  // the largest stream's running interarrival jitter; < 0 when none yet
+    unsigned int latency_ms;
+} parley_jitter_stats;
+
+/// 0 when there is no jitter buffer yet.
+int parley_jitter_buffers_read(void *webrtc, parley_jitter_stats *out);
+/// Sets every jitter buffer's latency, and webrtcbin's for those made later.
+void parley_jitter_buffers_set_latency(void *webrtc, unsigned int latency_ms);
 
 // MARK: ICE agent (libnice)
 

@@ -1,0 +1,64 @@
+/// How long the receive jitter buffer holds packets, adapted to the network as NetEQ adapts
+/// libwebrtc's: long enough that packets the network delays still arrive in time, and no longer.
+///
+/// - The target is `jitterMultiple` × the measured interarrival jitter (RFC 3550's running
+///   estimate, the mean deviation: for delays spread evenly over a range, that range is about three
+///   times it) plus `marginMs`, within `minimumMs…maximumMs`.
+/// - Packets that arrived too late to play mean the buffer is short whatever the estimate says:
+///   the latency grows by `lateGrowth` at once.
+/// - It grows at once and shrinks slowly: only after the target stayed `shrinkMarginMs` below the
+///   latency for `shrinkAfter`, and then by at most `shrinkStepMs`, so one quiet moment does not
+///   undo what a burst of jitter taught.
+public struct JitterBufferController: Sendable {
+    public struct Configuration: Hashable, Sendable {
+        public var minimumMs = 50
+        public var maximumMs = 300
+        public var jitterMultiple = 3.0
+        public var marginMs = 10.0
+        public var lateGrowth = 1.5
+        public var shrinkMarginMs = 15
+        public var shrinkAfter: Duration = .seconds(3)
+        public var shrinkStepMs = 10
+
+        public init() {}
+    }
+
+    public let configuration: Configuration
+    public private(set) var latencyMs: Int
+    private var late: UInt64 = 0
+    private var shrinkingSince: Duration?
+
+    public init(configuration: Configuration = Configuration()) {
+        self.configuration = configuration
+        latencyMs = configuration.minimumMs
+    }
+
+    /// Takes the jitter buffers' figures at `now` (any monotonic timeline): the running jitter and
+    /// the count of packets that came too late so far. Answers the new latency when it changes.
+    public mutating func update(jitterMs: Double?, lateSoFar: UInt64, now: Duration) -> Int? {
+        let c = configuration
+        let newlyLate = lateSoFar > late
+        late = lateSoFar
+        var target = jitterMs.map { Int((c.jitterMultiple * $0 + c.marginMs).rounded(.up)) } ?? c.minimumMs
+        if newlyLate { target = max(target, Int((Double(latencyMs) * c.lateGrowth).rounded(.up))) }
+        target = min(c.maximumMs, max(c.minimumMs, target))
+
+        var next = latencyMs
+        if target > latencyMs {
+            next = target
+            shrinkingSince = nil
+        } else if target <= latencyMs - c.shrinkMarginMs {
+            let since = shrinkingSince ?? now
+            shrinkingSince = since
+            if now - since >= c.shrinkAfter {
+                next = max(target, latencyMs - c.shrinkStepMs)
+                shrinkingSince = now
+            }
+        } else {
+            shrinkingSince = nil
+        }
+        guard next != latencyMs else { return nil }
+        latencyMs = next
+        return next
+    }
+}
