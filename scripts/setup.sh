@@ -9,7 +9,7 @@ set -euo pipefail
 extra=()
 for argument in "$@"; do
   case "$argument" in
-    --tests) extra+=(coturn chromium chromium-driver janus iproute2 procps util-linux) ;;
+    --tests) extra+=(coturn chromium chromium-driver janus iproute2 procps util-linux espeak-ng sox) ;;
     *) extra+=("$argument") ;;
   esac
 done

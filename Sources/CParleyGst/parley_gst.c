@@ -442,16 +442,16 @@ void parley_stats_read(void *reply, parley_stats *out) {
 
 // MARK: Receive jitter buffers
 
-typedef void (*jitter_buffer_visitor)(GstElement *jitterbuffer, void *data);
+typedef void (*element_visitor)(GstElement *element, void *data);
 
-static int each_jitter_buffer(void *webrtc, jitter_buffer_visitor visit, void *data) {
+static int each_element_of(void *webrtc, const char *factory_name, element_visitor visit, void *data) {
     int count = 0;
     GstIterator *it = gst_bin_iterate_recurse(GST_BIN(webrtc));
     GValue item = G_VALUE_INIT;
     while (gst_iterator_next(it, &item) == GST_ITERATOR_OK) {
         GstElement *element = g_value_get_object(&item);
         GstElementFactory *factory = gst_element_get_factory(element);
-        if (factory && g_strcmp0(GST_OBJECT_NAME(factory), "rtpjitterbuffer") == 0) {
+        if (factory && g_strcmp0(GST_OBJECT_NAME(factory), factory_name) == 0) {
             visit(element, data);
             count++;
         }
@@ -484,7 +484,7 @@ static void add_jitter_stats(GstElement *jitterbuffer, void *data) {
 int parley_jitter_buffers_read(void *webrtc, parley_jitter_stats *out) {
     memset(out, 0, sizeof(*out));
     out->jitter_ms = -1;
-    return each_jitter_buffer(webrtc, add_jitter_stats, out);
+    return each_element_of(webrtc, "rtpjitterbuffer", add_jitter_stats, out);
 }
 
 static void set_latency(GstElement *jitterbuffer, void *data) {
@@ -494,7 +494,16 @@ static void set_latency(GstElement *jitterbuffer, void *data) {
 void parley_jitter_buffers_set_latency(void *webrtc, unsigned int latency_ms) {
     guint latency = latency_ms;
     g_object_set(webrtc, "latency", latency, NULL);
-    each_jitter_buffer(webrtc, set_latency, &latency);
+    each_element_of(webrtc, "rtpjitterbuffer", set_latency, &latency);
+}
+
+static void set_rtcp_interval(GstElement *session, void *data) {
+    g_object_set(session, "rtcp-min-interval", *(guint64 *)data, NULL);
+}
+
+int parley_rtp_sessions_set_rtcp_interval(void *webrtc, unsigned int interval_ms) {
+    guint64 interval = (guint64)interval_ms * GST_MSECOND;
+    return each_element_of(webrtc, "rtpsession", set_rtcp_interval, &interval);
 }
 
 // MARK: ICE agent

@@ -119,29 +119,36 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         // The send chains wait for the first offer, ours or the far side's, which decides their
         // payload types; meanwhile an offerer needs a negotiation to start with.
         bridge.negotiationNeeded()
-        if let adaptive = configuration.adaptiveJitterBuffer { adaptJitterBuffer(adaptive) }
+        keepUpMedia()
     }
 
-    /// Every quarter second, the jitter buffers' jitter and late packets set their latency.
-    private func adaptJitterBuffer(_ settings: JitterBufferController.Configuration) {
-        var settings = settings
-        settings.minimumMs = configuration.jitterBufferMs
+    /// Every quarter second: once the RTP sessions exist, their RTCP interval; and, when adaptive,
+    /// the jitter buffers' latency from their jitter and late packets.
+    private func keepUpMedia() {
+        var settings = configuration.adaptiveJitterBuffer
+        settings?.minimumMs = configuration.jitterBufferMs
+        let rtcpInterval = UInt32(configuration.rtcpIntervalMs)
         let start = ContinuousClock.now
         jitterBufferTask = Task { [weak self] in
-            var controller = JitterBufferController(configuration: settings)
+            var controller = settings.map { JitterBufferController(configuration: $0) }
+            var rtcpSet = false
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(250))
-                guard let self, let latency = self.lock.withLock({ () -> Int? in
+                guard let self else { return }
+                let latency = self.lock.withLock { () -> Int? in
                     guard !self.closed else { return nil }
+                    if !rtcpSet { rtcpSet = parley_rtp_sessions_set_rtcp_interval(self.webrtc, rtcpInterval) > 0 }
                     var stats = parley_jitter_stats()
-                    guard parley_jitter_buffers_read(self.webrtc, &stats) > 0 else { return nil }
-                    guard let latency = controller.update(jitterMs: stats.jitter_ms >= 0 ? stats.jitter_ms : nil,
-                                                          lateSoFar: stats.late, now: ContinuousClock.now - start) else { return nil }
+                    guard controller != nil, parley_jitter_buffers_read(self.webrtc, &stats) > 0,
+                          let latency = controller?.update(jitterMs: stats.jitter_ms >= 0 ? stats.jitter_ms : nil,
+                                                           lateSoFar: stats.late, now: ContinuousClock.now - start) else { return nil }
                     parley_jitter_buffers_set_latency(self.webrtc, UInt32(latency))
                     self.jitterBufferLatencyMs = latency
                     return latency
-                }) else { continue }
-                self.logger.debug("jitter buffer latency changed", metadata: ["media.jitter_buffer_ms": "\(latency)"])
+                }
+                if let latency {
+                    self.logger.debug("jitter buffer latency changed", metadata: ["media.jitter_buffer_ms": "\(latency)"])
+                }
             }
         }
     }
@@ -303,6 +310,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         parley_set_int(encoder, "bitrate", Int32(setting.bitrateKbps * 1000))
         parley_set_bool(encoder, "inband-fec", setting.fec ? 1 : 0)
         parley_set_int(encoder, "packet-loss-percentage", Int32(max(0, min(100, setting.expectedLossPct))))
+        parley_set_from_string(encoder, "frame-size", "\(setting.frameMs)")
     }
 
     public func sendDTMF(_ tones: String) async throws {

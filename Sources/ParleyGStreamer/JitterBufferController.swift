@@ -7,7 +7,7 @@
 /// - Packets that arrived too late to play mean the buffer is short whatever the estimate says:
 ///   the latency grows by `lateGrowth` at once.
 /// - It grows at once and shrinks slowly: only after the target stayed `shrinkMarginMs` below the
-///   latency for `shrinkAfter`, and then by at most `shrinkStepMs`, so one quiet moment does not
+///   latency (or at the floor) for `shrinkAfter`, and then by at most `shrinkStepMs`, so one quiet moment does not
 ///   undo what a burst of jitter taught.
 public struct JitterBufferController: Sendable {
     public struct Configuration: Hashable, Sendable {
@@ -47,7 +47,7 @@ public struct JitterBufferController: Sendable {
         if target > latencyMs {
             next = target
             shrinkingSince = nil
-        } else if target <= latencyMs - c.shrinkMarginMs {
+        } else if target <= latencyMs - c.shrinkMarginMs || (target == c.minimumMs && latencyMs > target) {
             let since = shrinkingSince ?? now
             shrinkingSince = since
             if now - since >= c.shrinkAfter {

@@ -103,6 +103,9 @@ public struct MediaEngineConfiguration: Hashable, Sendable {
     /// The receive jitter buffer's shortest latency: what first audio waits. It grows with the
     /// jitter measured during the call (`adaptiveJitterBuffer`).
     public var jitterBufferMs = 50
+    /// The shortest interval between RTCP reports. Receiver reports carry loss and round trip to the
+    /// far side's encoder; RFC 3550's 5 s default leaves a call deaf to a worse network for seconds.
+    public var rtcpIntervalMs = 1_000
     /// How the jitter buffer follows the network; nil keeps it at `jitterBufferMs`.
     public var adaptiveJitterBuffer: JitterBufferController.Configuration? = JitterBufferController.Configuration()
     /// How often ICE sends a connectivity check (RFC 8445's Ta, at least 5 ms for media).

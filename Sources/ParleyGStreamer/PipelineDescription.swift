@@ -37,7 +37,7 @@ enum PipelineDescription {
             + " ! volume name=microphone mute=\(muted)"
             + (configuration.audioLevelIndication ? " ! level audio-level-meta=true post-messages=false" : "")
             + " ! opusenc name=opusenc audio-type=voice bitrate=\(bitrate) inband-fec=\(encoding?.fec ?? false)"
-            + " packet-loss-percentage=\(encoding?.expectedLossPct ?? 0) dtx=\(configuration.dtx) frame-size=20"
+            + " packet-loss-percentage=\(encoding?.expectedLossPct ?? 0) dtx=\(configuration.dtx) frame-size=\(encoding?.frameMs ?? 20)"
             + " ! rtpopuspay pt=\(payloadType) ! queue"
             + " ! capsfilter name=\(audioCaps) caps=\"application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,encoding-params=(string)2,useinbandfec=(string)1,minptime=(string)10,payload=\(payloadType),ssrc=(uint)\(randomSSRC())\""
     }

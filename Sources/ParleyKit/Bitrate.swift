@@ -1,8 +1,20 @@
-/// Adaptive audio bitrate: what the encoder should run at, from the call's measured loss and RTT.
+/// Adaptive audio bitrate: what the encoder should run at, from the loss of what we send and the
+/// round trip.
 ///
-/// - Down ×`decreaseFactor` when loss is above `decreaseAbovePct`; up ×`increaseFactor` when loss is
-///   below `increaseBelowPct` and a measured RTT under `increaseBelowRttMs` (never on an RTT not yet
-///   measured); always within `minKbps…maxKbps`.
+/// Loss alone does not lower the bitrate: random loss (radio, a busy Wi-Fi) is not cured by sending
+/// less; in-band FEC answers it, and FEC needs bits, so on a lossy path that does not queue the
+/// bitrate rises at once to `lossyKbps`. The bitrate comes down when the path is congested, which
+/// shows as queueing: the round trip `queueingMs` above the lowest one measured, with loss above
+/// `decreaseAbovePct`, or twice that much queueing with no loss yet (a bottleneck's queue filling
+/// before it drops), or loss above `severeLossPct` whatever the round trip says.
+///
+/// At low bitrates the packets' own headers (IP, UDP, RTP, SRTP: about 50 bytes, 20 kbit/s at 50
+/// packets a second) cost more than the speech: below `longerFramesBelowKbps` a frame carries 40 ms,
+/// below `longestFramesBelowKbps` 60 ms.
+///
+/// - Down ×`decreaseFactor` when congested; up ×`increaseFactor` when loss is below
+///   `increaseBelowPct`, a measured RTT is under `increaseBelowRttMs` and nothing queues (never on
+///   an RTT not yet measured); always within `minKbps…maxKbps`.
 /// - Hysteresis: a condition must hold for `confirmations` reports in a row before it acts.
 /// - Hold-off: after any change, no increase for `increaseHoldOff` and no further decrease for
 ///   `decreaseHoldOff`, so one burst of loss does not send the rate up and down.
@@ -10,20 +22,28 @@
 ///   loss exceeds `fecAbovePct`, and off again once it stays below `fecOffBelowPct`.
 public struct BitrateController: Sendable {
     public struct Configuration: Hashable, Sendable {
-        public var minKbps: Double = 32
-        public var maxKbps: Double = 256
+        public var minKbps: Double = 12
+        public var maxKbps: Double = 64
         /// Where the encoder starts (`MediaEngineConfiguration.opusBitrate` is the same 32 kbit/s).
         public var startKbps: Double = 32
-        public var decreaseAbovePct: Double = 5
-        public var decreaseFactor: Double = 0.8
+        public var decreaseAbovePct: Double = 3
+        public var severeLossPct: Double = 15
+        public var lossyKbps: Double = 48
+        public var longerFramesBelowKbps: Double = 20
+        public var longestFramesBelowKbps: Double = 14
+        public var decreaseFactor: Double = 0.75
+        public var queueingMs: Double = 40
         public var increaseBelowPct: Double = 1
-        public var increaseBelowRttMs: Double = 100
-        public var increaseFactor: Double = 1.2
+        public var increaseBelowRttMs: Double = 150
+        public var increaseFactor: Double = 1.15
         public var confirmations: Int = 2
         public var increaseHoldOff: Duration = .seconds(6)
         public var decreaseHoldOff: Duration = .seconds(2)
         public var fecAbovePct: Double = 1
         public var fecOffBelowPct: Double = 0.5
+        /// The bounds of the expected-loss hint while FEC is on.
+        public var minExpectedLossPct = 5
+        public var maxExpectedLossPct = 25
 
         public init() {}
     }
@@ -34,19 +54,25 @@ public struct BitrateController: Sendable {
         public var fec: Bool
         /// Opus's packet-loss-percentage hint, 0…100.
         public var expectedLossPct: Int
+        /// Audio per packet: 20, 40 or 60 ms.
+        public var frameMs: Int
 
-        public init(bitrateKbps: Double, fec: Bool, expectedLossPct: Int) {
+        public init(bitrateKbps: Double, fec: Bool, expectedLossPct: Int, frameMs: Int = 20) {
             self.bitrateKbps = bitrateKbps
             self.fec = fec
             self.expectedLossPct = expectedLossPct
+            self.frameMs = frameMs
         }
     }
 
     public let configuration: Configuration
     public private(set) var setting: Setting
+    /// The lowest round trip measured so far: the path's own, without queues.
+    public var baseRttMs: Double? { lowestRttMs }
     private var lastChange: Duration?
     private var pendingDirection = 0
     private var pendingCount = 0
+    private var lowestRttMs: Double?
 
     public init(configuration: Configuration = Configuration()) {
         precondition(configuration.minKbps <= configuration.maxKbps, "minKbps must not exceed maxKbps")
@@ -55,22 +81,32 @@ public struct BitrateController: Sendable {
         setting = Setting(bitrateKbps: start, fec: false, expectedLossPct: 0)
     }
 
-    /// Takes a quality report at time `now`: the loss of what we send, and the round trip, nil while
-    /// none was measured. Answers the new setting when it changed.
-    public mutating func update(lossPct: Double, rttMs: Double?, now: Duration) -> Setting? {
+    /// Takes a quality report at time `now`: the loss of what we send, the loss we see receiving
+    /// (FEC turns on at the first sign of loss either way: the far side's reports come a second
+    /// apart at best), and the round trip, nil while none was measured. Answers the new setting
+    /// when it changed.
+    public mutating func update(lossPct: Double, receivedLossPct: Double = 0, rttMs: Double?, now: Duration) -> Setting? {
         let c = configuration
         var next = setting
 
-        if lossPct > c.fecAbovePct {
+        let seenLoss = max(lossPct, receivedLossPct)
+        if seenLoss > c.fecAbovePct {
             next.fec = true
-            next.expectedLossPct = min(100, Int(lossPct.rounded(.up)))
-        } else if lossPct < c.fecOffBelowPct {
+            // Opus spends LBRR bits by this hint: the loss seen, but at least enough for Opus to
+            // protect every frame.
+            next.expectedLossPct = min(c.maxExpectedLossPct, max(c.minExpectedLossPct, Int(seenLoss.rounded(.up))))
+        } else if seenLoss < c.fecOffBelowPct {
             next.fec = false
             next.expectedLossPct = 0
         }
 
-        let direction = lossPct > c.decreaseAbovePct ? -1
-            : (lossPct < c.increaseBelowPct && (rttMs.map { $0 < c.increaseBelowRttMs } ?? false) ? 1 : 0)
+        if let rttMs, rttMs > 0 { lowestRttMs = min(lowestRttMs ?? rttMs, rttMs) }
+        var queueing = 0.0
+        if let rttMs, let lowest = lowestRttMs { queueing = rttMs - lowest }
+        let congested = (lossPct > c.decreaseAbovePct && queueing > c.queueingMs) || queueing > 2 * c.queueingMs
+            || lossPct > c.severeLossPct
+        let direction = congested ? -1
+            : (lossPct < c.increaseBelowPct && queueing < c.queueingMs / 2 && (rttMs.map { $0 < c.increaseBelowRttMs } ?? false) ? 1 : 0)
         if direction == 0 || direction != pendingDirection {
             pendingDirection = direction
             pendingCount = direction == 0 ? 0 : 1
@@ -88,8 +124,16 @@ public struct BitrateController: Sendable {
                 pendingCount = 0
             }
         }
+        // Loss without congestion: give FEC its bits now rather than one step every hold-off.
+        if next.fec, !setting.fec, !congested, next.bitrateKbps < c.lossyKbps {
+            next.bitrateKbps = min(c.maxKbps, c.lossyKbps)
+            lastChange = now
+            pendingCount = 0
+        }
+        next.frameMs = next.bitrateKbps < c.longestFramesBelowKbps ? 60 : (next.bitrateKbps < c.longerFramesBelowKbps ? 40 : 20)
         guard next != setting else { return nil }
         setting = next
         return next
     }
 }
+

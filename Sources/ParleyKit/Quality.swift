@@ -116,6 +116,8 @@ public struct QualityMonitor: Sendable {
     private var previous: MediaStatsSample?
     private var rttKnown = false
     private var recent: [(rating: Double, rtt: Double, jitter: Double, loss: Double, bitrate: Double)] = []
+    /// The far side's reported loss over the same window: one report swings with a couple of packets.
+    private var recentRemoteLoss: [Double] = []
 
     public init(model: EModel = .opus, window: Int = 5) {
         self.model = model
@@ -136,13 +138,15 @@ public struct QualityMonitor: Sendable {
         let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0
         recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss), rtt, jitter, loss, bitrate))
         if recent.count > window { recent.removeFirst(recent.count - window) }
+        if let remote = sample.remoteLossPct { recentRemoteLoss.append(remote) }
+        if recentRemoteLoss.count > window { recentRemoteLoss.removeFirst(recentRemoteLoss.count - window) }
 
         func mean(_ values: [Double]) -> Double { values.reduce(0, +) / Double(values.count) }
         let rating = mean(recent.map(\.rating))
         return QualityReport(mos: EModel.mos(rating: rating), score: EModel.score(rating: rating),
                              rttMs: mean(recent.map(\.rtt)), rttKnown: rttKnown, jitterMs: mean(recent.map(\.jitter)),
                              lossPct: mean(recent.map(\.loss)), bitrateKbps: mean(recent.map(\.bitrate)),
-                             audioLevel: sample.audioLevel, remoteLossPct: sample.remoteLossPct)
+                             audioLevel: sample.audioLevel, remoteLossPct: recentRemoteLoss.isEmpty ? nil : mean(recentRemoteLoss))
     }
 }
 

@@ -11,7 +11,12 @@ import ParleyProtocol
 /// Why the softphone could not start or place a call, in words for the person at the keyboard.
 public struct SoftphoneError: Error, CustomStringConvertible {
     public var description: String
-    public init(_ description: String) { self.description = description }
+    /// No answer from the server at all (worth trying again), rather than an answer that refuses.
+    public var unreachable: Bool
+    public init(_ description: String, unreachable: Bool = false) {
+        self.description = description
+        self.unreachable = unreachable
+    }
 }
 
 public struct SoftphoneOptions: Sendable {
@@ -26,7 +31,12 @@ public struct SoftphoneOptions: Sendable {
     public var statsInterval: Duration = .seconds(1)
     /// Media only through the TURN relays the server hands out.
     public var relayOnly = false
+    /// One signaling connection attempt's limit.
     public var connectTimeout: Duration = .seconds(5)
+    /// How long `start()` keeps trying to reach the server, fetch a token and connect, with
+    /// backoff between tries, before it says what went wrong: a first connection over a bad network
+    /// retries as a reconnect does.
+    public var startTimeout: Duration = .seconds(20)
     /// A JSON line here for every quality report and encoder change (benchmarks plot them).
     public var qualityLog: URL?
 
@@ -113,15 +123,39 @@ public actor Softphone {
     }
 
     private func connect() async throws {
-        try await makeClient()
-        let deadline = ContinuousClock.now + options.connectTimeout
+        let deadline = ContinuousClock.now + options.startTimeout
+        let firstToken = try await makeClient(until: deadline)
         while await signaling?.session == nil {
             guard ContinuousClock.now < deadline else {
                 await stop()
-                throw SoftphoneError("the server at \(options.server.absoluteString) did not accept the signaling connection (is the token valid?)")
+                throw await Self.diagnose(server: options.server, token: firstToken, waited: options.startTimeout)
             }
             try await Task.sleep(for: .milliseconds(20))
         }
+    }
+
+    /// Why the signaling connection did not come up, asked of the server in plain HTTP: the
+    /// signaling path answers a request that is not an upgrade as it would have refused one.
+    static func diagnose(server: URL, token: String, waited: Duration) async -> SoftphoneError {
+        var request = URLRequest(url: server.appendingPathComponent("v1/signal"))
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        request.timeoutInterval = 3
+        let seconds = Int(waited.seconds)
+        guard let (data, response) = try? await URLSession.shared.data(for: request), let http = response as? HTTPURLResponse else {
+            return SoftphoneError("cannot reach the Parley server at \(server.absoluteString): no signaling connection in \(seconds) s")
+        }
+        let message = (try? JSONDecoder().decode(ErrorBody.self, from: data))?.error.message
+        switch http.statusCode {
+        case 401: return SoftphoneError("the server at \(server.absoluteString) did not accept the token (401\(message.map { ": \($0)" } ?? ""))")
+        case 503: return SoftphoneError("the server at \(server.absoluteString) is shutting down (503); try again in a moment")
+        default:
+            return SoftphoneError("the server at \(server.absoluteString) answers, but no signaling connection came up in \(seconds) s (HTTP \(http.statusCode) without an upgrade)")
+        }
+    }
+
+    private struct ErrorBody: Decodable {
+        struct Detail: Decodable { var message: String }
+        var error: Detail
     }
 
     // MARK: Push
@@ -154,19 +188,23 @@ public actor Softphone {
     /// reports the call at once, then connects, asks the server whether the call still rings, and
     /// the call is answered like any other (`events` says `.incoming`).
     public func handleVoIPPush(_ payload: Data) async throws {
-        if manager == nil { try await makeClient() }
+        if manager == nil { _ = try await makeClient(until: .now + options.startTimeout) }
         await manager?.handleVoIPPush(payload) {}
     }
 
-    /// The signaling client and the call manager, connecting in the background.
-    private func makeClient() async throws {
+    /// The signaling client and the call manager, connecting in the background; answers the token
+    /// of the first connection.
+    private func makeClient(until deadline: ContinuousClock.Instant) async throws -> String {
         let server = options.server
-        try await Self.checkReachable(server)
+        try await Self.retrying(until: deadline) { try await Self.checkReachable(server) }
         let fixedToken = options.token
         let user = options.user, name = options.name
-        // Fail early on a token the server refuses rather than retrying in the background.
         let firstToken: String
-        if let fixedToken { firstToken = fixedToken } else { firstToken = try await Self.developmentToken(server: server, user: user, name: name) }
+        if let fixedToken {
+            firstToken = fixedToken
+        } else {
+            firstToken = try await Self.retrying(until: deadline) { try await Self.developmentToken(server: server, user: user, name: name) }
+        }
         var configuration = SignalingClient<ContinuousClock>.Configuration(url: Self.signalURL(server), device: options.device,
                                                                           client: ClientInfo(name: "parley-cli", version: "0.1.0"))
         configuration.connectTimeout = options.connectTimeout
@@ -189,6 +227,21 @@ public actor Softphone {
         tasks.append(Task { for await event in manager.events { self.handle(event) } })
         tasks.append(Task { for await notice in self.provider.notices { self.handle(notice) } })
         tasks.append(Task { for await peer in self.engine.peerConnections { self.adopt(peer) } })
+        return firstToken
+    }
+
+    /// Tries `attempt` until it succeeds, fails for good, or `deadline` passes, with backoff
+    /// (0.25 s doubling to 2 s): only a server that cannot be reached is tried again.
+    static func retrying<T>(until deadline: ContinuousClock.Instant, _ attempt: () async throws -> T) async throws -> T {
+        var delay = Duration.milliseconds(250)
+        while true {
+            do {
+                return try await attempt()
+            } catch let error as SoftphoneError where error.unreachable && ContinuousClock.now + delay < deadline {
+                try await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
     }
 
     public func stop() async {
@@ -266,7 +319,7 @@ public actor Softphone {
             logQuality(call, #""mos":\#(report.mos),"rttMs":\#(report.rttMs),"jitterMs":\#(report.jitterMs),"lossPct":\#(report.lossPct),"remoteLossPct":\#(report.remoteLossPct.map { String($0) } ?? "null"),"receivedKbps":\#(report.bitrateKbps)"#)
         case .bitrate(let call, let setting):
             timelines[call]?.bitrate = setting
-            logQuality(call, #""bitrateKbps":\#(setting.bitrateKbps),"fec":\#(setting.fec),"expectedLossPct":\#(setting.expectedLossPct)"#)
+            logQuality(call, #""bitrateKbps":\#(setting.bitrateKbps),"fec":\#(setting.fec),"expectedLossPct":\#(setting.expectedLossPct),"frameMs":\#(setting.frameMs)"#)
         case .remoteUpdated(let call, let muted, let held):
             eventSink.yield(.remoteUpdated(call, muted: muted, held: held))
         case .invited(let call, let devices, let pushed):
@@ -330,7 +383,7 @@ public actor Softphone {
         } catch let error as SoftphoneError {
             throw error
         } catch {
-            throw SoftphoneError("cannot reach the Parley server at \(server.absoluteString) (is `parley serve` running?)")
+            throw SoftphoneError("cannot reach the Parley server at \(server.absoluteString) (is `parley serve` running?)", unreachable: true)
         }
     }
 
@@ -345,7 +398,7 @@ public actor Softphone {
         do {
             (data, response) = try await URLSession.shared.data(for: request)
         } catch {
-            throw SoftphoneError("cannot reach the Parley server at \(server.absoluteString) (is `parley serve` running?)")
+            throw SoftphoneError("cannot reach the Parley server at \(server.absoluteString) (is `parley serve` running?)", unreachable: true)
         }
         guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
             throw SoftphoneError("the server gives development tokens only in development mode: pass --token (mint one with `parley token`)")

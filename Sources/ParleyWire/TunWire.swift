@@ -173,6 +173,8 @@ private struct SignalPipe {
         guard pipe(&ends) == 0 else { throw WireError("cannot make a pipe") }
         readEnd = ends[0]
         signalWriteEnd = ends[1]
+        // A reader of our output that went away must not kill the wire before it cleans up.
+        Glibc.signal(SIGPIPE, SIG_IGN)
         for signal in [SIGINT, SIGTERM] {
             Glibc.signal(signal) { _ in
                 var byte: UInt8 = 1

@@ -119,35 +119,63 @@ struct QualityTests {
         #expect(second.callQuality.lossPct == 2.5)
     }
 
-    @Test func bitrateFallsUnderLossAndRecoversWithoutOscillating() throws {
+    /// Unwraps the setting a controller was expected to change to.
+    func changed(_ setting: BitrateController.Setting?, sourceLocation: SourceLocation = #_sourceLocation) throws -> BitrateController.Setting {
+        try #require(setting, sourceLocation: sourceLocation)
+    }
+
+    @Test func randomLossTurnsFECOnWithoutLoweringTheBitrate() throws {
         var controller = BitrateController()
-        #expect(controller.setting.bitrateKbps == 64)
-        // One lossy report is not enough (hysteresis); FEC turns on at once.
-        let fecValue = controller.update(lossPct: 8, rttMs: 50, now: .seconds(1))
-        let fec = try #require(fecValue)
-        #expect(fec.fec && fec.expectedLossPct == 8 && fec.bitrateKbps == 64)
-        let downValue = controller.update(lossPct: 8, rttMs: 50, now: .seconds(2))
-        let down = try #require(downValue)
-        #expect(abs(down.bitrateKbps - 51.2) < 0.001)
+        #expect(controller.setting.bitrateKbps == 32)
+        let first = try changed(controller.update(lossPct: 8, rttMs: 40, now: .seconds(1)))
+        #expect(first.fec && first.expectedLossPct == 8 && first.bitrateKbps == 32)
+        // The round trip stays at its base: nothing queues, so sending less would not help.
+        for second in 2..<12 {
+            #expect(controller.update(lossPct: 8, rttMs: 42, now: .seconds(second)) == nil)
+        }
+        #expect(controller.setting.bitrateKbps == 32 && controller.baseRttMs == 40)
+    }
+
+    @Test func congestionLowersTheBitrateAndItRecoversWithoutOscillating() throws {
+        var controller = BitrateController()
+        #expect(controller.update(lossPct: 0, rttMs: 40, now: .seconds(1)) == nil, "one clean report is not enough to rise")
+        // A bottleneck: loss, with the round trip 100 ms above its base. FEC turns on at once;
+        // one congested report is not enough to lower the rate (hysteresis).
+        let fec = try changed(controller.update(lossPct: 8, rttMs: 140, now: .seconds(2)))
+        #expect(fec.fec && fec.bitrateKbps == 32)
+        let down = try changed(controller.update(lossPct: 8, rttMs: 150, now: .seconds(3)))
+        #expect(down.bitrateKbps == 24)
         // Hold-off: no second decrease within 2 s.
-        let step19 = controller.update(lossPct: 8, rttMs: 50, now: .seconds(3))
-        #expect(step19 == nil)
-        let step20 = controller.update(lossPct: 8, rttMs: 50, now: .seconds(4))
-        #expect(abs(step20!.bitrateKbps - 40.96) < 0.001)
+        #expect(controller.update(lossPct: 8, rttMs: 150, now: .seconds(4)) == nil)
+        let further = try changed(controller.update(lossPct: 8, rttMs: 150, now: .seconds(5)))
+        #expect(further.bitrateKbps == 18)
         // Clean again: FEC off at once, but no increase until confirmed and past the 6 s hold-off.
-        let step21 = controller.update(lossPct: 0, rttMs: 50, now: .seconds(5))?.fec
-        #expect(step21 == false)
-        let step22 = controller.update(lossPct: 0, rttMs: 50, now: .seconds(6))
-        #expect(step22 == nil)
-        let step23 = controller.update(lossPct: 0, rttMs: 50, now: .seconds(9))
-        #expect(step23 == nil)
-        let step24 = controller.update(lossPct: 0, rttMs: 50, now: .seconds(10))
-        #expect(abs(step24!.bitrateKbps - 49.152) < 0.001)
-        // High RTT blocks increases.
-        let step25 = controller.update(lossPct: 0, rttMs: 300, now: .seconds(30))
-        #expect(step25 == nil)
-        let step26 = controller.update(lossPct: 0, rttMs: 300, now: .seconds(31))
-        #expect(step26 == nil)
+        let clean = try changed(controller.update(lossPct: 0, rttMs: 45, now: .seconds(6)))
+        #expect(!clean.fec && clean.bitrateKbps == 18)
+        #expect(controller.update(lossPct: 0, rttMs: 45, now: .seconds(7)) == nil)
+        #expect(controller.update(lossPct: 0, rttMs: 45, now: .seconds(10)) == nil)
+        let up = try changed(controller.update(lossPct: 0, rttMs: 45, now: .seconds(11)))
+        #expect(abs(up.bitrateKbps - 20.7) < 0.001)
+
+        // A long path (300 ms from the start, no queue) blocks increases.
+        var far = BitrateController()
+        for second in 0..<20 { #expect(far.update(lossPct: 0, rttMs: 300, now: .seconds(second)) == nil) }
+    }
+
+    @Test func aFillingQueueLowersTheBitrateBeforeAnyLoss() throws {
+        var controller = BitrateController()
+        _ = controller.update(lossPct: 0, rttMs: 40, now: .seconds(1))
+        #expect(controller.update(lossPct: 0, rttMs: 130, now: .seconds(2)) == nil)
+        let down = try changed(controller.update(lossPct: 0, rttMs: 135, now: .seconds(3)))
+        #expect(down.bitrateKbps == 24 && !down.fec)
+    }
+
+    @Test func noDecisionOnARoundTripNeverMeasured() {
+        var controller = BitrateController()
+        for second in 0..<20 {
+            #expect(controller.update(lossPct: 0, rttMs: nil, now: .seconds(second)) == nil)
+        }
+        #expect(controller.setting.bitrateKbps == 32)
     }
 
     @Test func bitrateStaysWithinItsBounds() {
@@ -157,8 +185,8 @@ struct QualityTests {
         configuration.decreaseHoldOff = .zero
         var controller = BitrateController(configuration: configuration)
         for second in 0..<40 { _ = controller.update(lossPct: 0, rttMs: 10, now: .seconds(second)) }
-        #expect(controller.setting.bitrateKbps == 256)
-        for second in 40..<80 { _ = controller.update(lossPct: 30, rttMs: 10, now: .seconds(second)) }
-        #expect(controller.setting.bitrateKbps == 32)
+        #expect(controller.setting.bitrateKbps == 64)
+        for second in 40..<80 { _ = controller.update(lossPct: 30, rttMs: 200, now: .seconds(second)) }
+        #expect(controller.setting.bitrateKbps == 12)
     }
 }

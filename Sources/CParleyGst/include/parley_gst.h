@@ -135,6 +135,9 @@ typedef struct {
 int parley_jitter_buffers_read(void *webrtc, parley_jitter_stats *out);
 /// Sets every jitter buffer's latency, and webrtcbin's for those made later.
 void parley_jitter_buffers_set_latency(void *webrtc, unsigned int latency_ms);
+/// Sets the shortest RTCP report interval of every RTP session (GStreamer's default is RFC 3550's
+/// 5 s); answers how many sessions there were.
+int parley_rtp_sessions_set_rtcp_interval(void *webrtc, unsigned int interval_ms);
 
 // MARK: ICE agent (libnice)
 

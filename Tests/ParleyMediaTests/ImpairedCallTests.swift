@@ -1,0 +1,273 @@
+import Foundation
+import ParleyGStreamer
+import ParleyLocalServices
+import ParleyServerTesting
+import ParleySoftphone
+import ParleyWire
+import Testing
+
+/// Calls as the quality benchmark makes them: `parley serve` and `parley listen` on one side of
+/// `parley-wire`, `parley call` on the other, each in its own network namespace, speech both ways.
+@Suite("Calls over an impaired wire", .serialized, .enabled(if: ImpairedWireLab.available))
+struct ImpairedCallTests {
+    @Test func aCallOverTenPercentLossCarriesSpeechBothWaysAndKeepsItsLength() throws {
+        let lab = try ImpairedWireLab(impairment: "delay=20ms,loss=10%")
+        let call: ImpairedWireLab.Call
+        do { call = try lab.call(seconds: 14) } catch { _ = lab.stop(); throw error }
+        let wire = try JSONSerialization.jsonObject(with: Data(lab.stop().utf8)) as! [String: [String: Any]]
+        for direction in ["ab", "ba"] {
+            let received = wire[direction]!["received"] as! Int, dropped = wire[direction]!["dropped"] as! Int
+            #expect(Double(dropped) > 0.06 * Double(received) && Double(dropped) < 0.14 * Double(received), "\(direction): \(wire)")
+        }
+        for side in [call.caller, call.callee] {
+            // Lost packets are concealed, not skipped: the recording is as long as the call.
+            #expect(abs(side.recordingSeconds - side.talkSeconds) < 0.6,
+                    "\(side.name): recorded \(side.recordingSeconds) s of a \(side.talkSeconds) s call")
+            try lab.expectSpeech(in: side)
+            // Random loss turns FEC on with the loss as the hint, and does not lower the bitrate.
+            let settings = side.encoderSettings
+            #expect(settings.contains { $0.fec && $0.expectedLossPct >= 5 }, "\(side.name): \(settings)")
+            #expect(settings.allSatisfy { $0.bitrateKbps >= 32 }, "\(side.name): \(settings)")
+        }
+    }
+
+    @Test func aBottleneckBringsTheBitrateDownWithFEC() throws {
+        let lab = try ImpairedWireLab(impairment: "delay=20ms,rate=32kbit,queue=300ms")
+        defer { _ = lab.stop() }
+        let call = try lab.call(seconds: 16)
+        for side in [call.caller, call.callee] {
+            let settings = side.encoderSettings
+            #expect(settings.contains { $0.bitrateKbps < 32 }, "\(side.name): \(settings)")
+            #expect(settings.contains { $0.fec }, "\(side.name): \(settings)")
+        }
+    }
+}
+
+/// Two namespaces joined by the wire, the server on side b, and the reference speech.
+struct ImpairedWireLab {
+    static var available: Bool {
+        if ProcessInfo.processInfo.environment["PARLEY_REQUIRE_ALL_TESTS"] == "1" { return true }
+        let tools = ["/usr/bin/espeak-ng", "/usr/bin/sox"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
+        if getuid() == 0 && tools && SoftphoneCommandTests.executable != nil { return true }
+        print("◇ impaired-wire call tests skipped: they need root, espeak-ng and sox (scripts/setup.sh --tests)")
+        return false
+    }
+
+    struct Side {
+        var name: String
+        var recording: URL
+        var talkSeconds: Double
+        var recordingSeconds: Double
+        var log: [[String: Any]]
+
+        var encoderSettings: [(bitrateKbps: Double, fec: Bool, expectedLossPct: Int)] {
+            log.compactMap { entry in
+                guard let rate = entry["bitrateKbps"] as? Double, let fec = entry["fec"] as? Bool,
+                      let loss = entry["expectedLossPct"] as? Int else { return nil }
+                return (rate, fec, loss)
+            }
+        }
+    }
+
+    struct Call {
+        var caller: Side
+        var callee: Side
+    }
+
+    let a = TunWire.Side(namespace: "parley-ta\(getpid() % 10_000)", address: "198.51.100.21")
+    let b = TunWire.Side(namespace: "parley-tb\(getpid() % 10_000)", address: "198.51.100.22")
+    let wire: TunWire
+    let directory: URL
+    let speech: URL
+    let server: Process
+    let port = Int.random(in: 18_000...18_999)
+    private let control: Int32
+    private let stopped = DispatchSemaphore(value: 0)
+
+    init(impairment: String) throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-lab-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        speech = directory.appendingPathComponent("speech.wav")
+        let raw = directory.appendingPathComponent("raw.wav")
+        try Self.run("/usr/bin/espeak-ng", ["-v", "en-us", "-s", "150", "-w", raw.path,
+                                            "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
+                                            + "It is easy to tell the depth of a well. These days a chicken leg is a rare dish."])
+        try Self.run("/usr/bin/sox", [raw.path, "-r", "48000", "-c", "1", "-b", "16", speech.path, "pad", "1.5", "0", "gain", "-n", "-3"])
+
+        wire = try TunWire(a: a, b: b, ab: try Impairment(spec: impairment), ba: try Impairment(spec: impairment), seed: 7)
+        var ends: [Int32] = [0, 0]
+        guard pipe(&ends) == 0 else { throw TestFailure("no pipe") }
+        control = ends[1]
+        let wire = self.wire, readEnd = ends[0], stopped = self.stopped
+        Thread.detachNewThread {
+            try? wire.run(control: readEnd, stopsOnSignals: false) { _ in }
+            close(readEnd)
+            stopped.signal()
+        }
+        server = try Self.start(in: b.namespace, ["serve", "--host", b.address, "--port", "\(port)", "--database", ":memory:",
+                                                  "--dev", "true", "--token-secret", String(repeating: "s", count: 40)],
+                                output: directory.appendingPathComponent("server.log"))
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !(try String(contentsOf: directory.appendingPathComponent("server.log"), encoding: .utf8).contains("listening on")) {
+            guard ContinuousClock.now < deadline, server.isRunning else { throw TestFailure("parley serve did not start") }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+    }
+
+    /// A call from side a to side b that lasts `seconds` once connected.
+    func call(seconds: Int) throws -> Call {
+        let url = "http://\(b.address):\(port)"
+        func arguments(_ name: String, _ address: String) -> [String] {
+            ["--server", url, "--as", name, "--play", speech.path, "--record", directory.appendingPathComponent("\(name).wav").path,
+             "--ice-address", address, "--quality-log", directory.appendingPathComponent("\(name).jsonl").path]
+        }
+        let calleeOutput = directory.appendingPathComponent("callee.out")
+        let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--once"] + arguments("bob", b.address), output: calleeOutput)
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !(try String(contentsOf: calleeOutput, encoding: .utf8).contains("listening as")) {
+            guard ContinuousClock.now < deadline, callee.isRunning else { throw TestFailure("parley listen did not start: \(try String(contentsOf: calleeOutput, encoding: .utf8))") }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        let callerOutput = directory.appendingPathComponent("caller.out")
+        let caller = try Self.start(in: a.namespace, ["call", "bob", "--duration", "\(seconds)"] + arguments("alice", a.address), output: callerOutput)
+        caller.waitUntilExit()
+        callee.waitUntilExit()
+        let callerText = try String(contentsOf: callerOutput, encoding: .utf8)
+        let calleeText = try String(contentsOf: calleeOutput, encoding: .utf8)
+        guard caller.terminationStatus == 0, callee.terminationStatus == 0 else {
+            throw TestFailure("the call failed:\n\(callerText)\n\(calleeText)")
+        }
+        return Call(caller: try side("alice", output: callerText), callee: try side("bob", output: calleeText))
+    }
+
+    private func side(_ name: String, output: String) throws -> Side {
+        guard let talk = output.split(separator: "\n").first(where: { $0.contains("talk time") })
+            .flatMap({ $0.split(separator: " ").compactMap { Double($0) }.first }) else {
+            throw TestFailure("\(name) printed no talk time:\n\(output)")
+        }
+        let recording = directory.appendingPathComponent("\(name).wav")
+        let log = try String(contentsOf: directory.appendingPathComponent("\(name).jsonl"), encoding: .utf8)
+            .split(separator: "\n").compactMap { try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        return Side(name: name, recording: recording, talkSeconds: talk, recordingSeconds: try WAV.read(recording).duration, log: log)
+    }
+
+    /// The speech sent is in the recording: its loudness over time, in 20 ms windows, follows the
+    /// reference's once aligned, and every window where the reference speaks has sound.
+    func expectSpeech(in side: Side, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let window = 960  // 20 ms at 48 kHz
+        func envelope(_ samples: [Float]) -> [Double] {
+            stride(from: 0, to: samples.count - window, by: window).map { AudioAnalysis.rms(Array(samples[$0..<$0 + window])) }
+        }
+        let reference = envelope(try WAV.read(speech).mono())
+        let heard = envelope(try WAV.read(side.recording).mono())
+        let loudest = reference.max() ?? 0
+        var best = (lag: 0, correlation: -1.0)
+        for lag in 0..<max(1, heard.count - reference.count) {
+            let slice = heard[lag..<lag + reference.count]
+            let correlation = Self.correlation(reference, Array(slice))
+            if correlation > best.correlation { best = (lag, correlation) }
+        }
+        #expect(best.correlation > 0.6, "\(side.name): the recording does not follow the speech (r = \(best.correlation))",
+                sourceLocation: sourceLocation)
+        let silentWhileSpeaking = reference.indices.filter { reference[$0] > 0.2 * loudest && heard[best.lag + $0] < 0.02 * loudest }
+        #expect(silentWhileSpeaking.isEmpty, "\(side.name): silence at \(silentWhileSpeaking.map { Double($0) * 0.02 }) s of the speech",
+                sourceLocation: sourceLocation)
+    }
+
+    static func correlation(_ x: [Double], _ y: [Double]) -> Double {
+        let mx = x.reduce(0, +) / Double(x.count), my = y.reduce(0, +) / Double(y.count)
+        var sxy = 0.0, sxx = 0.0, syy = 0.0
+        for i in x.indices {
+            sxy += (x[i] - mx) * (y[i] - my)
+            sxx += (x[i] - mx) * (x[i] - mx)
+            syy += (y[i] - my) * (y[i] - my)
+        }
+        return sxx > 0 && syy > 0 ? sxy / (sxx * syy).squareRoot() : 0
+    }
+
+    /// Stops the server and the wire; answers what the wire did, as JSON.
+    func stop() -> String {
+        if server.isRunning {
+            server.terminate()
+            server.waitUntilExit()
+        }
+        close(control)  // ends the wire's control stream: it stops
+        stopped.wait()
+        let statistics = wire.statistics
+        wire.close()
+        try? FileManager.default.removeItem(at: directory)
+        return statistics
+    }
+
+    static func start(in namespace: String, _ arguments: [String], output: URL) throws -> Process {
+        guard let executable = SoftphoneCommandTests.executable else { throw TestFailure("swift build --build-tests builds parley") }
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["ip", "netns", "exec", namespace, executable.path] + arguments
+        let handle = try FileHandle(forWritingTo: output)
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        return process
+    }
+
+    static func run(_ tool: String, _ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw TestFailure("\(tool) failed") }
+    }
+}
+
+/// The first signaling connection tries again, as a reconnect does, and says what went wrong.
+@Suite("First signaling connection", .serialized)
+struct FirstConnectionTests {
+    @Test func retriesUntilTheServerAnswers() async throws {
+        let port = try freeTCPPort()
+        var options = SoftphoneOptions(server: URL(string: "http://127.0.0.1:\(port)")!, user: "early")
+        options.media.input = .silence
+        options.media.localAddresses = ["127.0.0.1"]
+        let phone = try Softphone(options: options, logger: testLogger)
+        let started = Task { try await phone.start() }
+        // Nothing listens for the first second and a half.
+        try await Task.sleep(for: .milliseconds(1_500))
+        let server = try await LiveServer.start { $0.port = port }
+        try await started.value
+        #expect(await phone.signalingClient?.session != nil)
+        await phone.stop()
+        try await server.stop()
+    }
+
+    @Test func aRefusedTokenIsCalledThatAfterTheTries() async throws {
+        let server = try await LiveServer.start()
+        var options = SoftphoneOptions(server: URL(string: server.baseURL)!, user: "mallory")
+        options.token = "forged.token.value"
+        options.startTimeout = .seconds(2)
+        options.media.input = .silence
+        options.media.localAddresses = ["127.0.0.1"]
+        let phone = try Softphone(options: options, logger: testLogger)
+        do {
+            try await phone.start()
+            Issue.record("a forged token connected")
+        } catch {
+            #expect("\(error)".contains("did not accept the token (401"), "\(error)")
+        }
+        try await server.stop()
+    }
+
+    @Test func noServerIsCalledUnreachable() async throws {
+        var options = SoftphoneOptions(server: URL(string: "http://127.0.0.1:\(try freeTCPPort())")!, user: "alone")
+        options.startTimeout = .seconds(1)
+        options.media.input = .silence
+        let phone = try Softphone(options: options, logger: testLogger)
+        do {
+            try await phone.start()
+            Issue.record("connected to nothing")
+        } catch {
+            #expect("\(error)".contains("cannot reach the Parley server"), "\(error)")
+        }
+    }
+}
