@@ -2,7 +2,7 @@
 /// round trip.
 ///
 /// Loss alone does not lower the bitrate: random loss (radio, a busy Wi-Fi) is not cured by sending
-/// less; in-band FEC answers it, and FEC needs bits, so on a lossy path that does not queue the
+/// less; in-band FEC answers it, and FEC needs bits, so on a lossy path measured not to queue the
 /// bitrate rises at once to `lossyKbps`. The bitrate comes down when the path is congested, which
 /// shows as queueing: the round trip `queueingMs` above the lowest one measured, with loss above
 /// `decreaseAbovePct`, or twice that much queueing with no loss yet (a bottleneck's queue filling
@@ -125,7 +125,7 @@ public struct BitrateController: Sendable {
             }
         }
         // Loss without congestion: give FEC its bits now rather than one step every hold-off.
-        if next.fec, !setting.fec, !congested, next.bitrateKbps < c.lossyKbps {
+        if next.fec, !setting.fec, !congested, rttMs != nil, queueing < c.queueingMs / 2, next.bitrateKbps < c.lossyKbps {
             next.bitrateKbps = min(c.maxKbps, c.lossyKbps)
             lastChange = now
             pendingCount = 0

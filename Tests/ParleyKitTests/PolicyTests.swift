@@ -124,16 +124,31 @@ struct QualityTests {
         try #require(setting, sourceLocation: sourceLocation)
     }
 
-    @Test func randomLossTurnsFECOnWithoutLoweringTheBitrate() throws {
+    @Test func randomLossTurnsFECOnAndGivesItBitsWithoutLoweringTheBitrate() throws {
         var controller = BitrateController()
         #expect(controller.setting.bitrateKbps == 32)
+        // FEC on at once, and the bitrate up to 48 kbit/s at once for it.
         let first = try changed(controller.update(lossPct: 8, rttMs: 40, now: .seconds(1)))
-        #expect(first.fec && first.expectedLossPct == 8 && first.bitrateKbps == 32)
+        #expect(first.fec && first.expectedLossPct == 8 && first.bitrateKbps == 48 && first.frameMs == 20)
         // The round trip stays at its base: nothing queues, so sending less would not help.
         for second in 2..<12 {
             #expect(controller.update(lossPct: 8, rttMs: 42, now: .seconds(second)) == nil)
         }
-        #expect(controller.setting.bitrateKbps == 32 && controller.baseRttMs == 40)
+        #expect(controller.setting.bitrateKbps == 48 && controller.baseRttMs == 40)
+        // Loss this heavy is congestion whatever the round trip says.
+        _ = controller.update(lossPct: 20, rttMs: 42, now: .seconds(12))
+        let down = try changed(controller.update(lossPct: 20, rttMs: 42, now: .seconds(13)))
+        #expect(down.bitrateKbps == 36)
+    }
+
+    @Test func lowBitratesSendLongerFrames() throws {
+        var controller = BitrateController()
+        _ = controller.update(lossPct: 0, rttMs: 40, now: .seconds(0))
+        var frames: [Double: Int] = [:]
+        for second in 1..<30 {
+            if let setting = controller.update(lossPct: 8, rttMs: 200, now: .seconds(second)) { frames[setting.bitrateKbps] = setting.frameMs }
+        }
+        #expect(frames[24] == 20 && frames[18] == 40 && frames[13.5] == 60 && frames[12] == 60, "\(frames)")
     }
 
     @Test func congestionLowersTheBitrateAndItRecoversWithoutOscillating() throws {
