@@ -135,10 +135,10 @@ struct QualityTests {
             #expect(controller.update(lossPct: 8, rttMs: 42, now: .seconds(second)) == nil)
         }
         #expect(controller.setting.bitrateKbps == 48 && controller.baseRttMs == 40)
-        // Loss this heavy is congestion whatever the round trip says.
-        _ = controller.update(lossPct: 20, rttMs: 42, now: .seconds(12))
-        let down = try changed(controller.update(lossPct: 20, rttMs: 42, now: .seconds(13)))
-        #expect(down.bitrateKbps == 36)
+        // Heavier random loss raises the hint, not the cost.
+        let heavier = try changed(controller.update(lossPct: 20, rttMs: 42, now: .seconds(12)))
+        #expect(heavier.bitrateKbps == 48 && heavier.expectedLossPct == 20)
+        #expect(controller.update(lossPct: 20, rttMs: 42, now: .seconds(13)) == nil)
     }
 
     @Test func lowBitratesSendLongerFrames() throws {
@@ -175,6 +175,14 @@ struct QualityTests {
         // A long path (300 ms from the start, no queue) blocks increases.
         var far = BitrateController()
         for second in 0..<20 { #expect(far.update(lossPct: 0, rttMs: 300, now: .seconds(second)) == nil) }
+    }
+
+    @Test func aDeepQueueDropsTheBitrateToItsFloorAtOnce() throws {
+        var controller = BitrateController()
+        _ = controller.update(lossPct: 0, rttMs: 40, now: .seconds(1))
+        _ = controller.update(lossPct: 10, rttMs: 900, now: .seconds(2))
+        let down = try changed(controller.update(lossPct: 10, rttMs: 1_400, now: .seconds(3)))
+        #expect(down.bitrateKbps == 12 && down.frameMs == 60 && down.fec)
     }
 
     @Test func aFillingQueueLowersTheBitrateBeforeAnyLoss() throws {

@@ -1,0 +1,66 @@
+"""Fits the E-model's Opus impairment values (Ie, Bpl) to PESQ from a benchmark run.
+
+The SDK's MOS comes from the E-model (ParleyKit's `EModel`) fed with what a call measures: round
+trip, jitter and loss before FEC. For every Parley ↔ Parley call in results.json this replays the
+quality reports both ends logged (from the fifth second on) through the same formula for each
+candidate (Ie, Bpl), and keeps the pair whose mean MOS is closest to the call's PESQ (least squares).
+
+    python3 scripts/quality/calibrate.py .build/quality/results.json
+"""
+
+import json
+import pathlib
+import sys
+
+
+def rating(rtt, jitter, loss, ie, bpl, codec_delay=26.5):
+    delay = rtt / 2 + 2 * jitter + codec_delay
+    delay_impairment = 0.024 * delay + (0.11 * (delay - 177.3) if delay > 177.3 else 0)
+    loss = max(0.0, min(100.0, loss))
+    return 93.2 - delay_impairment - (ie + (95 - ie) * loss / (loss + bpl))
+
+
+def mos(r):
+    if r <= 0:
+        return 1.0
+    if r >= 100:
+        return 4.5
+    return 1 + 0.035 * r + 7e-6 * r * (r - 60) * (100 - r)
+
+
+def calls(results):
+    for result in results:
+        if result["pair"] != "parley-parley" or result.get("failed"):
+            continue
+        reports = [t for role in ("caller", "callee") for t in result[role]["trace"] if "mos" in t and t["t"] >= 5]
+        if reports:
+            yield result["cell"], result["pesq"], reports
+
+
+def predicted(reports, ie, bpl):
+    return sum(mos(rating(r["rttMs"], r["jitterMs"], r["lossPct"], ie, bpl)) for r in reports) / len(reports)
+
+
+def fit(results):
+    data = list(calls(results))
+    best = None
+    for ie10 in range(0, 401, 5):
+        for bpl10 in range(50, 801, 5):
+            ie, bpl = ie10 / 10, bpl10 / 10
+            error = sum((predicted(reports, ie, bpl) - pesq) ** 2 for _, pesq, reports in data)
+            if best is None or error < best[0]:
+                best = (error, ie, bpl)
+    return best, data
+
+
+if __name__ == "__main__":
+    path = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".build/quality/results.json")
+    (error, ie, bpl), data = fit(json.loads(path.read_text()))
+    print(f"Ie = {ie}, Bpl = {bpl} (squared error {error:.3f} over {len(data)} calls)")
+    print(f"{'cell':<22}{'PESQ':>6}{'old model':>11}{'fitted':>8}")
+    worst = 0.0
+    for cell, pesq, reports in data:
+        old, new = predicted(reports, 0, 20), predicted(reports, ie, bpl)
+        worst = max(worst, abs(new - pesq))
+        print(f"{cell:<22}{pesq:>6.2f}{old:>11.2f}{new:>8.2f}")
+    print(f"largest difference with the fitted values: {worst:.2f}")
