@@ -445,20 +445,35 @@ void parley_stats_read(void *reply, parley_stats *out) {
 typedef void (*element_visitor)(GstElement *element, void *data);
 
 static int each_element_of(void *webrtc, const char *factory_name, element_visitor visit, void *data) {
-    int count = 0;
+    // Collected first, visited after: a resync (rtpbin adding an element meanwhile) starts the
+    // collection again rather than visiting some elements twice and others not at all.
+    GPtrArray *found = g_ptr_array_new_with_free_func(gst_object_unref);
     GstIterator *it = gst_bin_iterate_recurse(GST_BIN(webrtc));
     GValue item = G_VALUE_INIT;
-    while (gst_iterator_next(it, &item) == GST_ITERATOR_OK) {
-        GstElement *element = g_value_get_object(&item);
-        GstElementFactory *factory = gst_element_get_factory(element);
-        if (factory && g_strcmp0(GST_OBJECT_NAME(factory), factory_name) == 0) {
-            visit(element, data);
-            count++;
+    gboolean done = FALSE;
+    while (!done) {
+        switch (gst_iterator_next(it, &item)) {
+        case GST_ITERATOR_OK: {
+            GstElement *element = g_value_get_object(&item);
+            GstElementFactory *factory = gst_element_get_factory(element);
+            if (factory && g_strcmp0(GST_OBJECT_NAME(factory), factory_name) == 0) g_ptr_array_add(found, gst_object_ref(element));
+            g_value_reset(&item);
+            break;
         }
-        g_value_reset(&item);
+        case GST_ITERATOR_RESYNC:
+            g_ptr_array_set_size(found, 0);
+            gst_iterator_resync(it);
+            break;
+        default:
+            done = TRUE;
+            break;
+        }
     }
     g_value_unset(&item);
     gst_iterator_free(it);
+    for (guint i = 0; i < found->len; i++) visit(g_ptr_array_index(found, i), data);
+    int count = (int)found->len;
+    g_ptr_array_unref(found);
     return count;
 }
 

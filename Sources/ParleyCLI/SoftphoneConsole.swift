@@ -130,7 +130,7 @@ enum Console {
         }
         if let q = timeline.quality {
             parts.append(String(format: "MOS %.2f", q.mos))
-            parts.append(q.rttKnown ? String(format: "RTT %.0f ms", q.rttMs) : "RTT —")
+            parts.append(q.latestRttMs == nil ? "RTT —" : String(format: "RTT %.0f ms", q.rttMs))
             parts.append(String(format: "loss %.1f%%", q.lossPct))
             parts.append(String(format: "jitter %.0f ms", q.jitterMs))
             parts.append(String(format: "%.0f kbps", timeline.bitrate?.bitrateKbps ?? q.bitrateKbps))

@@ -122,22 +122,23 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         keepUpMedia()
     }
 
-    /// Every quarter second: once the RTP sessions exist, their RTCP interval; and, when adaptive,
+    /// Every quarter second: the RTP sessions' RTCP interval; and, when adaptive,
     /// the jitter buffers' latency from their jitter and late packets.
     private func keepUpMedia() {
         var settings = configuration.adaptiveJitterBuffer
         settings?.minimumMs = configuration.jitterBufferMs
+        if let minimum = settings?.minimumMs, let maximum = settings?.maximumMs { settings?.maximumMs = max(maximum, minimum) }
         let rtcpInterval = UInt32(configuration.rtcpIntervalMs)
         let start = ContinuousClock.now
         jitterBufferTask = Task { [weak self] in
             var controller = settings.map { JitterBufferController(configuration: $0) }
-            var rtcpSet = false
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(250))
                 guard let self else { return }
                 let latency = self.lock.withLock { () -> Int? in
                     guard !self.closed else { return nil }
-                    if !rtcpSet { rtcpSet = parley_rtp_sessions_set_rtcp_interval(self.webrtc, rtcpInterval) > 0 }
+                    // Every tick, so sessions made later (a renegotiation adding video) get it too.
+                    _ = parley_rtp_sessions_set_rtcp_interval(self.webrtc, rtcpInterval)
                     var stats = parley_jitter_stats()
                     guard controller != nil, parley_jitter_buffers_read(self.webrtc, &stats) > 0,
                           let latency = controller?.update(jitterMs: stats.jitter_ms >= 0 ? stats.jitter_ms : nil,
@@ -158,8 +159,9 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private func startSending(numberedAs offer: String?) throws {
         guard !lock.withLock({ sending }) else { return }
         let opus = offer.flatMap { SDPText.payloadType(of: "opus", in: $0) } ?? configuration.opusOfferPayloadType
+        let startEncoding = lock.withLock { encoding }
         var chains = [PipelineDescription.audioSender(configuration, payloadType: opus, muted: !sendsMicrophone,
-                                                      encoding: lock.withLock { encoding })]
+                                                      encoding: startEncoding)]
         if video {
             let vp8 = offer.flatMap { SDPText.payloadType(of: "VP8", in: $0) } ?? PipelineDescription.vp8PayloadType
             chains.append(PipelineDescription.videoSender(configuration, payloadType: vp8))
@@ -180,6 +182,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         lock.withLock { sending = true }
         // The chain started muted if the microphone was; a switch flipped while it was linked counts too.
         updateMicrophone()
+        // Likewise an encoder setting that came while it was being linked.
+        if let latest = lock.withLock({ encoding }), latest != startEncoding { applyEncoding(latest) }
     }
 
     deinit { teardown() }
@@ -303,14 +307,18 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     /// Whether the microphone is sent: neither muted nor held.
     public var sendsMicrophone: Bool { lock.withLock { microphone.sends } }
 
-    public func setAudioEncoding(_ setting: BitrateController.Setting) async {
-        lock.withLock { encoding = setting }  // a send chain linked later starts with it
-        guard let encoder = parley_bin_get(pipeline, "opusenc") else { return }
-        defer { parley_object_unref(encoder) }
-        parley_set_int(encoder, "bitrate", Int32(setting.bitrateKbps * 1000))
-        parley_set_bool(encoder, "inband-fec", setting.fec ? 1 : 0)
-        parley_set_int(encoder, "packet-loss-percentage", Int32(max(0, min(100, setting.expectedLossPct))))
-        parley_set_from_string(encoder, "frame-size", "\(setting.frameMs)")
+    public func setAudioEncoding(_ setting: BitrateController.Setting) async { applyEncoding(setting) }
+
+    private func applyEncoding(_ setting: BitrateController.Setting) {
+        lock.withLock {
+            encoding = setting  // a send chain linked later starts with it
+            guard !closed, let encoder = parley_bin_get(pipeline, "opusenc") else { return }
+            defer { parley_object_unref(encoder) }
+            parley_set_int(encoder, "bitrate", Int32(setting.bitrateKbps * 1000))
+            parley_set_bool(encoder, "inband-fec", setting.fec ? 1 : 0)
+            parley_set_int(encoder, "packet-loss-percentage", Int32(max(0, min(100, setting.expectedLossPct))))
+            parley_set_from_string(encoder, "frame-size", "\(setting.frameMs)")
+        }
     }
 
     public func sendDTMF(_ tones: String) async throws {

@@ -127,8 +127,11 @@ public struct BitrateController: Sendable {
                 pendingCount = 0
             }
         }
-        // Loss without congestion: give FEC its bits now rather than one step every hold-off.
-        if next.fec, !setting.fec, !congested, rttMs != nil, queueing < c.queueingMs / 2, next.bitrateKbps < c.lossyKbps {
+        // Loss without congestion: give FEC its bits now rather than one step every hold-off (and
+        // as soon as a round trip shows the path does not queue, if FEC came on before one did).
+        let boostHeldOff = lastChange.map { now - $0 < c.increaseHoldOff } ?? false
+        if next.fec, !congested, rttMs != nil, queueing < c.queueingMs / 2, next.bitrateKbps < c.lossyKbps,
+           !setting.fec || !boostHeldOff {
             next.bitrateKbps = min(c.maxKbps, c.lossyKbps)
             lastChange = now
             pendingCount = 0

@@ -37,10 +37,11 @@ public struct QualityReport: Hashable, Sendable {
     public var mos: Double
     /// 1…5 bars, from the E-model's user-satisfaction bands.
     public var score: Int
-    /// The round trip, 0 until one was measured (`rttKnown`).
+    /// The round trip, smoothed for the E-model; 0 until one was measured (`latestRttMs`).
     public var rttMs: Double
-    /// Whether any round trip was measured yet: decisions wait for one.
-    public var rttKnown: Bool = true
+    /// The newest round trip measured, nil before the first: what decisions use (a smoothed value
+    /// that averages in the time before any was measured reads low).
+    public var latestRttMs: Double?
     public var jitterMs: Double
     public var lossPct: Double
     /// Received bitrate.
@@ -114,7 +115,7 @@ public struct QualityMonitor: Sendable {
     public let model: EModel
     public let window: Int
     private var previous: MediaStatsSample?
-    private var rttKnown = false
+    private var latestRtt: Double?
     private var recent: [(rating: Double, rtt: Double, jitter: Double, loss: Double, bitrate: Double)] = []
     /// The far side's reported loss over the same window: one report swings with a couple of packets.
     private var recentRemoteLoss: [Double] = []
@@ -133,7 +134,7 @@ public struct QualityMonitor: Sendable {
         let lost = max(0, sample.packetsLost - previous.packetsLost)
         let loss = received + lost > 0 ? 100 * Double(lost) / Double(received + lost) : 0
         let bitrate = seconds > 0 ? Double(max(0, sample.bytesReceived - previous.bytesReceived)) * 8 / 1000 / seconds : 0
-        if sample.roundTripTimeMs != nil { rttKnown = true }
+        if let measured = sample.roundTripTimeMs { latestRtt = measured }
         let rtt = sample.roundTripTimeMs ?? recent.last?.rtt ?? 0
         let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0
         recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss), rtt, jitter, loss, bitrate))
@@ -144,7 +145,7 @@ public struct QualityMonitor: Sendable {
         func mean(_ values: [Double]) -> Double { values.reduce(0, +) / Double(values.count) }
         let rating = mean(recent.map(\.rating))
         return QualityReport(mos: EModel.mos(rating: rating), score: EModel.score(rating: rating),
-                             rttMs: mean(recent.map(\.rtt)), rttKnown: rttKnown, jitterMs: mean(recent.map(\.jitter)),
+                             rttMs: mean(recent.map(\.rtt)), latestRttMs: latestRtt, jitterMs: mean(recent.map(\.jitter)),
                              lossPct: mean(recent.map(\.loss)), bitrateKbps: mean(recent.map(\.bitrate)),
                              audioLevel: sample.audioLevel, remoteLossPct: recentRemoteLoss.isEmpty ? nil : mean(recentRemoteLoss))
     }

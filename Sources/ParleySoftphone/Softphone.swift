@@ -255,6 +255,8 @@ public actor Softphone {
         for task in tasks { task.cancel() }
         tasks = []
         for peer in peers.values { await peer.close() }
+        try? qualityLogHandle?.close()
+        qualityLogHandle = nil
         eventSink.finish()
         await GStreamerEngine.finishWarmUp()
     }
@@ -341,8 +343,9 @@ public actor Softphone {
         let seconds = connected.map { (ContinuousClock.now - $0).seconds } ?? 0
         let line = #"{"call":"\#(call.uuidString.lowercased())","t":\#((seconds * 1000).rounded() / 1000),\#(fields)}"# + "\n"
         if qualityLogHandle == nil {
-            _ = FileManager.default.createFile(atPath: url.path, contents: nil)
+            if !FileManager.default.fileExists(atPath: url.path) { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
             qualityLogHandle = try? FileHandle(forWritingTo: url)
+            _ = try? qualityLogHandle?.seekToEnd()
         }
         try? qualityLogHandle?.write(contentsOf: Data(line.utf8))
     }

@@ -41,23 +41,25 @@ public struct Impairment: Hashable, Sendable, CustomStringConvertible {
             case ("loss", let value?): lossPct = try Self.percent(value, key)
             case ("burst", let value?):
                 let halves = value.split(separator: ":", maxSplits: 1).map(String.init)
-                guard halves.count == 2, let length = Double(halves[1]), length >= 1 else {
-                    throw ImpairmentError("burst takes <loss>%:<mean burst length ≥ 1>, e.g. burst=10%:3; got \(value)")
+                guard halves.count == 2, let length = Double(halves[1]), length >= 1, length <= 1_000 else {
+                    throw ImpairmentError("burst takes <loss>%:<mean burst length 1–1000>, e.g. burst=10%:3; got \(value)")
                 }
                 lossPct = try Self.percent(halves[0], key)
                 burstLength = length
+                // The chain enters its bad state with p = loss / (length · (1 − loss)), which must be a probability.
+                let loss = lossPct / 100
+                guard loss < 1, loss / (length * (1 - loss)) <= 1 else {
+                    throw ImpairmentError("burst=\(value) cannot be made: that much loss needs longer bursts")
+                }
             case ("rate", let value?):
                 let number = value.hasSuffix("kbit") ? String(value.dropLast(4)) : value
-                guard let kbps = Double(number), kbps > 0 else {
+                guard let kbps = Double(number), kbps > 0, kbps <= 10_000_000 else {
                     throw ImpairmentError("rate takes kilobits per second, e.g. rate=24kbit; got \(value)")
                 }
                 rateKbps = kbps
             default:
                 throw ImpairmentError("unknown impairment '\(item)': use delay, jitter, reorder, loss, burst, rate, queue (e.g. loss=5%,jitter=30ms)")
             }
-        }
-        if lossPct >= 100 && burstLength != nil {
-            throw ImpairmentError("a burst loss below 100% is needed (the wire must leave its bad state sometimes)")
         }
     }
 

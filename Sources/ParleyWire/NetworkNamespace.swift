@@ -15,8 +15,16 @@ public struct NetworkNamespace: Hashable, Sendable {
     public static func create(_ name: String) throws -> NetworkNamespace {
         let namespace = NetworkNamespace(name)
         try runIP(["netns", "add", name])
-        try runIP(["-n", name, "link", "set", "lo", "up"])
-        try namespace.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])
+        do {
+            try runIP(["-n", name, "link", "set", "lo", "up"])
+            // A kernel without IPv6 has nothing to turn off.
+            if FileManager.default.fileExists(atPath: "/proc/sys/net/ipv6") {
+                try namespace.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])
+            }
+        } catch {
+            namespace.delete()
+            throw error
+        }
         return namespace
     }
 

@@ -25,8 +25,8 @@ public final class TunWire: @unchecked Sendable {  // used by one thread at a ti
     public let b: Side
     private var ab: WireDirection
     private var ba: WireDirection
-    private let tunA: Int32
-    private let tunB: Int32
+    private var tunA: Int32
+    private var tunB: Int32
     private var created: [NetworkNamespace] = []
 
     /// Makes the namespaces that do not exist yet (and removes them again in `close`), and the link.
@@ -81,6 +81,10 @@ public final class TunWire: @unchecked Sendable {  // used by one thread at a ti
             if poll(&descriptors, nfds_t(descriptors.count), timeout) < 0, errno != EINTR {
                 throw WireError("poll failed: \(String(cString: strerror(errno)))")
             }
+            let broken = Int16(POLLERR | POLLHUP | POLLNVAL)
+            if descriptors[0].revents & broken != 0 || descriptors[1].revents & broken != 0 {
+                throw WireError("a TUN device failed (its namespace was removed?)")
+            }
             let now = Self.now()
             if descriptors[0].revents != 0 { drain(tunA, into: &ab, buffer: &packet, at: now) }
             if descriptors[1].revents != 0 { drain(tunB, into: &ba, buffer: &packet, at: now) }
@@ -105,8 +109,9 @@ public final class TunWire: @unchecked Sendable {  // used by one thread at a ti
 
     /// Closes both devices (the link goes with them) and removes the namespaces this wire made.
     public func close() {
-        _ = Glibc.close(tunA)
-        _ = Glibc.close(tunB)
+        for fd in [tunA, tunB] where fd >= 0 { _ = Glibc.close(fd) }
+        tunA = -1
+        tunB = -1
         created.forEach { $0.delete() }
         created = []
     }

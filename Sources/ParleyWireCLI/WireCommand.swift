@@ -62,6 +62,7 @@ struct WireCommand: ParsableCommand {
 
     /// One line on standard output, at once (scripts wait for "ready").
     private func say(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        // A reader that went away must not stop the wire before it removes its namespaces.
+        try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
     }
 }

@@ -141,6 +141,34 @@ struct QualityTests {
         #expect(controller.update(lossPct: 20, rttMs: 42, now: .seconds(13)) == nil)
     }
 
+    @Test func fecThatCameOnBeforeAnyRoundTripGetsItsBitsOnceOneIsMeasured() throws {
+        var controller = BitrateController()
+        let early = try changed(controller.update(lossPct: 8, rttMs: nil, now: .seconds(1)))
+        #expect(early.fec && early.bitrateKbps == 32, "no boost on a path not yet measured")
+        let boosted = try changed(controller.update(lossPct: 8, rttMs: 40, now: .seconds(2)))
+        #expect(boosted.bitrateKbps == 48)
+    }
+
+    /// The monitor feeds the controller as the call manager does: the first reports come before any
+    /// RTCP report, and must not leave the controller a base round trip below the real one.
+    @Test func reportsBeforeTheFirstRoundTripDoNotSkewTheBase() throws {
+        var monitor = QualityMonitor()
+        var controller = BitrateController()
+        var settings: [BitrateController.Setting] = []
+        for second in 0...12 {
+            let rtt: Double? = second < 4 ? nil : 100
+            let sample = MediaStatsSample(at: .seconds(second), roundTripTimeMs: rtt, packetsReceived: 47 * second,
+                                          packetsLost: 3 * second, bytesReceived: 4_000 * second)
+            guard let report = monitor.add(sample) else { continue }
+            #expect((report.latestRttMs == nil) == (second < 4))
+            if let setting = controller.update(lossPct: report.lossPct, rttMs: report.latestRttMs, now: sample.at) { settings.append(setting) }
+        }
+        // 6 % random loss on a 100 ms path that does not queue: FEC with its bits, never a decrease.
+        #expect(controller.baseRttMs == 100)
+        #expect(settings.last?.bitrateKbps == 48 && settings.last?.fec == true, "\(settings)")
+        #expect(settings.allSatisfy { $0.bitrateKbps >= 32 })
+    }
+
     @Test func lowBitratesSendLongerFrames() throws {
         var controller = BitrateController()
         _ = controller.update(lossPct: 0, rttMs: 40, now: .seconds(0))

@@ -27,11 +27,11 @@ struct ImpairedCallTests {
             #expect(side.recordingSeconds > heardFor - 0.3,
                     "\(side.name): recorded \(side.recordingSeconds) s of \(heardFor) s heard of a \(side.talkSeconds) s call")
             try lab.expectSpeech(in: side)
-            // Random loss turns FEC on with the loss as the hint, and does not lower the bitrate.
+            // Random loss turns FEC on with the loss as the hint and gives it 48 kbit/s.
             let settings = side.encoderSettings
             let reports = side.log.filter { $0["mos"] != nil }.map { "t \($0["t"] ?? "?") loss \($0["lossPct"] ?? "?")/\($0["remoteLossPct"] ?? "?") rtt \($0["rttMs"] ?? "?")" }
             #expect(settings.contains { $0.fec && $0.expectedLossPct >= 5 }, "\(side.name): \(settings); \(reports)")
-            #expect(settings.allSatisfy { $0.bitrateKbps >= 32 }, "\(side.name): \(settings)")
+            #expect(settings.allSatisfy { $0.bitrateKbps >= 32 } && settings.contains { $0.bitrateKbps == 48 }, "\(side.name): \(settings)")
         }
     }
 
@@ -104,7 +104,10 @@ struct ImpairedWireLab {
 
         wire = try TunWire(a: a, b: b, ab: try Impairment(spec: impairment), ba: try Impairment(spec: impairment), seed: 7)
         var ends: [Int32] = [0, 0]
-        guard pipe(&ends) == 0 else { throw TestFailure("no pipe") }
+        guard pipe(&ends) == 0 else {
+            wire.close()
+            throw TestFailure("no pipe")
+        }
         control = ends[1]
         let wire = self.wire, readEnd = ends[0], stopped = self.stopped
         Thread.detachNewThread {
@@ -112,12 +115,20 @@ struct ImpairedWireLab {
             close(readEnd)
             stopped.signal()
         }
-        server = try Self.start(in: b.namespace, ["serve", "--host", b.address, "--port", "\(port)", "--database", ":memory:",
-                                                  "--dev", "true", "--token-secret", String(repeating: "s", count: 40)],
-                                output: directory.appendingPathComponent("server.log"))
+        let log = directory.appendingPathComponent("server.log")
+        do {
+            server = try Self.start(in: b.namespace, ["serve", "--host", b.address, "--port", "\(port)", "--database", ":memory:",
+                                                      "--dev", "true", "--token-secret", String(repeating: "s", count: 40)], output: log)
+        } catch {
+            close(ends[1]); stopped.wait(); wire.close()
+            throw error
+        }
         let deadline = ContinuousClock.now + .seconds(10)
-        while !(try String(contentsOf: directory.appendingPathComponent("server.log"), encoding: .utf8).contains("listening on")) {
-            guard ContinuousClock.now < deadline, server.isRunning else { throw TestFailure("parley serve did not start") }
+        while !((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains("listening on") {
+            guard ContinuousClock.now < deadline, server.isRunning else {
+                _ = stop()
+                throw TestFailure("parley serve did not start: \((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
+            }
             Thread.sleep(forTimeInterval: 0.05)
         }
     }
@@ -133,12 +144,25 @@ struct ImpairedWireLab {
         let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--once"] + arguments("bob", b.address), output: calleeOutput)
         let deadline = ContinuousClock.now + .seconds(20)
         while !(try String(contentsOf: calleeOutput, encoding: .utf8).contains("listening as")) {
-            guard ContinuousClock.now < deadline, callee.isRunning else { throw TestFailure("parley listen did not start: \(try String(contentsOf: calleeOutput, encoding: .utf8))") }
+            guard ContinuousClock.now < deadline, callee.isRunning else {
+                if callee.isRunning { callee.terminate() }
+                throw TestFailure("parley listen did not start: \(try String(contentsOf: calleeOutput, encoding: .utf8))")
+            }
             Thread.sleep(forTimeInterval: 0.05)
         }
         let callerOutput = directory.appendingPathComponent("caller.out")
-        let caller = try Self.start(in: a.namespace, ["call", "bob", "--duration", "\(seconds)"] + arguments("alice", a.address), output: callerOutput)
+        let caller: Process
+        do {
+            caller = try Self.start(in: a.namespace, ["call", "bob", "--duration", "\(seconds)"] + arguments("alice", a.address), output: callerOutput)
+        } catch {
+            callee.terminate()
+            throw error
+        }
         caller.waitUntilExit()
+        // `listen --once` ends with the call; one the caller never made must not hold the test.
+        let ends = ContinuousClock.now + .seconds(15)
+        while callee.isRunning, ContinuousClock.now < ends { Thread.sleep(forTimeInterval: 0.05) }
+        if callee.isRunning { callee.terminate() }
         callee.waitUntilExit()
         let callerText = try String(contentsOf: callerOutput, encoding: .utf8)
         let calleeText = try String(contentsOf: calleeOutput, encoding: .utf8)
@@ -203,7 +227,8 @@ struct ImpairedWireLab {
     /// Where `pattern` fits best in `signal`, by correlation.
     static func bestLag(of pattern: [Double], in signal: [Double]) -> (lag: Int, correlation: Double) {
         var best = (lag: 0, correlation: -1.0)
-        for lag in 0..<max(1, signal.count - pattern.count) {
+        guard signal.count >= pattern.count else { return best }
+        for lag in 0...(signal.count - pattern.count) {
             let correlation = Self.correlation(pattern, Array(signal[lag..<lag + pattern.count]))
             if correlation > best.correlation { best = (lag, correlation) }
         }

@@ -40,6 +40,8 @@ struct ImpairmentTests {
         #expect(throws: ImpairmentError.self) { try Impairment(spec: "burst=5%") }
         #expect(throws: ImpairmentError.self) { try Impairment(spec: "latency=5ms") }
         #expect(throws: ImpairmentError.self) { try Impairment(spec: "rate=fast") }
+        #expect(throws: ImpairmentError.self) { try Impairment(spec: "rate=inf") }
+        #expect(throws: ImpairmentError.self) { try Impairment(spec: "burst=80%:1") }  // needs longer bursts
     }
 
     @Test func independentLossDropsItsShareAndRepeatsWithTheSeed() throws {

@@ -320,8 +320,13 @@ class End:
             try:
                 os.killpg(self.process.pid, signal.SIGTERM)
                 self.process.wait(timeout=10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         if self.kind == "chromium":
             subprocess.run(["rm", "-rf", self.profile])
 
@@ -406,7 +411,11 @@ def main():
                               stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
     results, number = [], 0
     try:
-        time.sleep(1.5)
+        deadline = time.monotonic() + 30
+        while "listening on" not in (out / "server.log").read_text():
+            if server.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"parley serve did not start: {(out / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.1)
         for run in range(args.runs):
             for cell in cells:
                 for pair in pairs:

@@ -3,7 +3,9 @@
 The SDK's MOS comes from the E-model (ParleyKit's `EModel`) fed with what a call measures: round
 trip, jitter and loss before FEC. For every Parley ↔ Parley call in results.json this replays the
 quality reports both ends logged (from the fifth second on) through the same formula for each
-candidate (Ie, Bpl), and keeps the pair whose mean MOS is closest to the call's PESQ (least squares).
+candidate (Ie, Bpl), and keeps the pair whose mean MOS strays least from the call's PESQ in the
+worst call (the promise made of the estimate is a bound: within 0.5 everywhere), the squared
+error breaking ties.
 
     python3 scripts/quality/calibrate.py .build/quality/results.json
 """
@@ -44,19 +46,19 @@ def predicted(reports, ie, bpl):
 def fit(results):
     data = list(calls(results))
     best = None
-    for ie10 in range(0, 401, 5):
-        for bpl10 in range(50, 801, 5):
-            ie, bpl = ie10 / 10, bpl10 / 10
-            error = sum((predicted(reports, ie, bpl) - pesq) ** 2 for _, pesq, reports in data)
-            if best is None or error < best[0]:
-                best = (error, ie, bpl)
+    for ie in range(0, 41):
+        for bpl in range(5, 81):
+            differences = [predicted(reports, ie, bpl) - pesq for _, pesq, reports in data]
+            score = (max(abs(d) for d in differences), sum(d * d for d in differences))
+            if best is None or score < best[0]:
+                best = (score, ie, bpl)
     return best, data
 
 
 if __name__ == "__main__":
     path = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".build/quality/results.json")
-    (error, ie, bpl), data = fit(json.loads(path.read_text()))
-    print(f"Ie = {ie}, Bpl = {bpl} (squared error {error:.3f} over {len(data)} calls)")
+    ((worst_case, error), ie, bpl), data = fit(json.loads(path.read_text()))
+    print(f"Ie = {ie}, Bpl = {bpl} (largest difference {worst_case:.2f}, squared error {error:.3f} over {len(data)} calls)")
     print(f"{'cell':<22}{'PESQ':>6}{'old model':>11}{'fitted':>8}")
     worst = 0.0
     for cell, pesq, reports in data:

@@ -1,6 +1,8 @@
 """The quality benchmark's report: docs/quality/results.md and its plots, from results.json.
 
-Run by bench.py --report, or on its own: python3 scripts/quality/report.py .build/quality/results.json
+Run by bench.py --report, or on its own over one run's results.json or several (their calls are
+pooled; medians per cell and pair):
+    python3 scripts/quality/report.py .build/quality/results.json [more/results.json ...]
 """
 
 import json
@@ -30,14 +32,15 @@ def write(results, out, docs):
     folder.mkdir(parents=True, exist_ok=True)
     cells = list(dict.fromkeys(r["cell"] for r in results))
     pairs = [p for p in PAIR_LABELS if any(r["pair"] == p for r in results)]
-    runs = max(r["run"] for r in results) + 1
+    counts = {p: max(sum(1 for r in results if r["pair"] == p and r["cell"] == c) for c in cells) for p in pairs}
+    calls = "; ".join(f"{PAIR_LABELS[p]}: {n} call{'s' if n > 1 else ''}" for p, n in counts.items())
 
     def cell_values(cell, pair, key="pesq"):
         return [r[key] for r in results if r["cell"] == cell and r["pair"] == pair and r.get(key) is not None]
 
     lines = ["# Quality benchmark results", "",
-             f"Made by `scripts/bench-quality.sh` ({runs} call{'s' if runs > 1 else ''} per cell and pair; "
-             "medians). PESQ is ITU-T P.862.2 wideband MOS-LQO, the mean over three utterances and both "
+             f"Made by `scripts/bench-quality.sh`; per cell, {calls} (medians). "
+             "PESQ is ITU-T P.862.2 wideband MOS-LQO, the mean over three utterances and both "
              "directions of a call. See [../quality.md](../quality.md) for the method.", "",
              "## PESQ per cell", "",
              "| cell | " + " | ".join(PAIR_LABELS[p] for p in pairs) + (" | Parley ÷ Chromium |" if "parley-parley" in pairs and "chromium-chromium" in pairs else " |"),
@@ -135,6 +138,10 @@ def write(results, out, docs):
 
 
 if __name__ == "__main__":
-    path = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".build/quality/results.json")
+    paths = [pathlib.Path(p) for p in sys.argv[1:]] or [pathlib.Path(".build/quality/results.json")]
+    pooled = []
+    for path in paths:
+        offset = max((r["run"] for r in pooled), default=-1) + 1
+        pooled += [{**r, "run": r["run"] + offset} for r in json.loads(path.read_text())]
     root = pathlib.Path(__file__).resolve().parents[2]
-    write(json.loads(path.read_text()), path.parent, root / "docs")
+    write(pooled, paths[0].parent, root / "docs")
