@@ -87,9 +87,11 @@ public struct BitrateController: Sendable {
 
     /// Takes a quality report at time `now`: the loss of what we send, the loss we see receiving
     /// (FEC turns on at the first sign of loss either way: the far side's reports come a second
-    /// apart at best), and the round trip, nil while none was measured. Answers the new setting
-    /// when it changed.
-    public mutating func update(lossPct: Double, receivedLossPct: Double = 0, rttMs: Double?, now: Duration) -> Setting? {
+    /// apart at best), the round trip, nil while none was measured, and the interarrival jitter
+    /// (a jittery path's round trips spread above its lowest without any queue: twice the jitter
+    /// is not counted as queueing). Answers the new setting when it changed.
+    public mutating func update(lossPct: Double, receivedLossPct: Double = 0, rttMs: Double?, jitterMs: Double = 0,
+                                now: Duration) -> Setting? {
         let c = configuration
         var next = setting
 
@@ -106,7 +108,7 @@ public struct BitrateController: Sendable {
 
         if let rttMs, rttMs > 0 { lowestRttMs = min(lowestRttMs ?? rttMs, rttMs) }
         var queueing = 0.0
-        if let rttMs, let lowest = lowestRttMs { queueing = rttMs - lowest }
+        if let rttMs, let lowest = lowestRttMs { queueing = max(0, rttMs - lowest - 2 * jitterMs) }
         let congested = (lossPct > c.decreaseAbovePct && queueing > c.queueingMs) || queueing > 2 * c.queueingMs
         let direction = congested ? -1
             : (lossPct < c.increaseBelowPct && queueing < c.queueingMs / 2 && (rttMs.map { $0 < c.increaseBelowRttMs } ?? false) ? 1 : 0)

@@ -551,7 +551,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                     // The encoder adapts to what the far side loses of what we send; the far side's
                     // reports stand in for it until its first receiver report.
                     if let setting = controller.update(lossPct: report.remoteLossPct ?? report.lossPct, receivedLossPct: report.lossPct,
-                                                       rttMs: report.latestRttMs, now: sample.at) {
+                                                       rttMs: report.latestRttMs, jitterMs: report.jitterMs, now: sample.at) {
                         await peer.setAudioEncoding(setting)
                         await self.emit(.bitrate(call.uuid, setting))
                     }

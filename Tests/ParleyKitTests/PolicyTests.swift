@@ -213,6 +213,16 @@ struct QualityTests {
         #expect(down.bitrateKbps == 12 && down.frameMs == 60 && down.fec)
     }
 
+    @Test func aJitteryPathIsNotTakenForAQueue() {
+        var controller = BitrateController()
+        _ = controller.update(lossPct: 0, rttMs: 40, jitterMs: 30, now: .seconds(1))
+        // Round trips spread 0–80 ms above the lowest by 45 ms of jitter: no queue, no decrease.
+        for second in 2..<20 {
+            _ = controller.update(lossPct: 0, rttMs: 40 + Double(second % 3) * 40, jitterMs: 45, now: .seconds(second))
+        }
+        #expect(controller.setting.bitrateKbps >= 32)
+    }
+
     @Test func aFillingQueueLowersTheBitrateBeforeAnyLoss() throws {
         var controller = BitrateController()
         _ = controller.update(lossPct: 0, rttMs: 40, now: .seconds(1))

@@ -14,6 +14,9 @@ import json
 import pathlib
 import sys
 
+# The values in force: ParleyKit's `EModel.opus` and the browser's quality.js hold the same.
+OPUS_IE, OPUS_BPL = 0, 20
+
 
 def rating(rtt, jitter, loss, ie, bpl, codec_delay=26.5):
     delay = rtt / 2 + 2 * jitter + codec_delay
@@ -59,10 +62,10 @@ if __name__ == "__main__":
     path = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".build/quality/results.json")
     ((worst_case, error), ie, bpl), data = fit(json.loads(path.read_text()))
     print(f"Ie = {ie}, Bpl = {bpl} (largest difference {worst_case:.2f}, squared error {error:.3f} over {len(data)} calls)")
-    print(f"{'cell':<22}{'PESQ':>6}{'old model':>11}{'fitted':>8}")
+    print(f"{'cell':<22}{'PESQ':>6}{'in force':>10}{'fitted':>8}")
     worst = 0.0
     for cell, pesq, reports in data:
-        old, new = predicted(reports, 0, 20), predicted(reports, ie, bpl)
+        old, new = predicted(reports, OPUS_IE, OPUS_BPL), predicted(reports, ie, bpl)
         worst = max(worst, abs(new - pesq))
-        print(f"{cell:<22}{pesq:>6.2f}{old:>11.2f}{new:>8.2f}")
+        print(f"{cell:<22}{pesq:>6.2f}{old:>10.2f}{new:>8.2f}")
     print(f"largest difference with the fitted values: {worst:.2f}")

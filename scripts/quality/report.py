@@ -66,18 +66,25 @@ def write(results, out, docs):
                 return median([c[role]["recordingSeconds"] / c[role]["talkSeconds"] for c in calls if c[role]["talkSeconds"]])
             lines.append(f"| {cell} | {ratio('caller'):.3f} | {ratio('callee'):.3f} |")
 
-    mos_rows = [(cell, median(cell_values(cell, "parley-parley", "sdkMos")), median(cell_values(cell, "parley-parley")))
-                for cell in cells]
-    mos_rows = [row for row in mos_rows if row[1] is not None and row[2] is not None]
+    # The SDK's MOS as the calls reported it, and the same reports replayed through the E-model
+    # with the Opus values now in force (calibrate.py), beside PESQ.
+    import calibrate
+    replayed = {}
+    for cell, pesq, reports in calibrate.calls(results):
+        replayed.setdefault(cell, []).append(calibrate.predicted(reports, calibrate.OPUS_IE, calibrate.OPUS_BPL))
+    mos_rows = [(cell, median(cell_values(cell, "parley-parley", "sdkMos")), median(replayed.get(cell, [])),
+                 median(cell_values(cell, "parley-parley"))) for cell in cells]
+    mos_rows = [row for row in mos_rows if row[1] is not None and row[3] is not None]
     if mos_rows:
         lines += ["", "## The SDK's MOS against PESQ (Parley ↔ Parley)", "",
-                  "The E-model estimate the SDK reports (`call.report`, the status line), averaged from the "
-                  "fifth second on, beside the PESQ of the same calls.", "",
-                  "| cell | SDK MOS | PESQ | difference |", "|---|---|---|---|"]
-        for cell, mos, pesq in mos_rows:
-            lines.append(f"| {cell} | {mos:.2f} | {pesq:.2f} | {mos - pesq:+.2f} |")
-        worst = max(abs(m - p) for _, m, p in mos_rows)
-        lines += ["", f"Largest difference: {worst:.2f}."]
+                  "The E-model estimate the SDK reported (`call.report`, the status line), averaged from the "
+                  "fifth second on; the same reports replayed through the E-model with the Opus values now in "
+                  f"force (Ie = {calibrate.OPUS_IE}, Bpl = {calibrate.OPUS_BPL}); and the PESQ of the same calls.", "",
+                  "| cell | SDK MOS (reported) | SDK MOS (values in force) | PESQ | difference |", "|---|---|---|---|---|"]
+        for cell, reported, now, pesq in mos_rows:
+            lines.append(f"| {cell} | {reported:.2f} | {now:.2f} | {pesq:.2f} | {now - pesq:+.2f} |")
+        worst = max(abs(n - p) for _, _, n, p in mos_rows)
+        lines += ["", f"Largest difference with the values in force: {worst:.2f}."]
 
     # PESQ per cell, one bar a pair.
     figure, axes = plt.subplots(figsize=(11, 4.5))
