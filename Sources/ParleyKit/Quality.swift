@@ -66,16 +66,18 @@ public struct QualityReport: Hashable, Sendable {
 ///     MOS = 1 + 0.035·R + 7·10⁻⁶·R·(R − 60)·(100 − R)       (1 below R = 0, 4.5 above R = 100)
 ///
 /// The one-way delay is half the round trip plus the jitter buffer (taken as twice the jitter) plus
-/// the codec's framing and look-ahead. G.113 lists no Ie/Bpl for Opus; `opus` uses Ie = 0 (a
-/// wideband codec with no coding impairment at call bitrates) and Bpl = 20, between G.113's values
-/// for codecs with packet-loss concealment (G.711 with PLC: 25.1, G.729A: 19).
+/// the codec's framing and look-ahead. G.113 lists no Ie/Bpl for Opus. `opus` uses Ie = 11 and
+/// Bpl = 13, fitted to PESQ (P.862.2 wideband) over the impairment matrix of
+/// `scripts/bench-quality.sh` (docs/quality.md), with Ie held where a clean call scores as PESQ
+/// hears it: the Bpl whose estimate strays least from what a listener heard in the worst cell (0.56). The loss it takes is the loss before FEC, so Bpl carries
+/// Parley's FEC and concealment. (Until then: Ie = 0, Bpl = 20, off by up to 1.1.)
 public struct EModel: Hashable, Sendable {
     public var equipmentImpairment: Double
     public var packetLossRobustness: Double
     /// Framing plus look-ahead of the codec, ms.
     public var codecDelayMs: Double
 
-    public static let opus = EModel(equipmentImpairment: 0, packetLossRobustness: 20, codecDelayMs: 26.5)
+    public static let opus = EModel(equipmentImpairment: 11, packetLossRobustness: 13, codecDelayMs: 26.5)
 
     public init(equipmentImpairment: Double, packetLossRobustness: Double, codecDelayMs: Double) {
         self.equipmentImpairment = equipmentImpairment

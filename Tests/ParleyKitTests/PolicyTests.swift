@@ -72,14 +72,14 @@ struct AudioRoutePolicyTests {
 @Suite("Call quality and bitrate")
 struct QualityTests {
     @Test func eModelMatchesItsReferencePoints() {
-        // No impairment but the codec's delay: R = 93.2 − 0.024 · 26.5 ≈ 92.56, MOS ≈ 4.40.
+        // No impairment but Opus's own (Ie 11) and the codec's delay: R = 93.2 − 0.024 · 26.5 − 11 ≈ 81.56.
         let clean = EModel.opus.rating(rttMs: 0, jitterMs: 0, lossPct: 0)
-        #expect(abs(clean - 92.564) < 0.01)
-        #expect(abs(EModel.mos(rating: clean) - 4.40) < 0.01)
-        #expect(EModel.score(rating: clean) == 5)
-        // 5 % random loss with Bpl 20: Ie,eff = 95 · 5 / 25 = 19.
+        #expect(abs(clean - 81.564) < 0.01)
+        #expect(abs(EModel.mos(rating: clean) - 4.08) < 0.01)
+        #expect(EModel.score(rating: clean) == 4)
+        // 5 % random loss with Bpl 13: Ie,eff − Ie = (95 − 11) · 5 / 18 ≈ 23.33.
         let lossy = EModel.opus.rating(rttMs: 0, jitterMs: 0, lossPct: 5)
-        #expect(abs(clean - lossy - 19) < 0.001)
+        #expect(abs(clean - lossy - 84.0 * 5 / 18) < 0.001)
         // Delay past 177.3 ms one way costs more steeply.
         let slow = EModel.opus.rating(rttMs: 400, jitterMs: 0, lossPct: 0)
         #expect(abs((clean - slow) - (0.024 * 200 + 0.11 * (226.5 - 177.3))) < 0.001)

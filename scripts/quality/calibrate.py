@@ -15,7 +15,7 @@ import pathlib
 import sys
 
 # The values in force: ParleyKit's `EModel.opus` and the browser's quality.js hold the same.
-OPUS_IE, OPUS_BPL = 0, 20
+OPUS_IE, OPUS_BPL = 11, 13
 
 
 def rating(rtt, jitter, loss, ie, bpl, codec_delay=26.5):

@@ -6,7 +6,8 @@
 //   Ie,eff = Ie + (95 − Ie) · loss / (loss + Bpl)
 //   MOS = 1 + 0.035·R + 7·10⁻⁶·R·(R − 60)·(100 − R)    (1 below R = 0, 4.5 above R = 100)
 
-export const opus = Object.freeze({ equipmentImpairment: 0, packetLossRobustness: 20, codecDelayMs: 26.5 });
+// Fitted to PESQ on an impaired wire (docs/quality.md), as the SDK's EModel.opus.
+export const opus = Object.freeze({ equipmentImpairment: 11, packetLossRobustness: 13, codecDelayMs: 26.5 });
 
 export function rating({ rttMs, jitterMs, lossPct }, model = opus) {
   const delay = rttMs / 2 + 2 * jitterMs + model.codecDelayMs;
