@@ -372,7 +372,7 @@ def run_call(args, wire, peers, directory, reference, cell, pair, run, number):
                         "trace": end["trace"], "heard": heard_from}
     result["pesq"] = statistics.mean(result["caller"]["pesq"] + result["callee"]["pesq"])
     mos = [r.get("mos") for role in ("caller", "callee") for r in result[role]["trace"] if "mos" in r and r["t"] >= 5]
-    result["sdkMos"] = statistics.mean(mos) if mos and "parley" in pair and pair == "parley-parley" else None
+    result["sdkMos"] = statistics.mean(mos) if mos and pair == "parley-parley" else None
     return result
 
 
