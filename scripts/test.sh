@@ -22,9 +22,21 @@ if grep -E "^($PWD/(Sources|Tests)/[^:]+|macro expansion #[A-Za-z]+):[0-9]+:[0-9
 fi
 echo "== testing"
 export PARLEY_REQUIRE_ALL_TESTS=1
-if [ "$(id -u)" -eq 0 ] && unshare --net true 2>/dev/null; then
-  exec unshare --net sh -c 'ip link set lo up && exec swift test --skip-build --disable-xctest --no-parallel "$@"' sh "$@"
+log=.build/test-output.txt
+run_tests() {
+  if [ "$(id -u)" -eq 0 ] && unshare --net true 2>/dev/null; then
+    unshare --net sh -c 'ip link set lo up && exec swift test --skip-build --disable-xctest --no-parallel "$@"' sh "$@"
+  else
+    echo "scripts/test.sh: cannot make a private network namespace (unshare --net needs root): the browser tests will fail and say why;" >&2
+    echo "  run 'swift test' yourself to skip them instead" >&2
+    swift test --skip-build --disable-xctest --no-parallel "$@"
+  fi
+}
+status=0
+run_tests "$@" 2>&1 | tee "$log" || status=$?
+if [ "$status" -ne 0 ]; then
+  # A CI log is often read from its tail: repeat what failed there, with each issue's detail.
+  echo "== what failed (the whole output is in $log)"
+  grep -E -A6 "recorded an issue|✘ Test .*\) failed|Exited with|Fatal error" "$log" | grep -v "^◇\|passed after" | head -80 || true
 fi
-echo "scripts/test.sh: cannot make a private network namespace (unshare --net needs root): the browser tests will fail and say why;" >&2
-echo "  run 'swift test' yourself to skip them instead" >&2
-exec swift test --skip-build --disable-xctest --no-parallel "$@"
+exit "$status"
