@@ -486,6 +486,11 @@ static void add_jitter_stats(GstElement *jitterbuffer, void *data) {
         if (gst_structure_get_uint64(stats, "num-pushed", &value)) out->pushed += value;
         if (gst_structure_get_uint64(stats, "num-lost", &value)) out->lost += value;
         if (gst_structure_get_uint64(stats, "num-late", &value)) out->late += value;
+        if (gst_structure_get_uint64(stats, "rtx-count", &value)) out->retransmissions_asked += value;
+        if (gst_structure_get_uint64(stats, "rtx-success-count", &value)) out->retransmissions_received += value;
+        if (gst_structure_get_uint64(stats, "rtx-rtt", &value) && value / 1e6 > out->retransmission_rtt_ms) {
+            out->retransmission_rtt_ms = value / 1e6;
+        }
         if (gst_structure_get_uint64(stats, "avg-jitter", &value) && value > 0 && value / 1e6 > out->jitter_ms) {
             out->jitter_ms = value / 1e6;
         }
@@ -510,6 +515,36 @@ void parley_jitter_buffers_set_latency(void *webrtc, unsigned int latency_ms) {
     guint latency = latency_ms;
     g_object_set(webrtc, "latency", latency, NULL);
     each_element_of(webrtc, "rtpjitterbuffer", set_latency, &latency);
+}
+
+static void on_new_transceiver(GstElement *webrtc, GObject *transceiver, gpointer data) {
+    g_object_set(transceiver, "do-nack", TRUE, NULL);
+}
+
+void parley_webrtc_enable_retransmission(void *webrtc) {
+    // Every transceiver, whether a sink pad or a remote offer made it, negotiates NACK and RTX
+    // before its first description is built.
+    g_signal_connect(webrtc, "on-new-transceiver", G_CALLBACK(on_new_transceiver), NULL);
+    // webrtcbin 1.22 turns NACKs on in a jitter buffer only if the far side's description named
+    // the stream's SSRC when the buffer was made, which depends on timing; rtpbin's own switch
+    // covers every jitter buffer, made before or after.
+    GstElement *rtpbin = gst_bin_get_by_name(GST_BIN(webrtc), "rtpbin");
+    if (rtpbin) {
+        g_object_set(rtpbin, "do-retransmission", TRUE, NULL);
+        gst_object_unref(rtpbin);
+    }
+}
+
+static void add_retransmissions_asked(GstElement *rtx, void *data) {
+    guint requests = 0;
+    g_object_get(rtx, "num-rtx-requests", &requests, NULL);
+    *(uint64_t *)data += requests;
+}
+
+uint64_t parley_retransmissions_asked(void *webrtc) {
+    uint64_t total = 0;
+    each_element_of(webrtc, "rtprtxsend", add_retransmissions_asked, &total);
+    return total;
 }
 
 static void set_rtcp_interval(GstElement *session, void *data) {

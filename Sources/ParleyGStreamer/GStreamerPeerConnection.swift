@@ -90,6 +90,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         bridge = Bridge(pipeline: pipeline, output: configuration.output, recording: recording, logger: logger)
         retainedBridge = Unmanaged.passRetained(bridge).toOpaque()
         parley_webrtc_attach(pipeline, webrtc, bridgeEventCallback, retainedBridge)
+        if configuration.retransmission { parley_webrtc_enable_retransmission(webrtc) }
 
         parley_ice_configure(webrtc, UInt32(configuration.icePacingMs))
         for address in configuration.localAddresses where parley_ice_add_local_address(webrtc, address) != 0 {
@@ -142,7 +143,9 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                     var stats = parley_jitter_stats()
                     guard controller != nil, parley_jitter_buffers_read(self.webrtc, &stats) > 0,
                           let latency = controller?.update(jitterMs: stats.jitter_ms >= 0 ? stats.jitter_ms : nil,
-                                                           lateSoFar: stats.late, now: ContinuousClock.now - start) else { return nil }
+                                                           lateSoFar: stats.late, askedAgainSoFar: stats.retransmissions_asked,
+                                                           retransmissionRttMs: stats.retransmission_rtt_ms > 0 ? stats.retransmission_rtt_ms : nil,
+                                                           now: ContinuousClock.now - start) else { return nil }
                     parley_jitter_buffers_set_latency(self.webrtc, UInt32(latency))
                     self.jitterBufferLatencyMs = latency
                     return latency
@@ -335,6 +338,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             }
             parley_webrtc_get_stats(webrtc, promiseCallback, Unmanaged.passRetained(receiver).toOpaque())
         }
+        let asked = lock.withLock { closed ? 0 : parley_retransmissions_asked(webrtc) }
         return MediaStatsSample(at: ContinuousClock.now - created,
                                 roundTripTimeMs: stats.round_trip_time_ms >= 0 ? stats.round_trip_time_ms : nil,
                                 jitterMs: stats.jitter_ms >= 0 ? stats.jitter_ms : nil,
@@ -343,7 +347,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                                 bytesSent: Int(stats.bytes_sent),
                                 bytesReceived: Int(stats.bytes_received),
                                 audioLevel: bridge.receivedLevel,
-                                remoteLossPct: stats.remote_fraction_lost >= 0 ? stats.remote_fraction_lost * 100 : nil)
+                                remoteLossPct: stats.remote_fraction_lost >= 0 ? stats.remote_fraction_lost * 100 : nil,
+                                packetsSent: Int(stats.packets_sent), retransmissionsAsked: Int(asked))
     }
 
     public func close() async { teardown() }

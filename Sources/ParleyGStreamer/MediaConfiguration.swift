@@ -108,6 +108,10 @@ public struct MediaEngineConfiguration: Hashable, Sendable {
     public var rtcpIntervalMs = 1_000
     /// How the jitter buffer follows the network; nil keeps it at `jitterBufferMs`.
     public var adaptiveJitterBuffer: JitterBufferController.Configuration? = JitterBufferController.Configuration()
+    /// Ask for lost packets again (RTCP NACK) and answer such asks (RTX, RFC 4588), audio included.
+    /// Chromium leaves NACK off for audio; on a path whose round trip fits in the jitter buffer a
+    /// retransmission restores what FEC cannot.
+    public var retransmission = true
     /// How often ICE sends a connectivity check (RFC 8445's Ta, at least 5 ms for media).
     public var icePacingMs = 5
     public var opusBitrate = 32_000

@@ -9,6 +9,17 @@
 /// before it drops). (Heavy loss alone is no sign either: at 20 % random loss, dropping to 12 kbit/s
 /// and 60 ms frames scored PESQ 1.28 where keeping 48 kbit/s with FEC does better.)
 ///
+/// No round trip at all `feedbackTimeout` after the first report means the far side's receiver
+/// reports are not getting through: the path is choked (a bottleneck's queue fills before the first
+/// report can cross it), and the bitrate comes down as for congestion, as libwebrtc does when its
+/// feedback stops. The boost to `lossyKbps` needs a round trip under `lossyBelowRttMs`: a first
+/// round trip measured through a full queue would otherwise pass for the path's own. Nor is a path
+/// that has queued once in the call boosted again: its rate rises only by the slow increases.
+///
+/// No path's own round trip is longer than `longestPathRttMs` (a geostationary satellite hop is
+/// about 600 ms): whatever a round trip has above it is queue, even when that round trip is the
+/// lowest measured (one report crossing a full bottleneck is all a choked call may get).
+///
 /// A queue deeper than `drainQueueMs` drains only if we send well under the link's rate: the bitrate
 /// falls to `minKbps` at once rather than step by step behind a round trip that grows with it.
 ///
@@ -32,6 +43,9 @@ public struct BitrateController: Sendable {
         public var startKbps: Double = 32
         public var decreaseAbovePct: Double = 3
         public var lossyKbps: Double = 48
+        public var lossyBelowRttMs: Double = 250
+        public var feedbackTimeout: Duration = .seconds(5)
+        public var longestPathRttMs: Double = 700
         public var longerFramesBelowKbps: Double = 20
         public var longestFramesBelowKbps: Double = 14
         public var decreaseFactor: Double = 0.75
@@ -77,6 +91,8 @@ public struct BitrateController: Sendable {
     private var pendingDirection = 0
     private var pendingCount = 0
     private var lowestRttMs: Double?
+    private var firstReport: Duration?
+    private var queuedBefore = false
 
     public init(configuration: Configuration = Configuration()) {
         precondition(configuration.minKbps <= configuration.maxKbps, "minKbps must not exceed maxKbps")
@@ -108,8 +124,13 @@ public struct BitrateController: Sendable {
 
         if let rttMs, rttMs > 0 { lowestRttMs = min(lowestRttMs ?? rttMs, rttMs) }
         var queueing = 0.0
-        if let rttMs, let lowest = lowestRttMs { queueing = max(0, rttMs - lowest - 2 * jitterMs) }
-        let congested = (lossPct > c.decreaseAbovePct && queueing > c.queueingMs) || queueing > 2 * c.queueingMs
+        if let rttMs, let lowest = lowestRttMs {
+            queueing = max(0, rttMs - lowest - 2 * jitterMs, rttMs - c.longestPathRttMs)
+        }
+        let start = firstReport ?? now
+        firstReport = start
+        let feedbackLost = rttMs == nil && now - start >= c.feedbackTimeout
+        let congested = (lossPct > c.decreaseAbovePct && queueing > c.queueingMs) || queueing > 2 * c.queueingMs || feedbackLost
         let direction = congested ? -1
             : (lossPct < c.increaseBelowPct && queueing < c.queueingMs / 2 && (rttMs.map { $0 < c.increaseBelowRttMs } ?? false) ? 1 : 0)
         if direction == 0 || direction != pendingDirection {
@@ -123,6 +144,7 @@ public struct BitrateController: Sendable {
         if direction != 0, pendingCount >= c.confirmations, !heldOff {
             let factor = direction > 0 ? c.increaseFactor : (queueing > c.drainQueueMs ? 0 : c.decreaseFactor)
             let rate = min(c.maxKbps, max(c.minKbps, setting.bitrateKbps * factor))
+            if direction < 0 { queuedBefore = true }
             if rate != setting.bitrateKbps {
                 next.bitrateKbps = rate
                 lastChange = now
@@ -132,7 +154,7 @@ public struct BitrateController: Sendable {
         // Loss without congestion: give FEC its bits now rather than one step every hold-off (and
         // as soon as a round trip shows the path does not queue, if FEC came on before one did).
         let boostHeldOff = lastChange.map { now - $0 < c.increaseHoldOff } ?? false
-        if next.fec, !congested, rttMs != nil, queueing < c.queueingMs / 2, next.bitrateKbps < c.lossyKbps,
+        if next.fec, !congested, !queuedBefore, let rttMs, rttMs < c.lossyBelowRttMs, queueing < c.queueingMs / 2, next.bitrateKbps < c.lossyKbps,
            !setting.fec || !boostHeldOff {
             next.bitrateKbps = min(c.maxKbps, c.lossyKbps)
             lastChange = now

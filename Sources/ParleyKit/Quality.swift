@@ -15,10 +15,14 @@ public struct MediaStatsSample: Hashable, Sendable {
     /// The share of what we send that the far side lost, percent, from its last receiver report
     /// (RTCP); nil before the first. This, not what we lose receiving, is what our encoder adapts to.
     public var remoteLossPct: Double?
+    public var packetsSent: Int
+    /// Packets we sent that the far side asked for again (RTCP NACK). Where retransmission repairs
+    /// the loss its receiver reports show none; these asks still count what the network dropped.
+    public var retransmissionsAsked: Int
 
     public init(at: Duration, roundTripTimeMs: Double? = nil, jitterMs: Double? = nil, packetsReceived: Int = 0,
                 packetsLost: Int = 0, bytesSent: Int = 0, bytesReceived: Int = 0, audioLevel: Double? = nil,
-                remoteLossPct: Double? = nil) {
+                remoteLossPct: Double? = nil, packetsSent: Int = 0, retransmissionsAsked: Int = 0) {
         self.at = at
         self.roundTripTimeMs = roundTripTimeMs
         self.jitterMs = jitterMs
@@ -28,6 +32,8 @@ public struct MediaStatsSample: Hashable, Sendable {
         self.bytesReceived = bytesReceived
         self.audioLevel = audioLevel
         self.remoteLossPct = remoteLossPct
+        self.packetsSent = packetsSent
+        self.retransmissionsAsked = retransmissionsAsked
     }
 }
 
@@ -47,7 +53,8 @@ public struct QualityReport: Hashable, Sendable {
     /// Received bitrate.
     public var bitrateKbps: Double
     public var audioLevel: Double?
-    /// What the far side lost of what we send, percent (see `MediaStatsSample.remoteLossPct`).
+    /// What the far side lost of what we send, percent, before any retransmission repaired it: the
+    /// larger of its reports and its asks for packets again (see `MediaStatsSample`), smoothed.
     public var remoteLossPct: Double?
 
     /// The form `call.report` carries.
@@ -141,7 +148,12 @@ public struct QualityMonitor: Sendable {
         let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0
         recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss), rtt, jitter, loss, bitrate))
         if recent.count > window { recent.removeFirst(recent.count - window) }
-        if let remote = sample.remoteLossPct { recentRemoteLoss.append(remote) }
+        // What the far side lost of what we sent: its report, or its asks for packets again where
+        // retransmission hid the loss from its report.
+        let sent = max(0, sample.packetsSent - previous.packetsSent)
+        let asked = max(0, sample.retransmissionsAsked - previous.retransmissionsAsked)
+        let askedPct = sent > 0 && asked > 0 ? min(100, 100 * Double(asked) / Double(sent)) : nil
+        if let remote = [sample.remoteLossPct, askedPct].compactMap({ $0 }).max() { recentRemoteLoss.append(remote) }
         if recentRemoteLoss.count > window { recentRemoteLoss.removeFirst(recentRemoteLoss.count - window) }
 
         func mean(_ values: [Double]) -> Double { values.reduce(0, +) / Double(values.count) }

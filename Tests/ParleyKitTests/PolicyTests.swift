@@ -119,6 +119,24 @@ struct QualityTests {
         #expect(second.callQuality.lossPct == 2.5)
     }
 
+    /// Where retransmission repairs every loss the far side reports none; its asks for packets
+    /// again still tell the encoder what the network drops.
+    @Test func theFarSidesAsksForPacketsAgainCountAsItsLoss() throws {
+        var monitor = QualityMonitor(window: 1)
+        _ = monitor.add(MediaStatsSample(at: .seconds(0), remoteLossPct: 0, packetsSent: 0))
+        let repairedReport = monitor.add(MediaStatsSample(at: .seconds(1), remoteLossPct: 0, packetsSent: 50, retransmissionsAsked: 5))
+        let repaired = try #require(repairedReport)
+        #expect(repaired.remoteLossPct == 10)
+        let reportedReport = monitor.add(MediaStatsSample(at: .seconds(2), remoteLossPct: 12, packetsSent: 100, retransmissionsAsked: 6))
+        let reported = try #require(reportedReport)
+        #expect(reported.remoteLossPct == 12, "the larger of the two")
+        var fresh = QualityMonitor(window: 1)
+        _ = fresh.add(MediaStatsSample(at: .seconds(0)))
+        let beforeReport = fresh.add(MediaStatsSample(at: .seconds(1), packetsSent: 50))
+        let before = try #require(beforeReport)
+        #expect(before.remoteLossPct == nil, "nothing heard from the far side yet")
+    }
+
     /// Unwraps the setting a controller was expected to change to.
     func changed(_ setting: BitrateController.Setting?, sourceLocation: SourceLocation = #_sourceLocation) throws -> BitrateController.Setting {
         try #require(setting, sourceLocation: sourceLocation)
@@ -231,12 +249,37 @@ struct QualityTests {
         #expect(down.bitrateKbps == 24 && !down.fec)
     }
 
-    @Test func noDecisionOnARoundTripNeverMeasured() {
+    @Test func noIncreaseOnARoundTripNeverMeasuredAndNoneForLongLowersTheBitrate() throws {
         var controller = BitrateController()
-        for second in 0..<20 {
+        for second in 0..<5 {
             #expect(controller.update(lossPct: 0, rttMs: nil, now: .seconds(second)) == nil)
         }
-        #expect(controller.setting.bitrateKbps == 32)
+        // Five seconds without one receiver report getting through: the path is choked.
+        #expect(controller.update(lossPct: 0, rttMs: nil, now: .seconds(5)) == nil, "confirmed first")
+        let down = try changed(controller.update(lossPct: 0, rttMs: nil, now: .seconds(6)))
+        #expect(down.bitrateKbps == 24)
+    }
+
+    /// As a 32 kbit/s bottleneck with a 1.5 s queue does it: the first report to get through comes
+    /// with a 1.9 s round trip, and it is the lowest the call will see.
+    @Test func aFirstRoundTripThroughAFullQueueIsNotTakenForThePath() throws {
+        var controller = BitrateController()
+        var settings: [BitrateController.Setting] = []
+        for second in 1...3 {
+            if let s = controller.update(lossPct: 6, receivedLossPct: 6, rttMs: nil, now: .seconds(second)) { settings.append(s) }
+        }
+        for second in 4...8 {
+            if let s = controller.update(lossPct: 25, receivedLossPct: 30, rttMs: 1_929, now: .seconds(second)) { settings.append(s) }
+        }
+        #expect(settings.allSatisfy { $0.bitrateKbps <= 32 }, "no boost for FEC on a queued path: \(settings)")
+        #expect(controller.setting.bitrateKbps == 12 && controller.setting.fec, "\(settings)")
+        // The queue drained, loss lingers: no jump back to 48 kbit/s that would fill it again.
+        for second in 9...30 { _ = controller.update(lossPct: 5, rttMs: 60, now: .seconds(second)) }
+        #expect(controller.setting.bitrateKbps == 12)
+        // A long path of its own with loss but no queue is not lowered, nor boosted past 250 ms.
+        var far = BitrateController()
+        for second in 1...10 { _ = far.update(lossPct: 5, rttMs: 600, now: .seconds(second)) }
+        #expect(far.setting.bitrateKbps == 32 && far.setting.fec)
     }
 
     @Test func bitrateStaysWithinItsBounds() {

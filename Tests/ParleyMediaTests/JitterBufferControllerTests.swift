@@ -28,6 +28,19 @@ struct JitterBufferControllerTests {
         #expect(controller.update(jitterMs: 2, lateSoFar: 4, now: .seconds(4)) == 113)
     }
 
+    @Test func waitsForRetransmissionsWhileLostPacketsAreAskedForAgain() {
+        var controller = JitterBufferController()
+        // Asks, but no retransmission has come yet: nothing to size by.
+        #expect(controller.update(jitterMs: 5, lateSoFar: 0, askedAgainSoFar: 4, now: .seconds(1)) == nil)
+        // A retransmission took 45 ms: 45 + 3 × 5 + 30.
+        #expect(controller.update(jitterMs: 5, lateSoFar: 0, askedAgainSoFar: 9, retransmissionRttMs: 45, now: .seconds(2)) == 90)
+        // No asks for a while: it shrinks as it does after jitter.
+        for second in 3...5 {
+            #expect(controller.update(jitterMs: 5, lateSoFar: 0, askedAgainSoFar: 9, retransmissionRttMs: 45, now: .seconds(second)) == nil)
+        }
+        #expect(controller.update(jitterMs: 5, lateSoFar: 0, askedAgainSoFar: 9, retransmissionRttMs: 45, now: .seconds(6)) == 80)
+    }
+
     @Test func staysWithinItsBounds() {
         var controller = JitterBufferController()
         for second in 1...20 { _ = controller.update(jitterMs: 500, lateSoFar: UInt64(second), now: .seconds(second)) }

@@ -129,12 +129,20 @@ typedef struct {
     uint64_t late;
     double jitter_ms;  // the largest stream's running interarrival jitter; < 0 when none yet
     unsigned int latency_ms;
+    uint64_t retransmissions_asked;     // NACKed packets
+    uint64_t retransmissions_received;  // of those, how many came back in time
+    double retransmission_rtt_ms;       // how long a retransmission took to come; 0 before one did
 } parley_jitter_stats;
 
 /// 0 when there is no jitter buffer yet.
 int parley_jitter_buffers_read(void *webrtc, parley_jitter_stats *out);
 /// Sets every jitter buffer's latency, and webrtcbin's for those made later.
 void parley_jitter_buffers_set_latency(void *webrtc, unsigned int latency_ms);
+/// Negotiates NACK and RTX on every transceiver and asks for lost packets again; call before
+/// the first description.
+void parley_webrtc_enable_retransmission(void *webrtc);
+/// How many packets we sent the far side asked for again (NACK), over every stream so far.
+uint64_t parley_retransmissions_asked(void *webrtc);
 /// Sets the shortest RTCP report interval of every RTP session (GStreamer's default is RFC 3550's
 /// 5 s); answers how many sessions there were.
 int parley_rtp_sessions_set_rtcp_interval(void *webrtc, unsigned int interval_ms);
