@@ -106,6 +106,9 @@ public struct MediaEngineConfiguration: Hashable, Sendable {
     /// The shortest interval between RTCP reports. Receiver reports carry loss and round trip to the
     /// far side's encoder; RFC 3550's 5 s default leaves a call deaf to a worse network for seconds.
     public var rtcpIntervalMs = 1_000
+    /// The shortest RTCP interval while asking for lost packets (`retransmission`): each report may
+    /// carry NACKs.
+    public var retransmissionRtcpIntervalMs = 100
     /// How the jitter buffer follows the network; nil keeps it at `jitterBufferMs`.
     public var adaptiveJitterBuffer: JitterBufferController.Configuration? = JitterBufferController.Configuration()
     /// Ask for lost packets again (RTCP NACK) and answer such asks (RTX, RFC 4588), audio included.

@@ -544,13 +544,17 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         let task = Task { [clock] in
             var monitor = QualityMonitor()
             var controller = BitrateController(configuration: bitrateConfiguration)
+            var mediaFlows = false
             while !Task.isCancelled {
                 guard let sample = try? await peer.statistics() else { return }
                 if let report = monitor.add(sample) {
                     self.record(report, for: call)
+                    // The controller starts with the media: under loss the DTLS handshake can hold
+                    // it back for seconds, and no receiver report comes before it flows.
+                    mediaFlows = mediaFlows || report.bitrateKbps > 0
                     // The encoder adapts to what the far side loses of what we send; the far side's
                     // reports stand in for it until its first receiver report.
-                    if let setting = controller.update(lossPct: report.remoteLossPct ?? report.lossPct, receivedLossPct: report.lossPct,
+                    if mediaFlows, let setting = controller.update(lossPct: report.remoteLossPct ?? report.lossPct, receivedLossPct: report.lossPct,
                                                        rttMs: report.latestRttMs, jitterMs: report.jitterMs, now: sample.at) {
                         await peer.setAudioEncoding(setting)
                         await self.emit(.bitrate(call.uuid, setting))
