@@ -530,9 +530,7 @@ void parley_webrtc_enable_retransmission(void *webrtc) {
     // covers every jitter buffer, made before or after.
     GstElement *rtpbin = gst_bin_get_by_name(GST_BIN(webrtc), "rtpbin");
     if (rtpbin) {
-        // AVPF lets a NACK leave at once as early feedback; under AVP it waits for the next
-        // regular report, a second away, when the packet it asks for is long due.
-        g_object_set(rtpbin, "do-retransmission", TRUE, "rtp-profile", GST_RTP_PROFILE_SAVPF, NULL);
+        g_object_set(rtpbin, "do-retransmission", TRUE, NULL);
         gst_object_unref(rtpbin);
     }
 }
@@ -549,20 +547,13 @@ uint64_t parley_retransmissions_asked(void *webrtc) {
     return total;
 }
 
-typedef struct {
-    guint64 interval;
-    double fraction;
-} RtcpSettings;
-
-static void set_rtcp(GstElement *session, void *data) {
-    RtcpSettings *settings = data;
-    g_object_set(session, "rtcp-min-interval", settings->interval, NULL);
-    if (settings->fraction > 0) g_object_set(session, "rtcp-fraction", settings->fraction, NULL);
+static void set_rtcp_interval(GstElement *session, void *data) {
+    g_object_set(session, "rtcp-min-interval", *(guint64 *)data, NULL);
 }
 
-int parley_rtp_sessions_set_rtcp(void *webrtc, unsigned int interval_ms, double fraction) {
-    RtcpSettings settings = { (guint64)interval_ms * GST_MSECOND, fraction };
-    return each_element_of(webrtc, "rtpsession", set_rtcp, &settings);
+int parley_rtp_sessions_set_rtcp_interval(void *webrtc, unsigned int interval_ms) {
+    guint64 interval = (guint64)interval_ms * GST_MSECOND;
+    return each_element_of(webrtc, "rtpsession", set_rtcp_interval, &interval);
 }
 
 // MARK: ICE agent

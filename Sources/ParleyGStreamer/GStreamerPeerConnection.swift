@@ -129,11 +129,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         var settings = configuration.adaptiveJitterBuffer
         settings?.minimumMs = configuration.jitterBufferMs
         if let minimum = settings?.minimumMs, let maximum = settings?.maximumMs { settings?.maximumMs = max(maximum, minimum) }
-        let rtcpInterval = UInt32(configuration.retransmission ? configuration.retransmissionRtcpIntervalMs : configuration.rtcpIntervalMs)
-        // A NACK leaves early once per regular report; reports every second or so would hold most
-        // asks back until their packet is long due. A quarter of the bandwidth lets RTCP (about
-        // 100 bytes a report) go every 100–200 ms on an audio call: some 6 kbit/s.
-        let rtcpFraction = configuration.retransmission ? 0.25 : 0
+        let rtcpInterval = UInt32(configuration.rtcpIntervalMs)
         let start = ContinuousClock.now
         jitterBufferTask = Task { [weak self] in
             var controller = settings.map { JitterBufferController(configuration: $0) }
@@ -143,7 +139,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                 let latency = self.lock.withLock { () -> Int? in
                     guard !self.closed else { return nil }
                     // Every tick, so sessions made later (a renegotiation adding video) get it too.
-                    _ = parley_rtp_sessions_set_rtcp(self.webrtc, rtcpInterval, rtcpFraction)
+                    _ = parley_rtp_sessions_set_rtcp_interval(self.webrtc, rtcpInterval)
                     var stats = parley_jitter_stats()
                     guard controller != nil, parley_jitter_buffers_read(self.webrtc, &stats) > 0,
                           let latency = controller?.update(jitterMs: stats.jitter_ms >= 0 ? stats.jitter_ms : nil,
@@ -347,10 +343,12 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             var buffers = parley_jitter_stats()
             return (parley_retransmissions_asked(webrtc), parley_jitter_buffers_read(webrtc, &buffers) > 0 ? buffers : nil)
         }
-        // What the listener lost: the packets the jitter buffer gave up on. The RTP statistics count
-        // a packet that a retransmission brought too late to play as received. (With video the
+        // What the listener lost: the packets the jitter buffer gave up on or got too late to play.
+        // The RTP statistics count a packet a retransmission brought too late as received. (A packet
+        // given up on that comes later counts twice: an estimate on the safe side. With video the
         // buffers' counts mix both streams; then the RTP statistics stand.)
-        let lost = max(Int(max(0, stats.packets_lost)), video ? 0 : Int(jitterBuffers?.lost ?? 0))
+        let unplayed = jitterBuffers.map { Int($0.lost + $0.late) } ?? 0
+        let lost = max(Int(max(0, stats.packets_lost)), video ? 0 : unplayed)
         return MediaStatsSample(at: ContinuousClock.now - created,
                                 roundTripTimeMs: stats.round_trip_time_ms >= 0 ? stats.round_trip_time_ms : nil,
                                 jitterMs: stats.jitter_ms >= 0 ? stats.jitter_ms : nil,

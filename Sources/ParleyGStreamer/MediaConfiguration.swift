@@ -106,15 +106,14 @@ public struct MediaEngineConfiguration: Hashable, Sendable {
     /// The shortest interval between RTCP reports. Receiver reports carry loss and round trip to the
     /// far side's encoder; RFC 3550's 5 s default leaves a call deaf to a worse network for seconds.
     public var rtcpIntervalMs = 1_000
-    /// The shortest RTCP interval while asking for lost packets (`retransmission`): each report may
-    /// carry NACKs.
-    public var retransmissionRtcpIntervalMs = 100
     /// How the jitter buffer follows the network; nil keeps it at `jitterBufferMs`.
     public var adaptiveJitterBuffer: JitterBufferController.Configuration? = JitterBufferController.Configuration()
     /// Ask for lost packets again (RTCP NACK) and answer such asks (RTX, RFC 4588), audio included.
     /// Chromium leaves NACK off for audio; on a path whose round trip fits in the jitter buffer a
-    /// retransmission restores what FEC cannot.
-    public var retransmission = true
+    /// retransmission restores what FEC cannot (docs/quality.md has what it was measured to do).
+    /// Off: with it on, a Chromium callee of a Parley offer never reached an active call (not yet
+    /// understood), and at 20 % loss the retransmissions cost more than they repair.
+    public var retransmission = false
     /// How often ICE sends a connectivity check (RFC 8445's Ta, at least 5 ms for media).
     public var icePacingMs = 5
     public var opusBitrate = 32_000

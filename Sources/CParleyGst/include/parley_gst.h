@@ -144,9 +144,8 @@ void parley_webrtc_enable_retransmission(void *webrtc);
 /// How many packets we sent the far side asked for again (NACK), over every stream so far.
 uint64_t parley_retransmissions_asked(void *webrtc);
 /// Sets the shortest RTCP report interval of every RTP session (GStreamer's default is RFC 3550's
-/// 5 s) and, when above 0, the share of the session's bandwidth RTCP may take (default 0.05);
-/// answers how many sessions there were.
-int parley_rtp_sessions_set_rtcp(void *webrtc, unsigned int interval_ms, double fraction);
+/// 5 s); answers how many sessions there were.
+int parley_rtp_sessions_set_rtcp_interval(void *webrtc, unsigned int interval_ms);
 
 // MARK: ICE agent (libnice)
 
