@@ -46,6 +46,11 @@ public struct BitrateController: Sendable {
         public var lossyBelowRttMs: Double = 250
         public var feedbackTimeout: Duration = .seconds(5)
         public var longestPathRttMs: Double = 700
+        /// How many times the interarrival jitter a round trip may rise above the lowest without
+        /// counting as queue. Delays spread evenly over 0–80 ms each way (jitter read as about 18 ms)
+        /// put round trips up to 160 ms and on average 80 ms above the lowest; at twice the jitter
+        /// that read as a queue, and 15 % loss with it lowered the rate to 18 kbit/s for nothing.
+        public var jitterAllowance: Double = 4
         public var longerFramesBelowKbps: Double = 20
         public var longestFramesBelowKbps: Double = 14
         public var decreaseFactor: Double = 0.75
@@ -104,7 +109,7 @@ public struct BitrateController: Sendable {
     /// Takes a quality report at time `now`: the loss of what we send, the loss we see receiving
     /// (FEC turns on at the first sign of loss either way: the far side's reports come a second
     /// apart at best), the round trip, nil while none was measured, and the interarrival jitter
-    /// (a jittery path's round trips spread above its lowest without any queue: twice the jitter
+    /// (a jittery path's round trips spread above its lowest without any queue: `jitterAllowance` × the jitter
     /// is not counted as queueing). Answers the new setting when it changed.
     public mutating func update(lossPct: Double, receivedLossPct: Double = 0, rttMs: Double?, jitterMs: Double = 0,
                                 now: Duration) -> Setting? {
@@ -125,7 +130,7 @@ public struct BitrateController: Sendable {
         if let rttMs, rttMs > 0 { lowestRttMs = min(lowestRttMs ?? rttMs, rttMs) }
         var queueing = 0.0
         if let rttMs, let lowest = lowestRttMs {
-            queueing = max(0, rttMs - lowest - 2 * jitterMs, rttMs - c.longestPathRttMs)
+            queueing = max(0, rttMs - lowest - c.jitterAllowance * jitterMs, rttMs - c.longestPathRttMs)
         }
         let start = firstReport ?? now
         firstReport = start

@@ -241,6 +241,17 @@ struct QualityTests {
         #expect(controller.setting.bitrateKbps >= 32)
     }
 
+    /// The benchmark's mid-call change: 15 % loss with delays spread over 0–80 ms each way. The
+    /// round trips rise well above the lowest, but by the path's own spread, not by a queue.
+    @Test func lossWithJitterIsNotTakenForCongestion() {
+        var controller = BitrateController()
+        _ = controller.update(lossPct: 0, rttMs: 42, jitterMs: 4, now: .seconds(1))
+        for (second, rtt) in zip(2..<12, [120.0, 150, 95, 160, 130, 110, 155, 140, 100, 125]) {
+            _ = controller.update(lossPct: 15, receivedLossPct: 15, rttMs: rtt, jitterMs: 18, now: .seconds(second))
+        }
+        #expect(controller.setting.bitrateKbps >= 32 && controller.setting.fec)
+    }
+
     @Test func aFillingQueueLowersTheBitrateBeforeAnyLoss() throws {
         var controller = BitrateController()
         _ = controller.update(lossPct: 0, rttMs: 40, now: .seconds(1))
