@@ -110,6 +110,22 @@ public actor Softphone {
         self.logger = logger
         engine = try GStreamerEngine(configuration: options.media, logger: logger)
         (events, eventSink) = AsyncStream.makeStream()
+        if let url = options.qualityLog {
+            // Opened now, so a path that cannot be written is said before any call, not lost after.
+            do {
+                if !FileManager.default.fileExists(atPath: url.path),
+                   !FileManager.default.createFile(atPath: url.path, contents: nil) {
+                    throw SoftphoneError("cannot create the quality log \(url.path)")
+                }
+                let handle = try FileHandle(forWritingTo: url)
+                try handle.seekToEnd()
+                qualityLogHandle = handle
+            } catch let error as SoftphoneError {
+                throw error
+            } catch {
+                throw SoftphoneError("cannot write the quality log \(url.path): \(error.localizedDescription)")
+            }
+        }
     }
 
     /// Connects to the server; throws with a clear message when it is down or refuses the token.
@@ -342,12 +358,13 @@ public actor Softphone {
         let connected = timelines[call]?.connected
         let seconds = connected.map { (ContinuousClock.now - $0).seconds } ?? 0
         let line = #"{"call":"\#(call.uuidString.lowercased())","t":\#((seconds * 1000).rounded() / 1000),\#(fields)}"# + "\n"
-        if qualityLogHandle == nil {
-            if !FileManager.default.fileExists(atPath: url.path) { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
-            qualityLogHandle = try? FileHandle(forWritingTo: url)
-            _ = try? qualityLogHandle?.seekToEnd()
+        do {
+            try qualityLogHandle?.write(contentsOf: Data(line.utf8))
+        } catch {
+            // A full disk mid-call must not end the call: said once, and the log stops.
+            logger.warning("the quality log stopped", metadata: ["file": "\(url.path)", "error": "\(error)"])
+            qualityLogHandle = nil
         }
-        try? qualityLogHandle?.write(contentsOf: Data(line.utf8))
     }
 
     private func handle(_ notice: HeadlessCallProvider.Notice) {
