@@ -5,7 +5,10 @@
 ///   estimate, the mean deviation: for delays spread evenly over a range, that range is about three
 ///   times it) plus `marginMs`, within `minimumMs…maximumMs`.
 /// - Packets that arrived too late to play mean the buffer is short whatever the estimate says:
-///   the latency grows by `lateGrowth` at once.
+///   the latency grows by `lateGrowth` at once, and does not shrink back to where packets came late
+///   until none has for `lateMemory`. (Without that memory it sawed: the estimate, which reads short
+///   of the delays' spread, shrank it 3 s after each growth to where the next late packets waited.
+///   Under 15 % loss with 40 ms of jitter a listener lost 2–3 % more than the wire dropped.)
 /// - While lost packets are being asked for again (NACK), it also waits for their retransmission:
 ///   the round trip a retransmission took, plus `jitterMultiple` × jitter and `retransmissionMarginMs`
 ///   (the ask leaves a little after the packet was due). NetEQ does not wait so (Chromium asks for no
@@ -23,6 +26,7 @@ public struct JitterBufferController: Sendable {
         public var shrinkMarginMs = 15
         public var shrinkAfter: Duration = .seconds(3)
         public var shrinkStepMs = 10
+        public var lateMemory: Duration = .seconds(20)
         public var retransmissionMarginMs = 30.0
 
         public init() {}
@@ -33,6 +37,8 @@ public struct JitterBufferController: Sendable {
     private var late: UInt64 = 0
     private var asked: UInt64 = 0
     private var shrinkingSince: Duration?
+    /// The latency packets came too late at, and when they last did.
+    private var tooShort: (latencyMs: Int, at: Duration)?
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
@@ -53,7 +59,11 @@ public struct JitterBufferController: Sendable {
         if asking, let rtt = retransmissionRttMs, rtt > 0 {
             target = max(target, Int((rtt + c.jitterMultiple * (jitterMs ?? 0) + c.retransmissionMarginMs).rounded(.up)))
         }
-        if newlyLate { target = max(target, Int((Double(latencyMs) * c.lateGrowth).rounded(.up))) }
+        if newlyLate {
+            tooShort = (latencyMs, now)
+            target = max(target, Int((Double(latencyMs) * c.lateGrowth).rounded(.up)))
+        }
+        if let tooShort, now - tooShort.at < c.lateMemory { target = max(target, tooShort.latencyMs + c.shrinkMarginMs) }
         target = min(c.maximumMs, max(c.minimumMs, target))
 
         var next = latencyMs

@@ -552,10 +552,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                     // The controller starts with the media: under loss the DTLS handshake can hold
                     // it back for seconds, and no receiver report comes before it flows.
                     mediaFlows = mediaFlows || report.bitrateKbps > 0
-                    // The encoder adapts to what the far side loses of what we send; the far side's
-                    // reports stand in for it until its first receiver report.
-                    if mediaFlows, let setting = controller.update(lossPct: report.remoteLossPct ?? report.lossPct, receivedLossPct: report.lossPct,
-                                                       rttMs: report.latestRttMs, jitterMs: report.jitterMs, now: sample.at) {
+                    if mediaFlows, let setting = controller.update(report, now: sample.at) {
                         await peer.setAudioEncoding(setting)
                         await self.emit(.bitrate(call.uuid, setting))
                     }

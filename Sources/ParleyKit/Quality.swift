@@ -56,6 +56,11 @@ public struct QualityReport: Hashable, Sendable {
     /// What the far side lost of what we send, percent, before any retransmission repaired it: the
     /// larger of its reports and its asks for packets again (see `MediaStatsSample`), smoothed.
     public var remoteLossPct: Double?
+    /// The last interval's loss, far-side loss and jitter, unsmoothed: a change of path shows here a
+    /// window before the means above have taken it in (see `BitrateController.update(_:now:)`).
+    public var latestLossPct: Double = 0
+    public var latestRemoteLossPct: Double?
+    public var latestJitterMs: Double = 0
 
     /// The form `call.report` carries.
     public var callQuality: CallQuality {
@@ -153,7 +158,8 @@ public struct QualityMonitor: Sendable {
         let sent = max(0, sample.packetsSent - previous.packetsSent)
         let asked = max(0, sample.retransmissionsAsked - previous.retransmissionsAsked)
         let askedPct = sent > 0 && asked > 0 ? min(100, 100 * Double(asked) / Double(sent)) : nil
-        if let remote = [sample.remoteLossPct, askedPct].compactMap({ $0 }).max() { recentRemoteLoss.append(remote) }
+        let remote = [sample.remoteLossPct, askedPct].compactMap { $0 }.max()
+        if let remote { recentRemoteLoss.append(remote) }
         if recentRemoteLoss.count > window { recentRemoteLoss.removeFirst(recentRemoteLoss.count - window) }
 
         func mean(_ values: [Double]) -> Double { values.reduce(0, +) / Double(values.count) }
@@ -161,7 +167,8 @@ public struct QualityMonitor: Sendable {
         return QualityReport(mos: EModel.mos(rating: rating), score: EModel.score(rating: rating),
                              rttMs: mean(recent.map(\.rtt)), latestRttMs: latestRtt, jitterMs: mean(recent.map(\.jitter)),
                              lossPct: mean(recent.map(\.loss)), bitrateKbps: mean(recent.map(\.bitrate)),
-                             audioLevel: sample.audioLevel, remoteLossPct: recentRemoteLoss.isEmpty ? nil : mean(recentRemoteLoss))
+                             audioLevel: sample.audioLevel, remoteLossPct: recentRemoteLoss.isEmpty ? nil : mean(recentRemoteLoss),
+                             latestLossPct: loss, latestRemoteLossPct: remote, latestJitterMs: jitter)
     }
 }
 

@@ -252,6 +252,32 @@ struct QualityTests {
         #expect(controller.setting.bitrateKbps >= 32 && controller.setting.fec)
     }
 
+    /// The same change as the call manager feeds it, through the monitor's 5 s window: FEC with a hint
+    /// at the loss seen from the first bad report, no decrease while the new jitter spreads the round
+    /// trips, and FEC off only once the window has seen the path good again.
+    @Test func aPathTurningBadActsWithinAReportAndTurningGoodOnlyOnceTheWindowAgrees() throws {
+        var monitor = QualityMonitor()
+        var controller = BitrateController()
+        var received = 0, lost = 0
+        var settings: [(second: Int, setting: BitrateController.Setting)] = []
+        for second in 0...30 {
+            let bad = (10..<20).contains(second)
+            received += bad ? 42 : 50
+            lost += bad ? 8 : 0
+            let rtt: Double = bad ? [120.0, 150, 95, 160, 130][second % 5] : 42
+            let sample = MediaStatsSample(at: .seconds(second), roundTripTimeMs: rtt, jitterMs: bad ? 18 : 3,
+                                          packetsReceived: received, packetsLost: lost, bytesReceived: 4_000 * second,
+                                          remoteLossPct: bad ? 15 : 0, packetsSent: 50 * second)
+            guard let report = monitor.add(sample), let setting = controller.update(report, now: sample.at) else { continue }
+            settings.append((second, setting))
+        }
+        let firstBad = try #require(settings.first { $0.setting.fec })
+        #expect(firstBad.second == 10 && firstBad.setting.expectedLossPct >= 15, "\(settings)")
+        #expect(settings.allSatisfy { $0.setting.bitrateKbps >= 32 }, "\(settings)")
+        let off = try #require(settings.first { $0.second >= 20 && !$0.setting.fec })
+        #expect(off.second > 20, "FEC stays on until the window no longer holds the loss: \(settings)")
+    }
+
     @Test func aFillingQueueLowersTheBitrateBeforeAnyLoss() throws {
         var controller = BitrateController()
         _ = controller.update(lossPct: 0, rttMs: 40, now: .seconds(1))

@@ -28,6 +28,24 @@ struct JitterBufferControllerTests {
         #expect(controller.update(jitterMs: 2, lateSoFar: 4, now: .seconds(4)) == 113)
     }
 
+    @Test func itDoesNotShrinkBackToWherePacketsCameLateUntilNoneHasForAWhile() {
+        var controller = JitterBufferController()
+        // Late at 79 ms (3 × 23 + 10; the estimate then reads 3 × 20 + 10 = 70, short of the spread).
+        #expect(controller.update(jitterMs: 23, lateSoFar: 0, now: .seconds(1)) == 79)
+        #expect(controller.update(jitterMs: 20, lateSoFar: 5, now: .seconds(2)) == 119)
+        // It shrinks, but stays clear of 79 while the late packets are recent.
+        var latencies: [Int] = []
+        for second in 3...21 {
+            if let latency = controller.update(jitterMs: 20, lateSoFar: 5, now: .seconds(second)) { latencies.append(latency) }
+        }
+        #expect(latencies == [109, 99], "\(latencies)")
+        // Twenty seconds without a late packet: back to the estimate, step by step.
+        for second in 22...40 {
+            if let latency = controller.update(jitterMs: 20, lateSoFar: 5, now: .seconds(second)) { latencies.append(latency) }
+        }
+        #expect(latencies.count > 2 && latencies.last! <= 79, "\(latencies)")
+    }
+
     @Test func waitsForRetransmissionsWhileLostPacketsAreAskedForAgain() {
         var controller = JitterBufferController()
         // Asks, but no retransmission has come yet: nothing to size by.

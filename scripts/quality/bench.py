@@ -29,6 +29,8 @@ import wave
 import numpy as np
 from pesq import pesq
 
+import calibrate
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NS_A, NS_B = "parley-qa", "parley-qb"
 ADDR_A, ADDR_B = "198.51.100.1", "198.51.100.2"
@@ -132,17 +134,20 @@ def wav_seconds(path):
 
 
 def score(reference, recording_path, segments, rate=16000):
-    """PESQ (wideband) of each utterance, found in the recording by cross-correlation."""
+    """PESQ (wideband) of each utterance, found in the recording by cross-correlation, and where in
+    the recording each utterance ends (seconds; None where the recording is too short to hold it)."""
     recording = read_wav(recording_path, rate)
-    scores = []
+    scores, ends = [], []
     for start, end in segments:
         utterance = reference[int(start * rate):int(end * rate)]
         if len(recording) < len(utterance) // 2:
             scores.append(1.0)
+            ends.append(None)
             continue
         n = 1 << int(np.ceil(np.log2(len(recording) + len(utterance))))
         correlation = np.fft.irfft(np.fft.rfft(recording, n) * np.conj(np.fft.rfft(utterance, n)), n)
         lag = int(np.argmax(correlation[:len(recording)]))
+        ends.append((lag + len(utterance)) / rate)
         degraded = recording[lag:lag + len(utterance)]
         if len(degraded) < len(utterance):
             degraded = np.concatenate([degraded, np.zeros(len(utterance) - len(degraded))])
@@ -150,7 +155,7 @@ def score(reference, recording_path, segments, rate=16000):
             scores.append(float(pesq(rate, utterance, degraded, "wb")))
         except Exception:  # no utterance detected in the degraded signal: nothing was heard
             scores.append(1.0)
-    return scores
+    return scores, ends
 
 
 # MARK: Processes
@@ -366,13 +371,14 @@ def run_call(args, wire, peers, directory, reference, cell, pair, run, number):
     result = {"cell": name, "pair": pair, "run": run, "wire": wire_report}
     for role, end, heard_from in (("caller", caller_result, "ba"), ("callee", callee_result, "ab")):
         recording = directory / f"{tag}-{role}.wav"
-        scores = score(reference["ref16"], recording, reference["segments"]) if recording.exists() else [1.0] * 3
+        silent = ([1.0] * len(reference["segments"]), [None] * len(reference["segments"]))
+        scores, ends = score(reference["ref16"], recording, reference["segments"]) if recording.exists() else silent
         seconds = wav_seconds(recording) if recording.exists() else 0
-        result[role] = {"pesq": scores, "recordingSeconds": seconds, "talkSeconds": end["talkSeconds"],
-                        "trace": end["trace"], "heard": heard_from}
+        result[role] = {"pesq": scores, "heardUntil": ends, "recordingSeconds": seconds,
+                        "talkSeconds": end["talkSeconds"], "trace": end["trace"], "heard": heard_from}
     result["pesq"] = statistics.mean(result["caller"]["pesq"] + result["callee"]["pesq"])
-    mos = [r.get("mos") for role in ("caller", "callee") for r in result[role]["trace"] if "mos" in r and r["t"] >= 5]
-    result["sdkMos"] = statistics.mean(mos) if mos and pair == "parley-parley" else None
+    reports = calibrate.heard_reports(result) if pair == "parley-parley" else []
+    result["sdkMos"] = statistics.mean(r["mos"] for r in reports) if reports else None
     return result
 
 

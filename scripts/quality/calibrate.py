@@ -2,7 +2,7 @@
 
 The SDK's MOS comes from the E-model (ParleyKit's `EModel`) fed with what a call measures: round
 trip, jitter and loss before FEC. For every Parley ↔ Parley call in results.json this replays the
-quality reports both ends logged (from the fifth second on) through the same formula for each
+quality reports both ends logged as each utterance ended (`heard_reports`) through the same formula for each
 candidate (Ie, Bpl), and keeps the pair whose mean MOS strays least from the call's PESQ in the
 worst call (the promise made of the estimate is a bound: within 0.5 everywhere), the squared
 error breaking ties.
@@ -33,11 +33,32 @@ def mos(r):
     return 1 + 0.035 * r + 7e-6 * r * (r - 60) * (100 - r)
 
 
+def heard_reports(result):
+    """The quality reports that speak for what PESQ scored: for each utterance each end heard, the
+    first report at or after the utterance ended in its recording. A report is the mean of the last
+    five seconds, so it covers the utterance (three to five seconds long) and little else: PESQ
+    scores the speech, and under a mid-call change a mean over the whole call would weigh the
+    silence after it as much. (Runs made before the utterances' ends were kept: every report from
+    the fifth second on.)"""
+    chosen = []
+    for role in ("caller", "callee"):
+        reports = [t for t in result[role]["trace"] if "mos" in t]
+        ends = result[role].get("heardUntil")
+        if ends is None:
+            chosen += [t for t in reports if t["t"] >= 5]
+            continue
+        for end in (e for e in ends if e is not None):
+            after = [t for t in reports if t["t"] >= end]
+            if after or reports:
+                chosen.append(after[0] if after else reports[-1])
+    return chosen
+
+
 def calls(results):
     for result in results:
         if result["pair"] != "parley-parley" or result.get("failed"):
             continue
-        reports = [t for role in ("caller", "callee") for t in result[role]["trace"] if "mos" in t and t["t"] >= 5]
+        reports = heard_reports(result)
         if reports:
             yield result["cell"], result["pesq"], reports
 

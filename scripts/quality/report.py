@@ -92,8 +92,9 @@ def write(results, out, docs):
     mos_rows = [row for row in mos_rows if row[1] is not None and row[3] is not None]
     if mos_rows:
         lines += ["", "## The SDK's MOS against PESQ (Parley ↔ Parley)", "",
-                  "The E-model estimate the SDK reported (`call.report`, the status line), averaged from the "
-                  "fifth second on; the same reports replayed through the E-model with the Opus values now in "
+                  "The E-model estimate the SDK reported (`call.report`, the status line) as each scored "
+                  "utterance ended, when its five-second mean covers the utterance (`calibrate.heard_reports`), "
+                  "averaged as PESQ is; the same reports replayed through the E-model with the Opus values now in "
                   f"force (Ie = {calibrate.OPUS_IE}, Bpl = {calibrate.OPUS_BPL}); and the PESQ of the same calls.", "",
                   "| cell | SDK MOS (reported) | SDK MOS (values in force) | PESQ | difference |", "|---|---|---|---|---|"]
         for cell, reported, now, pesq in mos_rows:
