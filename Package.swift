@@ -69,6 +69,7 @@ let package = Package(
         .library(name: "ParleyApple", targets: ["ParleyApple"]),
         .executable(name: "parley", targets: ["ParleyCLI"]),
         .executable(name: "parley-wire", targets: ["ParleyWireCLI"]),
+        .executable(name: "parley-fuzz", targets: ["ParleyFuzz"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -209,7 +210,10 @@ let package = Package(
         ),
         .target(
             name: "CParleyGst",
-            dependencies: ["CGStreamer"]
+            dependencies: ["CGStreamer"],
+            // The process's SSL_new wraps OpenSSL's for GStreamer's DTLS (parley_dtls_timer.c): the
+            // plugin, loaded later, binds to it only if the executable exports it.
+            linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=SSL_new"]), .linkedLibrary("dl")]
         ),
         .target(
             name: "ParleyGStreamer",
@@ -292,6 +296,22 @@ let package = Package(
                 "ParleyWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        // The fuzzers' targets, and the command libFuzzer drives (scripts/fuzz.sh) or that replays files.
+        .target(
+            name: "ParleyFuzzTargets",
+            dependencies: ["ParleyProtocol", "ParleyServer", "ParleyGStreamer"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "ParleyFuzz",
+            dependencies: ["ParleyFuzzTargets"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ParleyFuzzTests",
+            dependencies: ["ParleyFuzzTargets", "ParleyProtocol"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

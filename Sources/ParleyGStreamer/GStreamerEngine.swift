@@ -39,6 +39,16 @@ public struct MediaEngineError: Error, Hashable, CustomStringConvertible {
 public final class GStreamerEngine: PeerConnectionFactory {
     /// The Debian packages that provide what the engine needs.
     public static let debianPackages = ["gstreamer1.0-plugins-base", "gstreamer1.0-plugins-good", "gstreamer1.0-plugins-bad", "gstreamer1.0-nice"]
+    /// How many DTLS handshakes in this process got Parley's retransmission timer: 150 ms first,
+    /// doubling to 2.4 s, where GStreamer leaves OpenSSL's 1 s, 2, 4, 8 s (`parley_dtls_timer.c`).
+    public static var dtlsHandshakesWithShortTimer: UInt { UInt(parley_dtls_timers_set()) }
+
+    /// The DTLS retransmission timer that follows `timer` (nil: the first), as the handshake uses it.
+    static func dtlsTimer(after timer: Duration?) -> Duration {
+        let microseconds = timer.map { UInt32($0.components.seconds * 1_000_000 + $0.components.attoseconds / 1_000_000_000_000) } ?? 0
+        return .microseconds(Int(parley_dtls_next_timer_us(microseconds)))
+    }
+
     public static let requiredElements = "webrtcbin nicesrc nicesink dtlssrtpenc dtlssrtpdec sctpenc sctpdec rtpbin opusenc opusdec "
         + "rtpopuspay rtpopusdepay audiotestsrc audioconvert audioresample audiomixer volume identity fakesink filesrc "
         + "multifilesrc wavparse queue"

@@ -1,11 +1,12 @@
 /// The few SDP facts the engine reads or rewrites. webrtcbin parses SDP itself; this is only for
-/// what its API does not expose (ICE restart credentials, payload types, m-line ids).
-enum SDPText {
+/// what its API does not expose (ICE restart credentials, payload types, m-line ids). Package-wide
+/// so the fuzzers (`ParleyFuzzTargets`) reach it.
+package enum SDPText {
     /// The first `a=ice-ufrag` value.
-    static func iceUfrag(_ sdp: String) -> String? { attribute("ice-ufrag", in: sdp).first }
+    package static func iceUfrag(_ sdp: String) -> String? { attribute("ice-ufrag", in: sdp).first }
 
     /// The `a=mid` of each m-section, in order (nil where a section has none).
-    static func mids(_ sdp: String) -> [String?] {
+    package static func mids(_ sdp: String) -> [String?] {
         var mids: [String?] = []
         for line in lines(sdp) {
             if line.hasPrefix("m=") { mids.append(nil) }
@@ -15,7 +16,7 @@ enum SDPText {
     }
 
     /// The RTP payload type the description maps to `codec` (case-insensitive, e.g. "opus").
-    static func payloadType(of codec: String, in sdp: String) -> Int? {
+    package static func payloadType(of codec: String, in sdp: String) -> Int? {
         for value in attribute("rtpmap", in: sdp) {
             // "111 opus/48000/2"
             let parts = value.split(separator: " ", maxSplits: 1)
@@ -27,7 +28,7 @@ enum SDPText {
 
     /// Replaces every ICE username fragment and password: an ICE restart (RFC 8839 §4.4.1.1.1),
     /// which webrtcbin 1.22's create-offer cannot ask for itself.
-    static func replacingIceCredentials(in sdp: String, ufrag: String, password: String) -> String {
+    package static func replacingIceCredentials(in sdp: String, ufrag: String, password: String) -> String {
         let rewritten = lines(sdp).map { line -> String in
             if line.hasPrefix("a=ice-ufrag:") { return "a=ice-ufrag:" + ufrag }
             if line.hasPrefix("a=ice-pwd:") { return "a=ice-pwd:" + password }
@@ -37,7 +38,7 @@ enum SDPText {
     }
 
     /// Fresh ICE credentials from the ice-char set (RFC 8839: ufrag ≥ 4, password ≥ 22 characters).
-    static func newIceCredentials() -> (ufrag: String, password: String) {
+    package static func newIceCredentials() -> (ufrag: String, password: String) {
         let chars = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/")
         func random(_ count: Int) -> String { String((0..<count).map { _ in chars.randomElement()! }) }
         return (random(8), random(24))

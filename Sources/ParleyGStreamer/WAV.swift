@@ -31,11 +31,16 @@ public enum WAV {
     }
 
     public static func read(_ url: URL) throws -> Audio {
-        let data = try Data(contentsOf: url)
+        try decode(Data(contentsOf: url), name: url.path)
+    }
+
+    /// Reads a WAV file's bytes; `name` says which file in errors.
+    public static func decode(_ data: Data, name: String) throws(FormatError) -> Audio {
+        let data = data.startIndex == 0 ? data : Data(data)  // a slice keeps its parent's indices
         func u32(_ at: Int) -> Int { Int(data[at]) | Int(data[at + 1]) << 8 | Int(data[at + 2]) << 16 | Int(data[at + 3]) << 24 }
         func u16(_ at: Int) -> Int { Int(data[at]) | Int(data[at + 1]) << 8 }
         guard data.count >= 12, data.prefix(4) == Data("RIFF".utf8), data[8..<12] == Data("WAVE".utf8) else {
-            throw FormatError(description: "\(url.path) is not a WAV file")
+            throw FormatError(description: "\(name) is not a WAV file")
         }
         var offset = 12
         var rate = 0, channels = 0, bits = 0
@@ -44,11 +49,14 @@ public enum WAV {
             var size = u32(offset + 4)
             let body = offset + 8
             if id == "fmt " {
+                // A format chunk is 16 bytes at least; a file cut inside it has no format.
+                guard size >= 16, body + 16 <= data.count else { throw FormatError(description: "\(name): its format chunk is cut short") }
                 channels = u16(body + 2)
                 rate = u32(body + 4)
                 bits = u16(body + 14)
             } else if id == "data" {
-                guard bits == 16, channels > 0 else { throw FormatError(description: "\(url.path): only 16-bit PCM is read") }
+                guard bits == 16, channels > 0 else { throw FormatError(description: "\(name): only 16-bit PCM is read") }
+                guard rate > 0 else { throw FormatError(description: "\(name): its sample rate is 0") }
                 // A recording cut short (size 0 or too large) still reads up to the end of the file.
                 if size == 0 || body + size > data.count { size = data.count - body }
                 let count = size / 2
@@ -63,7 +71,7 @@ public enum WAV {
             }
             offset = body + size + (size & 1)
         }
-        throw FormatError(description: "\(url.path) has no audio data")
+        throw FormatError(description: "\(name) has no audio data")
     }
 
     /// Writes samples as 16-bit PCM.

@@ -39,7 +39,8 @@ public struct MediaStatsSample: Hashable, Sendable {
 
 /// A call's quality over the last interval, smoothed.
 public struct QualityReport: Hashable, Sendable {
-    /// Mean opinion score, 1…4.5, from the E-model (see `EModel`).
+    /// Mean opinion score, 1…4.5, from the E-model (see `EModel`): conversational quality, which
+    /// counts the mouth-to-ear delay as well as what is lost.
     public var mos: Double
     /// 1…5 bars, from the E-model's user-satisfaction bands.
     public var score: Int
@@ -61,6 +62,9 @@ public struct QualityReport: Hashable, Sendable {
     public var latestLossPct: Double = 0
     public var latestRemoteLossPct: Double?
     public var latestJitterMs: Double = 0
+    /// What a listener hears, with the delay left out (`EModel.listeningRating`): the figure a
+    /// listening test such as PESQ scores, and the one the E-model's Opus values are fitted to.
+    public var listeningMos: Double = 4.5
 
     /// The form `call.report` carries.
     public var callQuality: CallQuality {
@@ -100,9 +104,15 @@ public struct EModel: Hashable, Sendable {
     public func rating(rttMs: Double, jitterMs: Double, lossPct: Double) -> Double {
         let delay = rttMs / 2 + 2 * jitterMs + codecDelayMs
         let delayImpairment = 0.024 * delay + (delay > 177.3 ? 0.11 * (delay - 177.3) : 0)
+        return listeningRating(lossPct: lossPct) - delayImpairment
+    }
+
+    /// The rating without the delay impairment: listening quality (P.800.1's MOS-LQE beside the
+    /// E-model's conversational MOS-CQE). A listening test cannot hear delay: over a 24 kbit/s link
+    /// with a 2 s queue PESQ scored 1.5 what the E-model, counting 1.5 s mouth to ear, scored 1.0.
+    public func listeningRating(lossPct: Double) -> Double {
         let loss = max(0, min(100, lossPct))
-        let ie = equipmentImpairment + (95 - equipmentImpairment) * loss / (loss + packetLossRobustness)
-        return 93.2 - delayImpairment - ie
+        return 93.2 - (equipmentImpairment + (95 - equipmentImpairment) * loss / (loss + packetLossRobustness))
     }
 
     public static func mos(rating r: Double) -> Double {
@@ -130,7 +140,7 @@ public struct QualityMonitor: Sendable {
     public let window: Int
     private var previous: MediaStatsSample?
     private var latestRtt: Double?
-    private var recent: [(rating: Double, rtt: Double, jitter: Double, loss: Double, bitrate: Double)] = []
+    private var recent: [(rating: Double, listening: Double, rtt: Double, jitter: Double, loss: Double, bitrate: Double)] = []
     /// The far side's reported loss over the same window: one report swings with a couple of packets.
     private var recentRemoteLoss: [Double] = []
 
@@ -151,7 +161,7 @@ public struct QualityMonitor: Sendable {
         if let measured = sample.roundTripTimeMs { latestRtt = measured }
         let rtt = sample.roundTripTimeMs ?? recent.last?.rtt ?? 0
         let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0
-        recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss), rtt, jitter, loss, bitrate))
+        recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss), model.listeningRating(lossPct: loss), rtt, jitter, loss, bitrate))
         if recent.count > window { recent.removeFirst(recent.count - window) }
         // What the far side lost of what we sent: its report, or its asks for packets again where
         // retransmission hid the loss from its report.
@@ -168,7 +178,8 @@ public struct QualityMonitor: Sendable {
                              rttMs: mean(recent.map(\.rtt)), latestRttMs: latestRtt, jitterMs: mean(recent.map(\.jitter)),
                              lossPct: mean(recent.map(\.loss)), bitrateKbps: mean(recent.map(\.bitrate)),
                              audioLevel: sample.audioLevel, remoteLossPct: recentRemoteLoss.isEmpty ? nil : mean(recentRemoteLoss),
-                             latestLossPct: loss, latestRemoteLossPct: remote, latestJitterMs: jitter)
+                             latestLossPct: loss, latestRemoteLossPct: remote, latestJitterMs: jitter,
+                             listeningMos: EModel.mos(rating: mean(recent.map(\.listening))))
     }
 }
 

@@ -3,24 +3,28 @@
 The SDK's MOS comes from the E-model (ParleyKit's `EModel`) fed with what a call measures: round
 trip, jitter and loss before FEC. For every Parley ↔ Parley call in results.json this replays the
 quality reports both ends logged as each utterance ended (`heard_reports`) through the same formula for each
-candidate (Ie, Bpl), and keeps the pair whose mean MOS strays least from the call's PESQ in the
-worst call (the promise made of the estimate is a bound: within 0.5 everywhere), the squared
-error breaking ties.
+candidate (Ie, Bpl), without the delay impairment (PESQ is a listening test and cannot hear
+delay; the SDK's `mos` counts it, its `listeningMos` does not), and keeps the pair whose estimate strays least from PESQ in the worst cell (medians of the
+calls of a cell, as the report compares them; the promise made of the estimate is a bound:
+within 0.5 everywhere), the squared error breaking ties.
 
     python3 scripts/quality/calibrate.py .build/quality/results.json
 """
 
 import json
 import pathlib
+import statistics
 import sys
 
 # The values in force: ParleyKit's `EModel.opus` and the browser's quality.js hold the same.
 OPUS_IE, OPUS_BPL = 11, 13
 
 
-def rating(rtt, jitter, loss, ie, bpl, codec_delay=26.5):
+def rating(rtt, jitter, loss, ie, bpl, codec_delay=26.5, listening=False):
+    """The E-model's R (`EModel.rating`); with `listening`, without the delay impairment
+    (`EModel.listeningRating`): what PESQ, a listening test, can be compared with."""
     delay = rtt / 2 + 2 * jitter + codec_delay
-    delay_impairment = 0.024 * delay + (0.11 * (delay - 177.3) if delay > 177.3 else 0)
+    delay_impairment = 0 if listening else 0.024 * delay + (0.11 * (delay - 177.3) if delay > 177.3 else 0)
     loss = max(0.0, min(100.0, loss))
     return 93.2 - delay_impairment - (ie + (95 - ie) * loss / (loss + bpl))
 
@@ -63,8 +67,21 @@ def calls(results):
             yield result["cell"], result["pesq"], reports
 
 
-def predicted(reports, ie, bpl):
-    return sum(mos(rating(r["rttMs"], r["jitterMs"], r["lossPct"], ie, bpl)) for r in reports) / len(reports)
+def predicted(reports, ie, bpl, listening=True):
+    return sum(mos(rating(r["rttMs"], r["jitterMs"], r["lossPct"], ie, bpl, listening=listening)) for r in reports) / len(reports)
+
+
+def by_cell(data):
+    cells = {}
+    for cell, pesq, reports in data:
+        cells.setdefault(cell, []).append((pesq, reports))
+    return cells
+
+
+def cell_differences(data, ie, bpl):
+    """Per cell, the median estimate less the median PESQ: the report's comparison."""
+    return {cell: statistics.median(predicted(r, ie, bpl) for _, r in calls_) - statistics.median(p for p, _ in calls_)
+            for cell, calls_ in by_cell(data).items()}
 
 
 def fit(results):
@@ -72,7 +89,7 @@ def fit(results):
     best = None
     for ie in range(0, 41):
         for bpl in range(5, 81):
-            differences = [predicted(reports, ie, bpl) - pesq for _, pesq, reports in data]
+            differences = list(cell_differences(data, ie, bpl).values())
             score = (max(abs(d) for d in differences), sum(d * d for d in differences))
             if best is None or score < best[0]:
                 best = (score, ie, bpl)
@@ -82,11 +99,9 @@ def fit(results):
 if __name__ == "__main__":
     path = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".build/quality/results.json")
     ((worst_case, error), ie, bpl), data = fit(json.loads(path.read_text()))
-    print(f"Ie = {ie}, Bpl = {bpl} (largest difference {worst_case:.2f}, squared error {error:.3f} over {len(data)} calls)")
-    print(f"{'cell':<22}{'PESQ':>6}{'in force':>10}{'fitted':>8}")
-    worst = 0.0
-    for cell, pesq, reports in data:
-        old, new = predicted(reports, OPUS_IE, OPUS_BPL), predicted(reports, ie, bpl)
-        worst = max(worst, abs(new - pesq))
-        print(f"{cell:<22}{pesq:>6.2f}{old:>10.2f}{new:>8.2f}")
-    print(f"largest difference with the fitted values: {worst:.2f}")
+    print(f"Ie = {ie}, Bpl = {bpl} (largest difference of a cell's medians {worst_case:.2f}, squared error {error:.3f}, "
+          f"{len(data)} calls)")
+    old, new = cell_differences(data, OPUS_IE, OPUS_BPL), cell_differences(data, ie, bpl)
+    print(f"{'cell':<22}{'in force':>10}{'fitted':>8}   (estimate less PESQ, medians)")
+    for cell in old:
+        print(f"{cell:<22}{old[cell]:>+10.2f}{new[cell]:>+8.2f}")

@@ -92,15 +92,17 @@ def write(results, out, docs):
     mos_rows = [row for row in mos_rows if row[1] is not None and row[3] is not None]
     if mos_rows:
         lines += ["", "## The SDK's MOS against PESQ (Parley ↔ Parley)", "",
-                  "The E-model estimate the SDK reported (`call.report`, the status line) as each scored "
-                  "utterance ended, when its five-second mean covers the utterance (`calibrate.heard_reports`), "
-                  "averaged as PESQ is; the same reports replayed through the E-model with the Opus values now in "
-                  f"force (Ie = {calibrate.OPUS_IE}, Bpl = {calibrate.OPUS_BPL}); and the PESQ of the same calls.", "",
-                  "| cell | SDK MOS (reported) | SDK MOS (values in force) | PESQ | difference |", "|---|---|---|---|---|"]
+                  "The SDK's estimates as each scored utterance ended, when their five-second mean covers the "
+                  "utterance (`calibrate.heard_reports`), averaged as PESQ is, medians of the calls of a cell: "
+                  "the conversational MOS the SDK reported (`call.report`, the status line: the E-model, "
+                  "delay counted), and the listening MOS (`QualityReport.listeningMos`: the same without the "
+                  "delay, which a listening test such as PESQ cannot hear) replayed from the same reports "
+                  f"with the Opus values now in force (Ie = {calibrate.OPUS_IE}, Bpl = {calibrate.OPUS_BPL}).", "",
+                  "| cell | SDK MOS (conversational) | SDK listening MOS | PESQ | listening − PESQ |", "|---|---|---|---|---|"]
         for cell, reported, now, pesq in mos_rows:
             lines.append(f"| {cell} | {reported:.2f} | {now:.2f} | {pesq:.2f} | {now - pesq:+.2f} |")
         worst = max(abs(n - p) for _, _, n, p in mos_rows)
-        lines += ["", f"Largest difference with the values in force: {worst:.2f}."]
+        lines += ["", f"Largest difference of the listening MOS from PESQ: {worst:.2f}."]
 
     # PESQ per cell, one bar a pair.
     figure, axes = plt.subplots(figsize=(11, 4.5))

@@ -21,6 +21,10 @@ int parley_gst_init(void);
 char *parley_gst_missing_elements(const char *names);
 /// Generates the process's default DTLS certificate now, so the first call does not wait for it.
 void parley_gst_warm_dtls(void);
+/// How many DTLS handshakes (OpenSSL SSL objects) got Parley's shorter retransmission timer
+/// (parley_dtls_timer.c); and the timer that follows `timer_us` (0: the first).
+unsigned long parley_dtls_timers_set(void);
+unsigned int parley_dtls_next_timer_us(unsigned int timer_us);
 /// Frees GStreamer's global state; only when nothing of GStreamer is alive any more (the leaks
 /// tracer reports what is still alive at this point).
 void parley_gst_deinit(void);

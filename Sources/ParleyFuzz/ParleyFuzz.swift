@@ -1,0 +1,65 @@
+import Foundation
+import ParleyFuzzTargets
+
+// Built by scripts/fuzz.sh with `--sanitize=fuzzer -DPARLEY_LIBFUZZER`: libFuzzer's own main drives
+// `LLVMFuzzerTestOneInput`, and PARLEY_FUZZ_TARGET names the target. Built plainly (as `swift build`
+// builds it), `parley-fuzz TARGET FILE…` feeds files to a target once each: how a finding is replayed.
+
+#if PARLEY_LIBFUZZER
+/// Runs `body` to its end from a thread outside Swift's cooperative pool (libFuzzer's, or main).
+private func waitFor(_ body: @escaping @Sendable () async -> Void) {
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        await body()
+        done.signal()
+    }
+    done.wait()
+}
+
+private let target: FuzzTarget = {
+    let name = ProcessInfo.processInfo.environment["PARLEY_FUZZ_TARGET"] ?? ""
+    guard let target = FuzzTarget(rawValue: name) else {
+        FileHandle.standardError.write(Data("PARLEY_FUZZ_TARGET must be one of: \(FuzzTarget.allCases.map(\.rawValue).joined(separator: ", "))\n".utf8))
+        exit(2)
+    }
+    return target
+}()
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOne(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
+    let data = start.map { Data(bytes: $0, count: count) } ?? Data()
+    let target = target
+    waitFor {
+        do { try await target.run(data) } catch { fatalError("\(error.target.rawValue): \(error)") }
+    }
+    return 0
+}
+#else
+@main
+struct FuzzCommand {
+    static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        guard let name = arguments.first, let target = FuzzTarget(rawValue: name), arguments.count > 1 else {
+            print("usage: parley-fuzz TARGET FILE…   (targets: \(FuzzTarget.allCases.map(\.rawValue).joined(separator: ", ")))")
+            print("Feeds each file to the target once. scripts/fuzz.sh builds this with libFuzzer to search for findings.")
+            exit(2)
+        }
+        var failed = 0
+        for path in arguments.dropFirst() {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                print("\(path): cannot be read")
+                failed += 1
+                continue
+            }
+            do {
+                try await target.run(data)
+                print("\(path): passed")
+            } catch {
+                print("\(path): FAILED: \(error)")
+                failed += 1
+            }
+        }
+        exit(failed == 0 ? 0 : 1)
+    }
+}
+#endif

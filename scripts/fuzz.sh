@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Searches for inputs that break Parley's decoders: each fuzz target (Sources/ParleyFuzzTargets) under
+# libFuzzer with AddressSanitizer, for a given time each.
+#
+#   scripts/fuzz.sh                        every target, 60 s each
+#   scripts/fuzz.sh --seconds 600 token    one target, ten minutes
+#   scripts/fuzz.sh --list                 the targets
+#
+# The build is a separate one (.build-fuzz: every package instrumented; a first one on two cores
+# takes about ten minutes). Each target's corpus grows in .build-fuzz/corpus/TARGET from the seeds
+# (Fuzz/seeds, the protocol's golden frames). An input that crashes a target or breaks one of its
+# rules is saved in Fuzz/findings/TARGET/: commit it with the fix, and the test suite replays it
+# from then on (Tests/ParleyFuzzTests). `swift run parley-fuzz TARGET FILE` replays one by hand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=60
+targets=()
+all=(client-frame server-frame http-body token sdp wav)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds="$2"; shift 2 ;;
+    --list) printf '%s\n' "${all[@]}"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -*) echo "scripts/fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *)
+      if ! printf '%s\n' "${all[@]}" | grep -qx "$1"; then
+        echo "scripts/fuzz.sh: no target '$1'; targets: ${all[*]}" >&2; exit 2
+      fi
+      targets+=("$1"); shift ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
+
+scripts/setup.sh
+echo "== building parley-fuzz with libFuzzer and AddressSanitizer (.build-fuzz)"
+swift build --scratch-path .build-fuzz --product parley-fuzz --sanitize=fuzzer --sanitize=address \
+  -Xswiftc -DPARLEY_LIBFUZZER 2>&1 | grep -E "error|warning: .*/(Sources|Tests)/|Compiling|Build complete" | grep -v "^\[" || true
+binary=.build-fuzz/debug/parley-fuzz
+[ -x "$binary" ] || { echo "scripts/fuzz.sh: the build failed (run the swift build line above to see why)" >&2; exit 1; }
+
+found=0
+for target in "${targets[@]}"; do
+  corpus=.build-fuzz/corpus/$target
+  findings=Fuzz/findings/$target
+  mkdir -p "$corpus" "$findings"
+  case "$target" in
+    client-frame) cp Tests/ParleyProtocolTests/Golden/client-* "$corpus"/ ;;
+    server-frame) cp Tests/ParleyProtocolTests/Golden/server-* "$corpus"/ ;;
+    *) cp Fuzz/seeds/"$target"/* "$corpus"/ ;;
+  esac
+  echo "== $target: $seconds s (corpus $corpus, $(ls "$corpus" | wc -l) inputs)"
+  before=$(ls "$findings" | wc -l)
+  # -close_fd_mask=1: a target prints nothing worth reading; libFuzzer's own lines go to stderr.
+  if ! PARLEY_FUZZ_TARGET=$target "$binary" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+       -rss_limit_mb=4096 -artifact_prefix="$findings/" -print_final_stats=1 -close_fd_mask=1 2>&1 \
+       | grep -E "^#[0-9]+ +(DONE|INITED)|stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|FuzzFailure|Fatal error"; then
+    :
+  fi
+  after=$(ls "$findings" | wc -l)
+  if [ "$after" -gt "$before" ]; then
+    echo "   FOUND: $((after - before)) input(s) in $findings — replay with: swift run parley-fuzz $target $findings/<file>"
+    found=1
+  fi
+done
+[ "$found" -eq 0 ] && echo "== nothing found" || { echo "== findings saved: fix them, and commit each input with its fix"; exit 1; }
