@@ -41,6 +41,13 @@ let appleTargets: [Target] = [
     .target(name: "AVFoundation", dependencies: ["AVFAudio", "CoreMedia"], path: "Sources/AppleStandIns/AVFoundation", swiftSettings: standInSettings),
     .target(name: "WebRTC", dependencies: ["AVFoundation", "StandInSupport"], path: "Sources/AppleStandIns/WebRTC", swiftSettings: standInSettings),
 ]
+// A program that runs the GStreamer engine exports its SSL_new, which wraps OpenSSL's for
+// GStreamer's DTLS handshakes (Sources/CParleyGst/parley_dtls_timer.c): the dtls plugin, loaded
+// later, binds to it only if the executable exports it. Set on executables and tests only, so the
+// library products stay free of unsafe flags and usable as versioned dependencies; a program of
+// yours that embeds ParleyGStreamer passes the same flag.
+let exportsSSLNew: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=SSL_new"], .when(platforms: [.linux]))]
+
 let appleFrameworks: [Target.Dependency] = ["AVFAudio", "AVFoundation", "CoreMedia", "CallKit", "PushKit", "NetworkStandIn", "WebRTC"]
 let applePackages: [Package.Dependency] = []
 #else
@@ -211,9 +218,7 @@ let package = Package(
         .target(
             name: "CParleyGst",
             dependencies: ["CGStreamer"],
-            // The process's SSL_new wraps OpenSSL's for GStreamer's DTLS (parley_dtls_timer.c): the
-            // plugin, loaded later, binds to it only if the executable exports it.
-            linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=SSL_new"]), .linkedLibrary("dl")]
+            linkerSettings: [.linkedLibrary("dl")]
         ),
         .target(
             name: "ParleyGStreamer",
@@ -282,7 +287,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
-            swiftSettings: swiftSettings
+            swiftSettings: swiftSettings,
+            linkerSettings: exportsSSLNew
         ),
         .target(name: "CParleyNet"),
         .target(
@@ -351,7 +357,8 @@ let package = Package(
                 "ParleyWire",
                 .product(name: "Logging", package: "swift-log"),
             ] + appleFrameworks,
-            swiftSettings: swiftSettings
+            swiftSettings: swiftSettings,
+            linkerSettings: exportsSSLNew
         ),
         .testTarget(
             name: "ParleyJanusTests",

@@ -34,7 +34,9 @@ done
 
 scripts/setup.sh
 echo "== building parley-fuzz with libFuzzer and AddressSanitizer (.build-fuzz)"
-swift build --scratch-path .build-fuzz --product parley-fuzz --sanitize=fuzzer --sanitize=address \
+# swiftc takes the last -sanitize it is given, and SwiftPM passes one per sanitizer: the last
+# flag names both, or the Swift code gets AddressSanitizer without the coverage libFuzzer needs.
+swift build --scratch-path .build-fuzz --product parley-fuzz --sanitize=fuzzer --sanitize=address -Xswiftc -sanitize=fuzzer,address \
   -Xswiftc -DPARLEY_LIBFUZZER 2>&1 | grep -E "error|warning: .*/(Sources|Tests)/|Compiling|Build complete" | grep -v "^\[" || true
 binary=.build-fuzz/debug/parley-fuzz
 [ -x "$binary" ] || { echo "scripts/fuzz.sh: the build failed (run the swift build line above to see why)" >&2; exit 1; }
@@ -52,7 +54,8 @@ for target in "${targets[@]}"; do
   echo "== $target: $seconds s (corpus $corpus, $(ls "$corpus" | wc -l) inputs)"
   before=$(ls "$findings" | wc -l)
   # -close_fd_mask=1: a target prints nothing worth reading; libFuzzer's own lines go to stderr.
-  if ! PARLEY_FUZZ_TARGET=$target "$binary" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+  # SWIFT_BACKTRACE: the runtime's crash handler trips AddressSanitizer after a finding; libFuzzer says enough.
+  if ! SWIFT_BACKTRACE=enable=no PARLEY_FUZZ_TARGET=$target "$binary" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
        -rss_limit_mb=4096 -artifact_prefix="$findings/" -print_final_stats=1 -close_fd_mask=1 2>&1 \
        | grep -E "^#[0-9]+ +(DONE|INITED)|stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|FuzzFailure|Fatal error"; then
     :

@@ -29,8 +29,12 @@ private let target: FuzzTarget = {
 public func fuzzOne(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
     let data = start.map { Data(bytes: $0, count: count) } ?? Data()
     let target = target
+    if !target.isAsync {
+        do { try target.runOnThisThread(data) } catch { fatalError("\(target.rawValue): \(error)") }
+        return 0
+    }
     waitFor {
-        do { try await target.run(data) } catch { fatalError("\(error.target.rawValue): \(error)") }
+        do { try await target.run(data) } catch { fatalError("\(target.rawValue): \(error)") }
     }
     return 0
 }

@@ -63,6 +63,23 @@ extension FuzzTarget {
         }
     }
 
+    /// Whether the target needs a task (the token key is an actor's).
+    public var isAsync: Bool { self == .token }
+
+    /// Feeds `data` to a target that needs no task (`isAsync` false), on the calling thread: libFuzzer
+    /// sees the coverage of its own thread only.
+    public func runOnThisThread(_ data: Data) throws(FuzzFailure) {
+        func fail(_ text: String) -> FuzzFailure { FuzzFailure(target: self, description: text) }
+        switch self {
+        case .clientFrame: try clientFrame(data, fail)
+        case .serverFrame: try serverFrame(data, fail)
+        case .httpBody: try httpBody(data, fail)
+        case .sdp: try sdp(data, fail)
+        case .wav: try wav(data, fail)
+        case .token: preconditionFailure("\(rawValue) needs a task: use run(_:)")
+        }
+    }
+
     private func clientFrame(_ data: Data, _ fail: (String) -> FuzzFailure) throws(FuzzFailure) {
         let codec = WireCodec()
         let message: ClientMessage

@@ -118,7 +118,7 @@ public struct BitrateController: Sendable {
         let receivedLoss = max(report.lossPct, report.latestLossPct)
         let sentLoss = [report.remoteLossPct, report.latestRemoteLossPct].compactMap { $0 }.max() ?? receivedLoss
         return update(lossPct: sentLoss, receivedLossPct: receivedLoss, rttMs: report.latestRttMs,
-                      jitterMs: max(report.jitterMs, report.latestJitterMs), now: now)
+                      jitterMs: max(report.jitterMs, report.latestJitterMs), meanRttMs: report.meanMeasuredRttMs, now: now)
     }
 
     /// Takes a quality report at time `now`: the loss of what we send, the loss we see receiving
@@ -126,8 +126,14 @@ public struct BitrateController: Sendable {
     /// apart at best), the round trip, nil while none was measured, and the interarrival jitter
     /// (a jittery path's round trips spread above its lowest without any queue: `jitterAllowance` × the jitter
     /// is not counted as queueing). Answers the new setting when it changed.
+    ///
+    /// `meanRttMs`, the mean round trip of the last few reports, when given, bounds the round trip the
+    /// queue is judged by: a queue raises the mean, where jitter throws single round trips above it
+    /// (15 % loss with 0–80 ms of jitter each way put one round trip in four 130 ms above the lowest,
+    /// and two such in a row lowered the rate in two calls of three). A round trip past
+    /// `longestPathRttMs` counts as queue on its own.
     public mutating func update(lossPct: Double, receivedLossPct: Double = 0, rttMs: Double?, jitterMs: Double = 0,
-                                now: Duration) -> Setting? {
+                                meanRttMs: Double? = nil, now: Duration) -> Setting? {
         let c = configuration
         var next = setting
 
@@ -145,7 +151,8 @@ public struct BitrateController: Sendable {
         if let rttMs, rttMs > 0 { lowestRttMs = min(lowestRttMs ?? rttMs, rttMs) }
         var queueing = 0.0
         if let rttMs, let lowest = lowestRttMs {
-            queueing = max(0, rttMs - lowest - c.jitterAllowance * jitterMs, rttMs - c.longestPathRttMs)
+            let judged = min(rttMs, meanRttMs ?? rttMs)
+            queueing = max(0, judged - lowest - c.jitterAllowance * jitterMs, rttMs - c.longestPathRttMs)
         }
         let start = firstReport ?? now
         firstReport = start

@@ -65,6 +65,9 @@ public struct QualityReport: Hashable, Sendable {
     /// What a listener hears, with the delay left out (`EModel.listeningRating`): the figure a
     /// listening test such as PESQ scores, and the one the E-model's Opus values are fitted to.
     public var listeningMos: Double = 4.5
+    /// The mean of the round trips measured in the window, nil before the first: a queue raises it,
+    /// where jitter only spreads single round trips around it.
+    public var meanMeasuredRttMs: Double?
 
     /// The form `call.report` carries.
     public var callQuality: CallQuality {
@@ -141,6 +144,7 @@ public struct QualityMonitor: Sendable {
     private var previous: MediaStatsSample?
     private var latestRtt: Double?
     private var recent: [(rating: Double, listening: Double, rtt: Double, jitter: Double, loss: Double, bitrate: Double)] = []
+    private var recentMeasuredRtt: [Double?] = []
     /// The far side's reported loss over the same window: one report swings with a couple of packets.
     private var recentRemoteLoss: [Double] = []
 
@@ -163,6 +167,9 @@ public struct QualityMonitor: Sendable {
         let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0
         recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss), model.listeningRating(lossPct: loss), rtt, jitter, loss, bitrate))
         if recent.count > window { recent.removeFirst(recent.count - window) }
+        recentMeasuredRtt.append(sample.roundTripTimeMs)
+        if recentMeasuredRtt.count > window { recentMeasuredRtt.removeFirst(recentMeasuredRtt.count - window) }
+        let measured = recentMeasuredRtt.compactMap { $0 }
         // What the far side lost of what we sent: its report, or its asks for packets again where
         // retransmission hid the loss from its report.
         let sent = max(0, sample.packetsSent - previous.packetsSent)
@@ -179,7 +186,8 @@ public struct QualityMonitor: Sendable {
                              lossPct: mean(recent.map(\.loss)), bitrateKbps: mean(recent.map(\.bitrate)),
                              audioLevel: sample.audioLevel, remoteLossPct: recentRemoteLoss.isEmpty ? nil : mean(recentRemoteLoss),
                              latestLossPct: loss, latestRemoteLossPct: remote, latestJitterMs: jitter,
-                             listeningMos: EModel.mos(rating: mean(recent.map(\.listening))))
+                             listeningMos: EModel.mos(rating: mean(recent.map(\.listening))),
+                             meanMeasuredRttMs: measured.isEmpty ? nil : mean(measured))
     }
 }
 

@@ -106,10 +106,16 @@ public struct WireCodec: Sendable {
         }
     }
 
+    /// An id an error may name in `re`: 1-64 characters. An empty one named no request a client can
+    /// be waiting on (the fuzzer found errors echoing `re: ""`).
+    static func validRequestID(_ id: String) -> String? {
+        id.isEmpty || id.count > maxRequestIDLength ? nil : id
+    }
+
     /// Turns a `JSONDecoder` error on `data` into a `ProtocolError` that says what is wrong.
     public static func describe(_ error: any Error, in data: Data) -> ProtocolError {
         let probe = try? JSONDecoder().decode(Probe.self, from: data)
-        let id = probe?.id.flatMap { $0.count <= maxRequestIDLength ? $0 : nil }
+        let id = probe?.id.flatMap(validRequestID)
         let type = probe?.type
         if let unknown = error as? UnknownMessageType {
             return ProtocolError(kind: .unknownType, requestID: id, type: unknown.type,
@@ -144,7 +150,7 @@ public struct WireCodec: Sendable {
 
     static func validate(_ message: ClientMessage) throws(ProtocolError) {
         func invalid(_ text: String) -> ProtocolError {
-            ProtocolError(kind: .invalidField, requestID: message.requestID.flatMap { $0.count <= maxRequestIDLength ? $0 : nil },
+            ProtocolError(kind: .invalidField, requestID: message.requestID.flatMap(validRequestID),
                           type: message.type, message: text)
         }
         if let id = message.requestID, id.isEmpty || id.count > maxRequestIDLength {
@@ -188,8 +194,6 @@ extension WireCodec {
                 id = try? decoder.container(keyedBy: CodingKeys.self).decodeIfPresent(String.self, forKey: .id)
             }
         }
-        guard let id = (try? JSONDecoder().decode(IDOnly.self, from: Data(text.utf8)))?.id, id.count <= Self.maxRequestIDLength
-        else { return nil }
-        return id
+        return (try? JSONDecoder().decode(IDOnly.self, from: Data(text.utf8)))?.id.flatMap(Self.validRequestID)
     }
 }

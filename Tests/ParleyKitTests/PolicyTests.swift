@@ -278,6 +278,22 @@ struct QualityTests {
         #expect(off.second > 20, "FEC stays on until the window no longer holds the loss: \(settings)")
     }
 
+    /// Jitter throws single round trips well above the mean; the queue is judged by the mean.
+    @Test func singleRoundTripsThrownHighByJitterAreNotAQueue() {
+        var controller = BitrateController()
+        _ = controller.update(lossPct: 0, rttMs: 42, jitterMs: 4, now: .seconds(1))
+        // 0–80 ms of jitter each way reads as about 20 ms; two round trips in a row 150 ms above the lowest.
+        for (second, rtt) in zip(2..<8, [192.0, 190, 110, 95, 180, 185]) {
+            _ = controller.update(lossPct: 15, receivedLossPct: 15, rttMs: rtt, jitterMs: 20, meanRttMs: 125, now: .seconds(second))
+        }
+        #expect(controller.setting.bitrateKbps == 48, "FEC's bits, and no decrease")
+        // A queue raises the mean too: then the rate comes down.
+        for second in 8..<12 {
+            _ = controller.update(lossPct: 15, receivedLossPct: 15, rttMs: 260, jitterMs: 20, meanRttMs: 240, now: .seconds(second))
+        }
+        #expect(controller.setting.bitrateKbps < 48)
+    }
+
     @Test func aFillingQueueLowersTheBitrateBeforeAnyLoss() throws {
         var controller = BitrateController()
         _ = controller.update(lossPct: 0, rttMs: 40, now: .seconds(1))
