@@ -317,7 +317,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyFuzzTests",
-            dependencies: ["ParleyFuzzTargets", "ParleyProtocol"],
+            dependencies: ["ParleyFuzzTargets", "ParleyProtocol", "ParleyWire"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

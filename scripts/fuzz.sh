@@ -57,7 +57,7 @@ for target in "${targets[@]}"; do
   # SWIFT_BACKTRACE: the runtime's crash handler trips AddressSanitizer after a finding; libFuzzer says enough.
   if ! SWIFT_BACKTRACE=enable=no PARLEY_FUZZ_TARGET=$target "$binary" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
        -rss_limit_mb=4096 -artifact_prefix="$findings/" -print_final_stats=1 -close_fd_mask=1 2>&1 \
-       | grep -E "^#[0-9]+ +(DONE|INITED)|stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|FuzzFailure|Fatal error"; then
+       | grep -E "^#[0-9]+[[:space:]]+(DONE|INITED)|stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|FuzzFailure|Fatal error"; then
     :
   fi
   after=$(ls "$findings" | wc -l)

@@ -82,34 +82,30 @@ extension FuzzTarget {
 
     private func clientFrame(_ data: Data, _ fail: (String) -> FuzzFailure) throws(FuzzFailure) {
         let codec = WireCodec()
-        let message: ClientMessage
-        do {
-            message = try codec.decodeClientMessage(data)
-        } catch {
-            try check(error, fail)
-            return
-        }
-        let again: ClientMessage
-        do { again = try codec.decodeClientMessage(codec.encode(message)) } catch {
-            throw fail("a frame that decoded did not decode again once re-encoded: \(error)")
-        }
-        guard again == message else { throw fail("a frame changed through a re-encoding: \(message) became \(again)") }
+        try roundTrip(data, "a frame", decode: codec.decodeClientMessage, encode: codec.encode, fail)
     }
 
     private func serverFrame(_ data: Data, _ fail: (String) -> FuzzFailure) throws(FuzzFailure) {
         let codec = WireCodec()
-        let frame: ServerFrame
+        try roundTrip(data, "a server frame", decode: codec.decodeServerFrame, encode: codec.encode, fail)
+    }
+
+    /// What decodes must decode again, to the same value, once re-encoded; what does not must be
+    /// refused with an error that says why.
+    private func roundTrip<T: Equatable>(_ data: Data, _ what: String, decode: (Data) throws(ProtocolError) -> T,
+                                         encode: (T) -> Data, _ fail: (String) -> FuzzFailure) throws(FuzzFailure) {
+        let value: T
         do {
-            frame = try codec.decodeServerFrame(data)
+            value = try decode(data)
         } catch {
             try check(error, fail)
             return
         }
-        let again: ServerFrame
-        do { again = try codec.decodeServerFrame(codec.encode(frame)) } catch {
-            throw fail("a server frame that decoded did not decode again once re-encoded: \(error)")
+        let again: T
+        do { again = try decode(encode(value)) } catch {
+            throw fail("\(what) that decoded did not decode again once re-encoded: \(error)")
         }
-        guard again == frame else { throw fail("a server frame changed through a re-encoding: \(frame) became \(again)") }
+        guard again == value else { throw fail("\(what) changed through a re-encoding: \(value) became \(again)") }
     }
 
     /// The first byte picks the body (even: a device registration, odd: a token request), as a route

@@ -1,5 +1,6 @@
 import Foundation
 import ParleyFuzzTargets
+import ParleyWire
 import Testing
 
 /// Every fuzz target over its seeds, every finding saved from a fuzzing run (each a regression test),
@@ -31,7 +32,7 @@ struct FuzzReplayTests {
 
     @Test(arguments: FuzzTarget.allCases)
     func mutatedSeedsKeepEveryRule(_ target: FuzzTarget) async {
-        var random = SplitMix(seed: 0x7061726c6579)
+        var random = Mutator(seed: 0x7061726c6579)
         var failures: [String] = []
         for seed in Self.seeds(target) {
             for _ in 0..<1_000 {
@@ -53,21 +54,13 @@ struct FuzzReplayTests {
     }
 }
 
-/// A small deterministic generator and libFuzzer's first mutations: flip, set, insert, erase, cut,
+/// libFuzzer's first mutations, from a seeded generator (the wire's): flip, set, insert, erase, cut,
 /// duplicate a run, splice in a byte that parsers treat specially.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
+struct Mutator {
+    var random: SeededRandom
+    init(seed: UInt64) { random = SeededRandom(seed: seed) }
 
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func below(_ bound: Int) -> Int { bound <= 0 ? 0 : Int(next() % UInt64(bound)) }
+    mutating func below(_ bound: Int) -> Int { bound <= 0 ? 0 : Int(random.next() % UInt64(bound)) }
 
     mutating func mutate(_ seed: Data) -> Data {
         var bytes = [UInt8](seed)
