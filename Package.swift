@@ -307,7 +307,7 @@ let package = Package(
         // The fuzzers' targets, and the command libFuzzer drives (scripts/fuzz.sh) or that replays files.
         .target(
             name: "ParleyFuzzTargets",
-            dependencies: ["ParleyProtocol", "ParleyServer", "ParleyGStreamer"],
+            dependencies: ["ParleyProtocol", "ParleyServer", "ParleyGStreamer", "ParleyJanus", "ParleyTesting", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

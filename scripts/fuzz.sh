@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 seconds=60
 targets=()
-all=(client-frame server-frame http-body token sdp wav)
+all=(client-frame server-frame http-body token sdp wav janus hub)
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;

@@ -579,10 +579,10 @@ int parley_ice_add_local_address(void *webrtc, const char *address) {
     return result;
 }
 
-void parley_ice_configure(void *webrtc, unsigned int pacing_ms) {
+void parley_ice_configure(void *webrtc, unsigned int pacing_ms, int tcp) {
     NiceAgent *agent = nice_agent_of(webrtc);
     if (!agent) return;
-    g_object_set(agent, "upnp", FALSE, "stun-pacing-timer", (guint)pacing_ms, NULL);
+    g_object_set(agent, "upnp", FALSE, "stun-pacing-timer", (guint)pacing_ms, "ice-tcp", tcp ? TRUE : FALSE, NULL);
     g_object_unref(agent);
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import ParleyGStreamer
+import ParleyJanus
 import ParleyProtocol
 import ParleyServer
 
@@ -23,13 +24,19 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case sdp
     /// A WAV file, as `parley call --play` and the tests read one (`WAV.decode`).
     case wav
+    /// A frame from Janus, as the Janus client reads it (`JanusInbound`), and an AudioBridge event
+    /// made of it (`AudioBridgeEvent.from`).
+    case janus
+    /// The signaling hub as a whole: a script of steps by three devices, with its rules checked after
+    /// each (`HubScript`).
+    case hub
 
     /// Where the seeds for this target are, relative to the package's root.
     public var seedFolders: [String] {
         switch self {
         case .clientFrame: ["Tests/ParleyProtocolTests/Golden"]
         case .serverFrame: ["Tests/ParleyProtocolTests/Golden"]
-        case .httpBody, .token, .sdp, .wav: ["Fuzz/seeds/\(rawValue)"]
+        case .httpBody, .token, .sdp, .wav, .janus, .hub: ["Fuzz/seeds/\(rawValue)"]
         }
     }
 
@@ -52,15 +59,17 @@ public struct FuzzFailure: Error, CustomStringConvertible {
 extension FuzzTarget {
     /// Feeds `data` to the target; throws what the input broke.
     public func run(_ data: Data) async throws(FuzzFailure) {
-        if isAsync {
-            try await token(data) { FuzzFailure(target: self, description: $0) }
-        } else {
+        func fail(_ text: String) -> FuzzFailure { FuzzFailure(target: self, description: text) }
+        switch self {
+        case .token: try await token(data, fail)
+        case .hub: try await HubScript.run(data, fail)
+        default:
             try runOnThisThread(data)
         }
     }
 
-    /// Whether the target needs a task (the token key is an actor's).
-    public var isAsync: Bool { self == .token }
+    /// Whether the target needs a task (the token key and the hub are actors).
+    public var isAsync: Bool { self == .token || self == .hub }
 
     /// Feeds `data` to a target that needs no task (`isAsync` false), on the calling thread: without a
     /// task and a wait per input, libFuzzer ran 54,000 inputs a second here instead of 155.
@@ -72,7 +81,8 @@ extension FuzzTarget {
         case .httpBody: try httpBody(data, fail)
         case .sdp: try sdp(data, fail)
         case .wav: try wav(data, fail)
-        case .token: preconditionFailure("\(rawValue) needs a task: use run(_:)")
+        case .janus: try janus(data, fail)
+        case .token, .hub: preconditionFailure("\(rawValue) needs a task: use run(_:)")
         }
     }
 
@@ -170,6 +180,24 @@ extension FuzzTarget {
         guard audio.samples.count <= data.count / 2 else { throw fail("more samples than the file holds") }
         let mono = audio.mono(from: 0.01, length: 0.5)
         guard mono.allSatisfy({ (-1...1).contains($0) }) else { throw fail("a sample outside -1…1") }
+    }
+
+    private func janus(_ data: Data, _ fail: (String) -> FuzzFailure) throws(FuzzFailure) {
+        guard let inbound = JanusInbound(String(decoding: data, as: UTF8.self)) else { return }
+        guard inbound.frame["janus"]?.stringValue == inbound.verb else { throw fail("a frame read with a verb it does not have") }
+        guard let (sender, event) = inbound.handleEvent else { return }
+        guard inbound.frame["sender"]?.int64 == sender else { throw fail("an event given to handle \(sender), which the frame does not name") }
+        switch AudioBridgeEvent.from(event) {
+        case .joined(_, let participants)?, .participantsUpdated(_, let participants)?, .roomChanged(_, _, let participants)?:
+            // Each participant comes from one entry of the frame's list, and none without an id.
+            guard case .plugin(let payload, _) = event, case .array(let listed)? = payload["participants"] else {
+                guard participants.isEmpty else { throw fail("participants read from a frame that lists none") }
+                return
+            }
+            guard participants.count <= listed.count else { throw fail("\(participants.count) participants read from a list of \(listed.count)") }
+        default:
+            break
+        }
     }
 
     /// Whether `data` is a token the token target's key signed and that is valid at its time: what a

@@ -92,7 +92,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         parley_webrtc_attach(pipeline, webrtc, bridgeEventCallback, retainedBridge)
         if configuration.retransmission { parley_webrtc_enable_retransmission(webrtc) }
 
-        parley_ice_configure(webrtc, UInt32(configuration.icePacingMs))
+        parley_ice_configure(webrtc, UInt32(configuration.icePacingMs), configuration.iceTCP ? 1 : 0)
         for address in configuration.localAddresses where parley_ice_add_local_address(webrtc, address) != 0 {
             teardown()
             throw MediaEngineError(.pipeline, "'\(address)' is not a local address ICE can use")

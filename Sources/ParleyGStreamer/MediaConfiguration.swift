@@ -116,6 +116,11 @@ public struct MediaEngineConfiguration: Hashable, Sendable {
     public var retransmission = false
     /// How often ICE sends a connectivity check (RFC 8445's Ta, at least 5 ms for media).
     public var icePacingMs = 5
+    /// Host TCP candidates (ICE-TCP, RFC 6544). Off: media goes over UDP, or through TURN where UDP
+    /// cannot pass. With them on, libnice nominated a TCP pair when lost UDP checks let a TCP check
+    /// answer first (2 of 36 calls at 10 % loss); TCP then retransmitted every lost packet, late,
+    /// behind a growing queue — a voice call wants the loss instead (docs/quality.md).
+    public var iceTCP = false
     public var opusBitrate = 32_000
     /// Discontinuous transmission: no packets during silence.
     public var dtx = false

@@ -48,7 +48,7 @@ public enum AudioBridgeEvent: Hashable, Sendable {
     /// A plugin event this type does not know, as Janus sent it.
     case other([String: JSONValue])
 
-    static func from(_ event: JanusHandleEvent) -> AudioBridgeEvent? {
+    package static func from(_ event: JanusHandleEvent) -> AudioBridgeEvent? {
         switch event {
         case .webrtcUp: return .webrtcUp
         case .media(_, let receiving): return .media(receiving: receiving)

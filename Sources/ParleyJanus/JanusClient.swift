@@ -233,47 +233,29 @@ public actor JanusClient {
     }
 
     func receive(_ text: String) {
-        guard case .object(let frame)? = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)),
-              let verb = frame["janus"]?.stringValue else { return }
-        if let transaction = frame["transaction"]?.stringValue, pending[transaction] != nil {
-            switch verb {
+        guard let inbound = JanusInbound(text) else { return }
+        if let transaction = inbound.transaction, pending[transaction] != nil {
+            switch inbound.verb {
             case "ack" where !acknowledgedTransactions.contains(transaction):
                 return  // an event follows (or came already)
             case "error":
-                let code = Int(frame["error"]?["code"]?.int64 ?? 0)
-                fail(transaction, with: .core(JanusCoreError(rawValue: code), reason: frame["error"]?["reason"]?.stringValue ?? ""))
-                return
+                let error = inbound.frame["error"]
+                fail(transaction, with: .core(JanusCoreError(rawValue: Int(error?["code"]?.int64 ?? 0)), reason: error?["reason"]?.stringValue ?? ""))
             default:
                 acknowledgedTransactions.remove(transaction)
-                pending.removeValue(forKey: transaction)?.resume(returning: frame)
-                return
+                pending.removeValue(forKey: transaction)?.resume(returning: inbound.frame)
             }
+            return
         }
-        if verb == "timeout" {
+        if inbound.verb == "timeout" {
             finish(.sessionTimedOut, notify: true)
             return
         }
-        guard let sender = frame["sender"]?.int64, let handle = handles[sender] else { return }
-        switch verb {
-        case "event":
-            if case .object(let data)? = frame["plugindata"]?["data"] { handle.yield(.plugin(data, jsep: JSEP(frame["jsep"]))) }
-        case "webrtcup": handle.yield(.webrtcUp)
-        case "media": handle.yield(.media(type: frame["type"]?.stringValue ?? "audio", receiving: frame["receiving"] == .bool(true)))
-        case "slowlink": handle.yield(.slowLink(uplink: frame["uplink"] == .bool(true), lost: Int(frame["lost"]?.int64 ?? 0)))
-        case "hangup": handle.yield(.hangup(reason: frame["reason"]?.stringValue ?? ""))
-        case "detached":
-            handle.yield(.detached)
+        guard let (sender, event) = inbound.handleEvent, let handle = handles[sender] else { return }
+        handle.yield(event)
+        if event == .detached {
             handle.finish()
             handles.removeValue(forKey: sender)
-        case "trickle":
-            let candidate = frame["candidate"]
-            if candidate?["completed"] == .bool(true) {
-                handle.yield(.trickle(candidate: nil, sdpMid: nil, sdpMLineIndex: nil))
-            } else {
-                handle.yield(.trickle(candidate: candidate?["candidate"]?.stringValue, sdpMid: candidate?["sdpMid"]?.stringValue,
-                                      sdpMLineIndex: candidate?["sdpMLineIndex"]?.int64.map(Int.init)))
-            }
-        default: break
         }
     }
 
@@ -307,9 +289,49 @@ extension JSONEncoder {
     }
 }
 
+/// One frame from Janus, read: its verb, the transaction it names (an answer, or a plugin event that
+/// answers one), and what it says of a handle. Which transactions are pending is the client's
+/// question; this only reads.
+package struct JanusInbound: Sendable {
+    package var verb: String
+    package var transaction: String?
+    package var frame: [String: JSONValue]
+    /// The handle the frame is about (`sender`) and what it says, when it is an event this client uses.
+    package var handleEvent: (sender: Int64, event: JanusHandleEvent)?
+
+    /// nil: not JSON, not an object, or no `janus` verb.
+    package init?(_ text: String) {
+        guard case .object(let frame)? = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)),
+              let verb = frame["janus"]?.stringValue else { return nil }
+        self.verb = verb
+        self.frame = frame
+        transaction = frame["transaction"]?.stringValue
+        handleEvent = frame["sender"]?.int64.flatMap { sender in Self.event(verb, frame).map { (sender, $0) } }
+    }
+
+    private static func event(_ verb: String, _ frame: [String: JSONValue]) -> JanusHandleEvent? {
+        switch verb {
+        case "event":
+            guard case .object(let data)? = frame["plugindata"]?["data"] else { return nil }
+            return .plugin(data, jsep: JSEP(frame["jsep"]))
+        case "webrtcup": return .webrtcUp
+        case "media": return .media(type: frame["type"]?.stringValue ?? "audio", receiving: frame["receiving"] == .bool(true))
+        case "slowlink": return .slowLink(uplink: frame["uplink"] == .bool(true), lost: Int(frame["lost"]?.int64 ?? 0))
+        case "hangup": return .hangup(reason: frame["reason"]?.stringValue ?? "")
+        case "detached": return .detached
+        case "trickle":
+            let candidate = frame["candidate"]
+            if candidate?["completed"] == .bool(true) { return .trickle(candidate: nil, sdpMid: nil, sdpMLineIndex: nil) }
+            return .trickle(candidate: candidate?["candidate"]?.stringValue, sdpMid: candidate?["sdpMid"]?.stringValue,
+                            sdpMLineIndex: candidate?["sdpMLineIndex"]?.int64.map(Int.init))
+        default: return nil
+        }
+    }
+}
+
 extension JSONValue {
     /// A whole number (Janus ids reach 2^53 − 1, which a Double holds exactly).
-    var int64: Int64? {
+    package var int64: Int64? {
         if case .number(let value) = self, value.rounded() == value, abs(value) <= 9_007_199_254_740_992 { return Int64(value) }
         return nil
     }

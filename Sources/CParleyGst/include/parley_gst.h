@@ -155,8 +155,9 @@ int parley_rtp_sessions_set_rtcp_interval(void *webrtc, unsigned int interval_ms
 
 /// Restricts gathering to the given local addresses (loopback included when named) and turns UPnP off.
 int parley_ice_add_local_address(void *webrtc, const char *address);
-/// UPnP off, and connectivity checks paced every `pacing_ms` (RFC 8445's Ta; libnice's default is 20 ms).
-void parley_ice_configure(void *webrtc, unsigned int pacing_ms);
+/// UPnP off, connectivity checks paced every `pacing_ms` (RFC 8445's Ta; libnice's default is 20 ms),
+/// and host TCP candidates (RFC 6544) gathered only when `tcp` is non-zero.
+void parley_ice_configure(void *webrtc, unsigned int pacing_ms, int tcp);
 /// Restarts ICE on every stream: new checks; the selected pair keeps carrying media meanwhile.
 void parley_ice_restart(void *webrtc);
 /// The pair ICE selected: candidate types ("host", "srflx", "prflx", "relay"; buffers of 16) and the
