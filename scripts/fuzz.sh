@@ -36,10 +36,16 @@ scripts/setup.sh
 echo "== building parley-fuzz with libFuzzer and AddressSanitizer (.build-fuzz)"
 # swiftc takes the last -sanitize it is given, and SwiftPM passes one per sanitizer: the last
 # flag names both, or the Swift code gets AddressSanitizer without the coverage libFuzzer needs.
-swift build --scratch-path .build-fuzz --product parley-fuzz --sanitize=fuzzer --sanitize=address -Xswiftc -sanitize=fuzzer,address \
-  -Xswiftc -DPARLEY_LIBFUZZER 2>&1 | grep -E "error|warning: .*/(Sources|Tests)/|Compiling|Build complete" | grep -v "^\[" || true
+log=$(mktemp)
+if ! swift build --scratch-path .build-fuzz --product parley-fuzz --sanitize=fuzzer --sanitize=address -Xswiftc -sanitize=fuzzer,address \
+  -Xswiftc -DPARLEY_LIBFUZZER > "$log" 2>&1; then
+  grep -E "error" "$log" | sort -u | head -20 >&2
+  rm -f "$log"
+  echo "scripts/fuzz.sh: the build failed (above); no target was run" >&2
+  exit 1
+fi
+rm -f "$log"
 binary=.build-fuzz/debug/parley-fuzz
-[ -x "$binary" ] || { echo "scripts/fuzz.sh: the build failed (run the swift build line above to see why)" >&2; exit 1; }
 
 found=0
 for target in "${targets[@]}"; do

@@ -275,7 +275,7 @@ struct ChildServer {
     static func start() throws -> ChildServer {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["serve", "--port", "0", "--database", ":memory:", "--log-level", "warning"]
+        process.arguments = ["serve", "--port", "0", "--database", ":memory:", "--log-level", "warning", "--http-rate-limit", "0"]
         let output = Pipe()
         process.standardOutput = output
         try process.run()

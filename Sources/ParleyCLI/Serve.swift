@@ -50,6 +50,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Bearer token for GET /metrics; without one, metrics are served to loopback only. [PARLEY_METRICS_TOKEN]")
     var metricsToken: String?
 
+    @Option(help: "HTTP requests and WebSocket upgrades one address may make per second, sustained (bursts of ten times that pass); 0 for no limit, as a load generator on one address needs. [PARLEY_HTTP_RATE_LIMIT]")
+    var httpRateLimit: Double = env("PARLEY_HTTP_RATE_LIMIT").flatMap(Double.init) ?? ServerConfiguration.Limits().httpRequestsPerSecond
+
     @OptionGroup(title: "Push (APNs)") var apns: APNsOptions
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error. [PARLEY_LOG_LEVEL]")
@@ -58,6 +61,7 @@ struct Serve: AsyncParsableCommand {
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
         guard ringTimeout > 0 else { throw ValidationError("--ring-timeout must be at least 1 second") }
+        guard httpRateLimit >= 0, httpRateLimit.isFinite else { throw ValidationError("--http-rate-limit must be 0 (no limit) or more") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
         if !turnUrls.isEmpty, turnSecret ?? Self.env("PARLEY_TURN_SECRET") == nil { throw ValidationError("--turn-urls needs --turn-secret") }
     }
@@ -87,6 +91,8 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.apns = try apns.settings()
         configuration.ringTimeout = .seconds(ringTimeout)
+        configuration.limits.httpRequestsPerSecond = httpRateLimit
+        configuration.limits.httpBurst = max(1, httpRateLimit * 10)
         configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls),
                                                      turnSecret: turnSecret ?? Self.env("PARLEY_TURN_SECRET"))
 
@@ -104,6 +110,9 @@ struct Serve: AsyncParsableCommand {
                 lines.append("parley: \(pushLabel)")
                 lines.append("parley: browser client at \(base)/ (two windows, two names, one calls the other)")
                 if development {
+                    if !loopback {
+                        lines.append("parley: WARNING: development mode on \(host), which is not loopback: anyone who reaches it can mint a token for any user (docs/threat-model.md)")
+                    }
                     lines.append("parley: development mode: get a token with")
                     lines.append("  curl -s -X POST \(base)/v1/dev/tokens -H 'content-type: application/json' -d '{\"user\":\"alice\",\"name\":\"Alice\"}'")
                 }

@@ -86,6 +86,15 @@ final class Bridge: @unchecked Sendable {
             })
         }
     }
+    /// The transports ("udp", "tcp") of the candidates gathered so far: a candidate's third field.
+    var localCandidateTransports: Set<String> {
+        lock.withLock {
+            Set(localCandidates.compactMap { candidate in
+                let fields = candidate.candidate.split(separator: " ")
+                return fields.count > 2 ? fields[2].lowercased() : nil
+            })
+        }
+    }
     var receivedVideoFrames: Int { lock.withLock { videoFrames } }
 
     /// A decoded RGB frame arrived: counted, and its average colour noted (from a sample of pixels).

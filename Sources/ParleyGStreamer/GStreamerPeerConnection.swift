@@ -22,6 +22,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public var currentLocalSDP: String? { bridge.currentLocalSDP }
     /// The kinds of local ICE candidates gathered ("host", "srflx", "relay").
     public var localCandidateTypes: Set<String> { bridge.localCandidateTypes }
+    /// The transports of the local ICE candidates gathered ("udp"; "tcp" only with `iceTCP`).
+    public var localCandidateTransports: Set<String> { bridge.localCandidateTransports }
     /// The candidate pair ICE selected, as libnice reports it; nil before ICE connected.
     public var selectedCandidatePair: SelectedCandidatePair? {
         var localType = [CChar](repeating: 0, count: 16), remoteType = [CChar](repeating: 0, count: 16)

@@ -13,11 +13,13 @@ struct HTTPRoutes: Sendable {
     let wallClock: @Sendable () -> Int64
     /// Whether the server is shutting down: new sessions are refused with 503.
     let isShuttingDown: @Sendable () async -> Bool
+    let limiter: AddressRateLimiter
 
     static let maxBody = 64 * 1024
     static let maxCallsLimit = 200
 
     func register(on router: Router<ParleyRequestContext>) {
+        router.add(middleware: AddressRateLimitMiddleware(limiter: limiter))
         router.get("/healthz") { _, _ in
             guard await !isShuttingDown() else {
                 return Response(status: .serviceUnavailable, headers: [.contentType: "text/plain; charset=utf-8"],
@@ -81,6 +83,13 @@ struct HTTPRoutes: Sendable {
                     return Self.error(.badRequest, .badRequest, "\(field).topic must be the app's bundle id")
                 }
             }
+            let limit = configuration.limits.devicesPerUser
+            do {
+                let known = try store.devices(of: identity.user)
+                if known.count >= limit, !known.contains(where: { $0.device == device }) {
+                    return Self.error(.conflict, .badRequest, "\(identity.user) has \(known.count) devices, the most one user may register; remove one (DELETE /v1/devices/{device}) first")
+                }
+            } catch { return Self.error(.internalServerError, .internal, "the devices could not be read") }
             let record = DeviceRecord(user: identity.user, device: device, platform: registration.platform,
                                       voip: registration.voip, alerts: registration.alerts, updatedAt: wallClock())
             do { try store.upsertDevice(record) } catch { return Self.error(.internalServerError, .internal, "the device could not be stored") }

@@ -61,6 +61,16 @@ public struct ServerConfiguration: Sendable {
         /// Bytes of frames waiting to be written to one connection; a client that falls further
         /// behind is closed with 4010 and resumes (its frames wait in the session's resume buffer).
         public var outboundBufferBytes: Int = 4 << 20
+        /// HTTP requests and WebSocket upgrades per remote address per second, sustained (0: no
+        /// limit); more are answered 429 with `Retry-After`. `/healthz` is not counted.
+        public var httpRequestsPerSecond: Double = 20
+        /// Requests one address may make at once above the sustained rate: room for many devices
+        /// behind one NAT reconnecting together.
+        public var httpBurst: Double = 200
+        /// Devices one user may register (`PUT /v1/devices`), and devices one user may have connected
+        /// or resumable at once (a hello from one more is refused, and closed with 1008): each is rung,
+        /// and pushed to, on every call, so one token must not hold thousands.
+        public var devicesPerUser: Int = 32
 
         public init() {}
     }

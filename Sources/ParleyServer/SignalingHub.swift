@@ -196,6 +196,16 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let identity = entry.connection.identity
         let key = DeviceKey(user: identity.user, device: hello.device)
         let existing = sessions[key]
+        let limit = configuration.limits.devicesPerUser
+        if existing == nil, let devices = devicesByUser[key.user], devices.count >= limit {
+            // Each device is rung on every call: one token must not hold thousands of sessions.
+            let refusal = ErrorMessage(re: hello.id, code: .forbidden,
+                                       message: "\(key.user) has \(devices.count) devices connected or resumable, the most one user may have")
+            entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: .error(refusal)))))
+            metrics.framesOut.increment()
+            close(entry.connection.id, code: .policy, reason: "too many devices for one user")
+            return
+        }
         if let existing, let oldConnection = existing.connectionID, oldConnection != entry.connection.id {
             close(oldConnection, code: .replaced, reason: "replaced by a newer connection of the same device")
         }

@@ -72,11 +72,12 @@ public final class SignalingServer: Sendable {
     /// The server's services, for a caller that runs its own `ServiceGroup` (tests do).
     public func makeServiceGroup(signals: [UnixSignal]) -> ServiceGroup {
         let router = Router(context: ParleyRequestContext.self)
+        let limiter = AddressRateLimiter(rate: configuration.limits.httpRequestsPerSecond, burst: configuration.limits.httpBurst)
         HTTPRoutes(configuration: configuration, store: store, tokens: tokens, metrics: metrics,
                    wallClock: { Int64(Date().timeIntervalSince1970 * 1000) },
-                   isShuttingDown: { [hub] in await hub.isShuttingDown }).register(on: router)
+                   isShuttingDown: { [hub] in await hub.isShuttingDown }, limiter: limiter).register(on: router)
         let openConnections = OpenConnections()
-        let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, metrics: metrics, open: openConnections, logger: logger)
+        let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, metrics: metrics, open: openConnections, limiter: limiter, logger: logger)
         let onRunning = self.onRunning
         let app = Application(
             router: router,

@@ -22,10 +22,13 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     let logger: Logger
     /// Connections whose reader or writer still runs; shutdown waits for them to drain.
     let open: OpenConnections
+    let limiter: AddressRateLimiter
     private let connectionIDs = NIOLockedValueBox<UInt64>(0)
 
-    init(hub: SignalingHub<C>, tokens: TokenAuthority, metrics: ServerMetrics, open: OpenConnections, logger: Logger) {
+    init(hub: SignalingHub<C>, tokens: TokenAuthority, metrics: ServerMetrics, open: OpenConnections,
+         limiter: AddressRateLimiter, logger: Logger) {
         self.hub = hub
+        self.limiter = limiter
         self.tokens = tokens
         self.originPolicy = OriginPolicy(configuration: hub.configuration)
         self.metrics = metrics
@@ -47,6 +50,11 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     func shouldUpgrade(_ request: HTTPRequest, channel: any Channel) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
         guard let path = request.path, path.split(separator: "?", maxSplits: 1).first == Substring(Self.path) else {
             return await refuse(.notFound, .notFound, "WebSocket is served at \(Self.path) only", on: channel)
+        }
+        if let address = channel.remoteAddress?.ipAddress, let wait = limiter.admit(address) {
+            let seconds = AddressRateLimiter.retryAfter(wait)
+            return await refuse(.tooManyRequests, .rateLimited, "too many requests from this address; retry in \(seconds) s",
+                                retryAfter: seconds, on: channel)
         }
         if await hub.isShuttingDown {
             return await refuse(.serviceUnavailable, .unavailable, "the server is shutting down; reconnect in a moment", on: channel)
@@ -73,10 +81,11 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
 
     /// Answers a refused upgrade with its own status and protocol v1's error body, and closes.
     /// (Hummingbird answers every refused upgrade with a bare 400, which tells a client nothing.)
-    private func refuse(_ status: HTTPResponse.Status, _ code: ErrorCode, _ message: String,
+    private func refuse(_ status: HTTPResponse.Status, _ code: ErrorCode, _ message: String, retryAfter: Int? = nil,
                         on channel: any Channel) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
         let body = ByteBuffer(bytes: (try? JSONEncoder().encode(HTTPErrorBody(code: code, message: message))) ?? Data())
         var headers = HTTPHeaders()
+        if let retryAfter { headers.add(name: "Retry-After", value: "\(retryAfter)") }
         headers.add(name: "Content-Type", value: "application/json")
         headers.add(name: "Content-Length", value: "\(body.readableBytes)")
         headers.add(name: "Connection", value: "close")

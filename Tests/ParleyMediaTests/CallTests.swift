@@ -17,6 +17,9 @@ struct CallTests {
             let alice = try #require(await call.alice.timeline(of: call.id))
             #expect(alice.timeToIceConnected != nil)
             #expect(alice.timeToFirstAudio != nil)
+            // Media over UDP only: no host TCP candidate (MediaEngineConfiguration.iceTCP).
+            let peer = try #require(await call.alice.peerConnection(of: call.id))
+            #expect(peer.localCandidateTransports == ["udp"])
             try await call.hangUp(by: call.alice)
             #expect(try call.alicesRecording().dominantFrequency(from: 0.5) == 660)
             #expect(try call.bobsRecording().dominantFrequency(from: 0.5) == 440)

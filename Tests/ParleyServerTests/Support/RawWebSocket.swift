@@ -12,13 +12,24 @@ final class RawWebSocket: @unchecked Sendable {
 
     /// Connects to 127.0.0.1:`port` and sends an upgrade request for `path` with `headers`.
     /// Answers the socket and the HTTP status line and headers of the answer.
-    static func upgrade(port: Int, path: String = "/v1/signal", headers: [String: String]) async throws -> (RawWebSocket, status: Int, head: String) {
-        try await offThePool { try blockingUpgrade(port: port, path: path, headers: headers) }
+    /// `source`: the loopback address to connect from (127.0.0.1 when nil).
+    static func upgrade(port: Int, path: String = "/v1/signal", headers: [String: String],
+                        source: String? = nil) async throws -> (RawWebSocket, status: Int, head: String) {
+        try await offThePool { try blockingUpgrade(port: port, path: path, headers: headers, source: source) }
     }
 
-    private static func blockingUpgrade(port: Int, path: String, headers: [String: String]) throws -> (RawWebSocket, status: Int, head: String) {
+    private static func blockingUpgrade(port: Int, path: String, headers: [String: String], source: String?) throws -> (RawWebSocket, status: Int, head: String) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestFailure("socket() failed") }
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0 else { close(fd); throw TestFailure("bind(\(source)) failed") }
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)

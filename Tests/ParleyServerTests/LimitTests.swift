@@ -1,0 +1,131 @@
+import Foundation
+import ParleyProtocol
+import ParleyServerTesting
+@testable import ParleyServer
+import Testing
+
+/// The limits docs/threat-model.md lists for the HTTP endpoints, each tried past its edge: what is
+/// refused says why, and what was there before is untouched. (The WebSocket's limits — frame size,
+/// frame rate, hello, heartbeat, token expiry, outbound queue, resume buffer — have theirs in
+/// LiveServerTests, BackpressureTests and HubSessionTests.)
+@Suite("Limits")
+struct LimitTests {
+    /// Past an address's burst, HTTP requests and WebSocket upgrades alike are answered 429 with
+    /// Retry-After, before their tokens are read; another address, and /healthz, are not held up;
+    /// the bucket refills at the sustained rate.
+    @Test func requestsPastAnAddressesBurstAre429WithRetryAfter() async throws {
+        let server = try await LiveServer.start {
+            $0.limits.httpRequestsPerSecond = 4
+            $0.limits.httpBurst = 6
+        }
+        let token = try await server.token("alice")
+        for index in 0..<6 {
+            #expect(try await server.http("GET", "/v1/ice-servers", token: token).status == 200, "request \(index) is within the burst")
+        }
+        let refused = try await server.http("GET", "/v1/ice-servers", token: token)
+        #expect(refused.status == 429)
+        #expect(refused.headers["retry-after"] == "1")
+        let body = try refused.decode(HTTPErrorBody.self)
+        #expect(body.error.code == .rateLimited && body.error.message.contains("retry in 1 s"), "\(body)")
+        #expect(try await server.http("POST", "/v1/dev/tokens", json: #"{"user":"mallory"}"#).status == 429, "a token request counts too")
+        #expect(try await server.http("GET", "/healthz").status == 200, "a load balancer's health check is never refused")
+
+        let (_, upgrade, head) = try await RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(token)"])
+        #expect(upgrade == 429, "\(head)")
+        #expect(head.lowercased().contains("retry-after: 1"), "\(head)")
+        let (_, elsewhere, _) = try await RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(token)"], source: "127.0.0.2")
+        #expect(elsewhere == 101, "another address has its own bucket")
+
+        try await Task.sleep(for: .milliseconds(600))  // two tokens back at 4 a second
+        #expect(try await server.http("GET", "/v1/ice-servers", token: token).status == 200)
+        try await server.stop()
+    }
+
+    @Test func noLimitWhenTheRateIsZero() async throws {
+        let server = try await LiveServer.start {
+            $0.limits.httpRequestsPerSecond = 0
+            $0.limits.httpBurst = 1
+        }
+        for _ in 0..<30 { #expect(try await server.http("GET", "/v1/calls").status == 401) }
+        try await server.stop()
+    }
+
+    /// The table of addresses is bounded, and forgets first the addresses that are back to a full bucket.
+    @Test func theAddressTableIsBounded() {
+        let limiter = AddressRateLimiter(rate: 1, burst: 2, maxAddresses: 100)
+        for index in 0..<1_000 { #expect(limiter.admit("10.0.\(index / 256).\(index % 256)", now: .zero) == nil) }
+        #expect(limiter.addressCount <= 100)
+        #expect(limiter.admit("192.0.2.1", now: .zero) == nil)
+        #expect(limiter.admit("192.0.2.1", now: .zero) == nil)
+        #expect(limiter.admit("192.0.2.1", now: .zero) == .milliseconds(1_000), "the third at once waits a second")
+        #expect(limiter.admit("192.0.2.1", now: .milliseconds(1_000)) == nil)
+        #expect(AddressRateLimiter.retryAfter(.milliseconds(1)) == 1)
+        #expect(AddressRateLimiter.retryAfter(.milliseconds(2_100)) == 3)
+    }
+
+    /// A body over 64 KiB is refused with 413 and nothing of it is stored.
+    @Test func aBodyOverTheLimitIs413() async throws {
+        let server = try await LiveServer.start()
+        let alice = try await server.token("alice")
+        let padding = String(repeating: "a", count: HTTPRoutes.maxBody)
+        let big = #"{"platform":"ios","pad":""# + padding + #""}"#
+        let refused = try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: big)
+        #expect(refused.status == 413)
+        #expect(try refused.decode(HTTPErrorBody.self).error.code == .payloadTooLarge)
+        #expect(try server.server.store.devices(of: "alice").isEmpty)
+        #expect(try await server.http("POST", "/v1/dev/tokens", json: #"{"user":"alice","name":""# + padding + #""}"#).status == 413)
+        try await server.stop()
+    }
+
+    /// A user registers at most `devicesPerUser` devices: a new one past that is refused (409) and
+    /// says what to do; the registered ones can still be updated, and other users are not affected.
+    @Test func devicesPerUserAreCapped() async throws {
+        let server = try await LiveServer.start { $0.limits.devicesPerUser = 3 }
+        let alice = try await server.token("alice")
+        let body = #"{"platform":"linux"}"#
+        for index in 1...3 { #expect(try await server.http("PUT", "/v1/devices/d\(index)", token: alice, json: body).status == 200) }
+        let refused = try await server.http("PUT", "/v1/devices/d4", token: alice, json: body)
+        #expect(refused.status == 409)
+        #expect(try refused.decode(HTTPErrorBody.self).error.message.contains("remove one"))
+        #expect(try await server.http("PUT", "/v1/devices/d2", token: alice, json: #"{"platform":"web"}"#).status == 200, "an update is not a new device")
+        #expect(try server.server.store.devices(of: "alice").count == 3)
+        #expect(try await server.http("PUT", "/v1/devices/d1", token: try await server.token("bob"), json: body).status == 200)
+        #expect(try await server.http("DELETE", "/v1/devices/d1", token: alice).status == 204)
+        #expect(try await server.http("PUT", "/v1/devices/d4", token: alice, json: body).status == 200, "room again once one is removed")
+        try await server.stop()
+    }
+
+    /// The same cap holds for devices connected at once: one more device's hello is refused and its
+    /// connection closed (1008); a device already there reconnects, and other users connect.
+    @Test func devicesConnectedPerUserAreCapped() async throws {
+        let server = try await LiveServer.start { $0.limits.devicesPerUser = 2 }
+        let phone = try await server.device("alice", "phone")
+        let laptop = try await server.device("alice", "laptop")
+        let third = try await WSTestClient.connect(url: server.signalURL, token: try await server.token("alice"))
+        third.send(.hello(Hello(id: "h3", device: "tablet")))
+        let refusal = try await third.expect { frame -> ErrorMessage? in
+            if case .error(let error) = frame.message { return error }
+            return nil
+        }
+        #expect(refusal.re == "h3" && refusal.code == .forbidden, "\(refusal)")
+        #expect(refusal.message.contains("2 devices"))
+        #expect(await third.closeCode() == CloseCode.policy.rawValue)
+
+        let again = try await server.device("alice", "laptop")  // replaces its own connection
+        #expect(again.welcome?.device == "laptop")
+        _ = try await server.device("bob", "phone")
+        #expect(!phone.isClosed)
+        _ = laptop
+        try await server.stop()
+    }
+
+    /// A session remembers the answers to its last `rememberedRequests` request ids (a retried id gets
+    /// the same answer, not a second execution); older ones are forgotten, so memory stays bounded.
+    @Test func rememberedAnswersAreBounded() {
+        let session = Session(id: "s", key: DeviceKey(user: "alice", device: "phone"), bufferLimit: 16, answerLimit: 3)
+        for index in 1...5 { session.remember(.ack(Ack(re: "r\(index)")), for: "r\(index)") }
+        #expect(session.answer(for: "r1") == nil && session.answer(for: "r2") == nil)
+        #expect(session.answer(for: "r5") == .ack(Ack(re: "r5")))
+        #expect([3, 4, 5].allSatisfy { session.answer(for: "r\($0)") != nil })
+    }
+}
