@@ -278,6 +278,7 @@ let package = Package(
                 "ParleyAPNs",
                 "ParleyLocalServices",
                 "ParleyKit",
+                "ParleyNIOTransport",
                 "ParleyGStreamer",
                 "ParleySoftphone",
                 .product(name: "Logging", package: "swift-log"),

@@ -15,7 +15,7 @@ import Glibc
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Benchmarks that print numbers: the signaling server, and calls against headless Chromium.",
-        subcommands: [BenchSignaling.self, BenchCalls.self, BenchRooms.self],
+        subcommands: [BenchSignaling.self, BenchCalls.self, BenchRooms.self, BenchSoak.self],
         defaultSubcommand: BenchSignaling.self
     )
 }

@@ -69,6 +69,12 @@ public final class SignalingServer: Sendable {
         try await makeServiceGroup(signals: [.sigterm, .sigint]).run()
     }
 
+    static func quietingRefusedUpgrades(_ logger: Logger) -> Logger {
+        var quiet = logger
+        quiet.handler = RefusedUpgradeLogHandler(wrapped: logger.handler)
+        return quiet
+    }
+
     /// The server's services, for a caller that runs its own `ServiceGroup` (tests do).
     public func makeServiceGroup(signals: [UnixSignal]) -> ServiceGroup {
         let router = Router(context: ParleyRequestContext.self)
@@ -88,7 +94,7 @@ public final class SignalingServer: Sendable {
             ),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "parley"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
-            logger: logger
+            logger: Self.quietingRefusedUpgrades(logger)
         )
         // Graceful shutdown runs in reverse: the hub first (1001 to clients, calls stored), then
         // the push queue drains, then the HTTP server stops.

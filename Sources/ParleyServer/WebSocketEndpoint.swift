@@ -93,6 +93,8 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         try? await channel.writeAndFlush(HTTPServerResponsePart.head(head)).get()
         try? await channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(body))).get()
         try? await channel.writeAndFlush(HTTPServerResponsePart.end(nil)).get()
+        // Hummingbird then finds the channel closed and logs it as an error: `RefusedUpgradeLogHandler`
+        // keeps that from being a log line per request an attacker sends.
         try? await channel.close().get()
         return .dontUpgrade
     }
@@ -217,5 +219,37 @@ final class OpenConnections: Sendable {
         while current > 0, ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(10))
         }
+    }
+}
+
+/// Hummingbird logs "Error handling upgrade result" when the channel of a refused upgrade is closed
+/// before it can wrap it — which `WebSocketEndpoint.refuse` does after its answer, on purpose. That
+/// one message, with that one error, goes to debug; everything else passes through unchanged.
+struct RefusedUpgradeLogHandler: LogHandler {
+    var wrapped: any LogHandler
+
+    var logLevel: Logger.Level {
+        get { wrapped.logLevel }
+        set { wrapped.logLevel = newValue }
+    }
+
+    var metadata: Logger.Metadata {
+        get { wrapped.metadata }
+        set { wrapped.metadata = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { wrapped[metadataKey: key] }
+        set { wrapped[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var event = event
+        if event.level == .error, event.message.description == "Error handling upgrade result",
+           event.metadata?["error.type"]?.description.contains("Inappropriate operation for state") == true {
+            guard wrapped.logLevel <= .debug else { return }
+            event.level = .debug
+        }
+        wrapped.log(event: event)
     }
 }

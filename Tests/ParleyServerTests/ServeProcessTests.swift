@@ -29,6 +29,7 @@ struct ServeProcessTests {
         process.arguments = ["serve", "--port", "0", "--database", database, "--log-level", "error"]
         let output = Pipe()
         process.standardOutput = output
+        process.standardError = output
         try process.run()
         defer { if process.isRunning { process.terminate() } }
 
@@ -63,6 +64,10 @@ struct ServeProcessTests {
         let call: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"
         #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
 
+        // A refused upgrade is answered (401) and logs nothing at error level: one log line per
+        // request would be an attacker's lever on the operator's disk.
+        for _ in 0..<3 { #expect(try await RawWebSocket.upgrade(port: serverPort, headers: [:]).status == 401) }
+
         kill(process.processIdentifier, SIGTERM)
         let code = await alice.closeCode()
         #expect(code == 1001)
@@ -72,6 +77,8 @@ struct ServeProcessTests {
         process.waitUntilExit()
         #expect(process.terminationReason == .exit)
         #expect(process.terminationStatus == 0)
+        printed += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(!printed.contains(" error "), "nothing was logged at error level: \(printed)")
 
         let restarted = try await LiveServer.start(databasePath: database)
         let back = try await WSTestClient.connect(url: restarted.signalURL, token: restarted.token("alice"))
