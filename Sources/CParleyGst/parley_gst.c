@@ -477,8 +477,67 @@ static int each_element_of(void *webrtc, const char *factory_name, element_visit
     return count;
 }
 
+/// The gaps in what one jitter buffer let out: packets it gave up on or got too late, counted in
+/// runs of consecutive sequence numbers (G.107's burst ratio is made of them).
+typedef struct {
+    GMutex lock;
+    gboolean started;
+    guint16 last;
+    guint64 gap_packets;
+    guint64 gap_runs;
+} parley_gaps;
+
+static void parley_gaps_free(gpointer data) {
+    parley_gaps *gaps = data;
+    g_mutex_clear(&gaps->lock);
+    g_free(gaps);
+}
+
+static GstPadProbeReturn count_gaps(GstPad *pad, GstPadProbeInfo *info, gpointer data) {
+    parley_gaps *gaps = data;
+    GstBuffer *buffer = GST_PAD_PROBE_INFO_BUFFER(info);
+    GstRTPBuffer rtp = GST_RTP_BUFFER_INIT;
+    if (!buffer || !gst_rtp_buffer_map(buffer, GST_MAP_READ, &rtp)) return GST_PAD_PROBE_OK;
+    guint16 seq = gst_rtp_buffer_get_seq(&rtp);
+    gst_rtp_buffer_unmap(&rtp);
+    g_mutex_lock(&gaps->lock);
+    if (gaps->started) {
+        guint16 gap = (guint16)(seq - gaps->last - 1);
+        // A gap of thousands is a new stream or a restart of its numbering, not loss.
+        if (gap > 0 && gap < 1000) {
+            gaps->gap_packets += gap;
+            gaps->gap_runs += 1;
+        }
+    }
+    gaps->started = TRUE;
+    gaps->last = seq;
+    g_mutex_unlock(&gaps->lock);
+    return GST_PAD_PROBE_OK;
+}
+
+/// The jitter buffer's gap counter, made (and its probe put on the buffer's output) on first use.
+static parley_gaps *gaps_of(GstElement *jitterbuffer) {
+    parley_gaps *gaps = g_object_get_data(G_OBJECT(jitterbuffer), "parley-gaps");
+    if (gaps) return gaps;
+    GstPad *src = gst_element_get_static_pad(jitterbuffer, "src");
+    if (!src) return NULL;
+    gaps = g_new0(parley_gaps, 1);
+    g_mutex_init(&gaps->lock);
+    g_object_set_data_full(G_OBJECT(jitterbuffer), "parley-gaps", gaps, parley_gaps_free);
+    gst_pad_add_probe(src, GST_PAD_PROBE_TYPE_BUFFER, count_gaps, gaps, NULL);
+    gst_object_unref(src);
+    return gaps;
+}
+
 static void add_jitter_stats(GstElement *jitterbuffer, void *data) {
     parley_jitter_stats *out = data;
+    parley_gaps *gaps = gaps_of(jitterbuffer);
+    if (gaps) {
+        g_mutex_lock(&gaps->lock);
+        out->gap_packets += gaps->gap_packets;
+        out->gap_runs += gaps->gap_runs;
+        g_mutex_unlock(&gaps->lock);
+    }
     GstStructure *stats = NULL;
     g_object_get(jitterbuffer, "stats", &stats, NULL);
     if (stats) {

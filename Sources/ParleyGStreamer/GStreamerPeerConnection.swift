@@ -360,7 +360,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                                 bytesReceived: Int(stats.bytes_received),
                                 audioLevel: bridge.receivedLevel,
                                 remoteLossPct: stats.remote_fraction_lost >= 0 ? stats.remote_fraction_lost * 100 : nil,
-                                packetsSent: Int(stats.packets_sent), retransmissionsAsked: Int(asked))
+                                packetsSent: Int(stats.packets_sent), retransmissionsAsked: Int(asked),
+                                gapPackets: video ? 0 : Int(jitterBuffers?.gap_packets ?? 0), gapRuns: video ? 0 : Int(jitterBuffers?.gap_runs ?? 0))
     }
 
     public func close() async { teardown() }

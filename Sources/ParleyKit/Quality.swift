@@ -19,10 +19,16 @@ public struct MediaStatsSample: Hashable, Sendable {
     /// Packets we sent that the far side asked for again (RTCP NACK). Where retransmission repairs
     /// the loss its receiver reports show none; these asks still count what the network dropped.
     public var retransmissionsAsked: Int
+    /// Of the packets the listener missed (`packetsLost`), those the engine saw as gaps in what its
+    /// jitter buffer let out, and in how many runs of consecutive packets: how bursty the loss is
+    /// (G.107's BurstR). Both 0 where the engine cannot tell, which reads as random loss.
+    public var gapPackets: Int
+    public var gapRuns: Int
 
     public init(at: Duration, roundTripTimeMs: Double? = nil, jitterMs: Double? = nil, packetsReceived: Int = 0,
                 packetsLost: Int = 0, bytesSent: Int = 0, bytesReceived: Int = 0, audioLevel: Double? = nil,
-                remoteLossPct: Double? = nil, packetsSent: Int = 0, retransmissionsAsked: Int = 0) {
+                remoteLossPct: Double? = nil, packetsSent: Int = 0, retransmissionsAsked: Int = 0,
+                gapPackets: Int = 0, gapRuns: Int = 0) {
         self.at = at
         self.roundTripTimeMs = roundTripTimeMs
         self.jitterMs = jitterMs
@@ -34,6 +40,8 @@ public struct MediaStatsSample: Hashable, Sendable {
         self.remoteLossPct = remoteLossPct
         self.packetsSent = packetsSent
         self.retransmissionsAsked = retransmissionsAsked
+        self.gapPackets = gapPackets
+        self.gapRuns = gapRuns
     }
 }
 
@@ -68,6 +76,9 @@ public struct QualityReport: Hashable, Sendable {
     /// The mean of the round trips measured in the window, nil before the first: a queue raises it,
     /// where jitter only spreads single round trips around it.
     public var meanMeasuredRttMs: Double?
+    /// How bursty the loss in the window was: the mean run of consecutive lost packets over the mean
+    /// run random loss of the same rate would make (G.107's BurstR); 1 for random loss or none.
+    public var burstRatio: Double = 1
 
     /// The form `call.report` carries.
     public var callQuality: CallQuality {
@@ -104,18 +115,30 @@ public struct EModel: Hashable, Sendable {
         self.codecDelayMs = codecDelayMs
     }
 
-    public func rating(rttMs: Double, jitterMs: Double, lossPct: Double) -> Double {
+    public func rating(rttMs: Double, jitterMs: Double, lossPct: Double, burstRatio: Double = 1) -> Double {
         let delay = rttMs / 2 + 2 * jitterMs + codecDelayMs
         let delayImpairment = 0.024 * delay + (delay > 177.3 ? 0.11 * (delay - 177.3) : 0)
-        return listeningRating(lossPct: lossPct) - delayImpairment
+        return listeningRating(lossPct: lossPct, burstRatio: burstRatio) - delayImpairment
     }
 
     /// The rating without the delay impairment: listening quality (P.800.1's MOS-LQE beside the
     /// E-model's conversational MOS-CQE). A listening test cannot hear delay: over a 24 kbit/s link
     /// with a 2 s queue PESQ scored 1.5 what the E-model, counting 1.5 s mouth to ear, scored 1.0.
-    public func listeningRating(lossPct: Double) -> Double {
+    ///
+    /// `burstRatio` is G.107's BurstR (1: random loss): losses in runs are worse than the same rate
+    /// scattered, as concealment and FEC bridge one packet and not three.
+    public func listeningRating(lossPct: Double, burstRatio: Double = 1) -> Double {
         let loss = max(0, min(100, lossPct))
-        return 93.2 - (equipmentImpairment + (95 - equipmentImpairment) * loss / (loss + packetLossRobustness))
+        let burst = max(1, burstRatio)
+        return 93.2 - (equipmentImpairment + (95 - equipmentImpairment) * loss / (loss / burst + packetLossRobustness))
+    }
+
+    /// G.107's BurstR from counted loss: the mean run of consecutive lost packets over the mean run
+    /// (1 / (1 − p)) random loss at the same rate p makes. 1 without runs.
+    public static func burstRatio(lostPackets: Int, runs: Int, lossPct: Double) -> Double {
+        guard runs > 0, lostPackets > 0 else { return 1 }
+        let p = max(0, min(0.99, lossPct / 100))
+        return max(1, Double(lostPackets) / Double(runs) * (1 - p))
     }
 
     public static func mos(rating r: Double) -> Double {
@@ -143,7 +166,8 @@ public struct QualityMonitor: Sendable {
     public let window: Int
     private var previous: MediaStatsSample?
     private var latestRtt: Double?
-    private var recent: [(rating: Double, listening: Double, rtt: Double, jitter: Double, loss: Double, bitrate: Double)] = []
+    private var recent: [(rating: Double, listening: Double, rtt: Double, jitter: Double, loss: Double, bitrate: Double,
+                          gapPackets: Int, gapRuns: Int)] = []
     private var recentMeasuredRtt: [Double?] = []
     /// The far side's reported loss over the same window: one report swings with a couple of packets.
     private var recentRemoteLoss: [Double] = []
@@ -165,7 +189,10 @@ public struct QualityMonitor: Sendable {
         if let measured = sample.roundTripTimeMs { latestRtt = measured }
         let rtt = sample.roundTripTimeMs ?? recent.last?.rtt ?? 0
         let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0
-        recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss), model.listeningRating(lossPct: loss), rtt, jitter, loss, bitrate))
+        let gapPackets = max(0, sample.gapPackets - previous.gapPackets), gapRuns = max(0, sample.gapRuns - previous.gapRuns)
+        let burst = EModel.burstRatio(lostPackets: gapPackets, runs: gapRuns, lossPct: loss)
+        recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss, burstRatio: burst),
+                       model.listeningRating(lossPct: loss, burstRatio: burst), rtt, jitter, loss, bitrate, gapPackets, gapRuns))
         if recent.count > window { recent.removeFirst(recent.count - window) }
         recentMeasuredRtt.append(sample.roundTripTimeMs)
         if recentMeasuredRtt.count > window { recentMeasuredRtt.removeFirst(recentMeasuredRtt.count - window) }
@@ -187,7 +214,9 @@ public struct QualityMonitor: Sendable {
                              audioLevel: sample.audioLevel, remoteLossPct: recentRemoteLoss.isEmpty ? nil : mean(recentRemoteLoss),
                              latestLossPct: loss, latestRemoteLossPct: remote, latestJitterMs: jitter,
                              listeningMos: EModel.mos(rating: mean(recent.map(\.listening))),
-                             meanMeasuredRttMs: measured.isEmpty ? nil : mean(measured))
+                             meanMeasuredRttMs: measured.isEmpty ? nil : mean(measured),
+                             burstRatio: EModel.burstRatio(lostPackets: recent.map(\.gapPackets).reduce(0, +),
+                                                           runs: recent.map(\.gapRuns).reduce(0, +), lossPct: mean(recent.map(\.loss))))
     }
 }
 

@@ -102,6 +102,31 @@ struct QualityTests {
         #expect(abs(g729a.rating(rttMs: 0, jitterMs: 0, lossPct: 0) - 82.2) < 0.05)
     }
 
+    /// G.107's BurstR: loss in runs weighs more than the same loss scattered; random loss is 1.
+    @Test func burstyLossWeighsMoreThanRandomLoss() throws {
+        // 10 % loss, 10 packets lost in 10 runs of one: random (mean run 1 · 0.9 → held at 1).
+        #expect(EModel.burstRatio(lostPackets: 10, runs: 10, lossPct: 10) == 1)
+        // The same 10 in runs of 3.33: BurstR = 3.33 · (1 − 0.1) = 3.
+        #expect(abs(EModel.burstRatio(lostPackets: 10, runs: 3, lossPct: 10) - 3) < 0.001)
+        #expect(EModel.burstRatio(lostPackets: 0, runs: 0, lossPct: 0) == 1)
+        // Ie,eff = Ie + (95 − Ie) · Ppl / (Ppl / BurstR + Bpl).
+        let random = EModel.opus.listeningRating(lossPct: 10)
+        let bursty = EModel.opus.listeningRating(lossPct: 10, burstRatio: 3)
+        #expect(abs((93.2 - bursty) - (11 + 84 * 10 / (10.0 / 3 + 13))) < 0.001)
+        #expect(bursty < random)
+
+        // The monitor takes the runs from the engine's counters, interval by interval.
+        var monitor = QualityMonitor(window: 1)
+        _ = monitor.add(MediaStatsSample(at: .seconds(0)))
+        let scatteredReport = monitor.add(MediaStatsSample(at: .seconds(1), packetsReceived: 45, packetsLost: 5, gapPackets: 5, gapRuns: 5))
+        let clumpedReport = monitor.add(MediaStatsSample(at: .seconds(2), packetsReceived: 90, packetsLost: 10, gapPackets: 10, gapRuns: 6))
+        let scattered = try #require(scatteredReport)
+        let clumped = try #require(clumpedReport)
+        #expect(scattered.burstRatio == 1)
+        #expect(abs(clumped.burstRatio - 4.5) < 0.001, "5 lost in one run, at 10 %: 5 · 0.9")
+        #expect(clumped.listeningMos < scattered.listeningMos)
+    }
+
     @Test func theMonitorTurnsCountersIntoSmoothedIntervals() throws {
         var monitor = QualityMonitor(window: 2)
         let step18 = monitor.add(MediaStatsSample(at: .seconds(0)))

@@ -136,6 +136,8 @@ typedef struct {
     uint64_t retransmissions_asked;     // NACKed packets
     uint64_t retransmissions_received;  // of those, how many came back in time
     double retransmission_rtt_ms;       // how long a retransmission took to come; 0 before one did
+    uint64_t gap_packets;               // sequence numbers missing from what the buffers let out
+    uint64_t gap_runs;                  // in how many runs of consecutive ones (from their first read on)
 } parley_jitter_stats;
 
 /// 0 when there is no jitter buffer yet.
