@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the hub target's seeds (Fuzz/seeds/hub): scripts of the call flows a fuzzer should start
-from. A step is two bytes, an operation and an argument (`HubWorld.step`): the argument's value
-mod 3 picks the device (0 alice/phone, 1 alice/laptop, 2 bob/phone), value / 3 mod 4 the call id,
-value / 12 mod 3 an invite's callee (0 alice, 1 bob, 2 carol)."""
+from. A step is two bytes, an operation and an argument (`HubWorld.step`): the argument's low six
+bits pick the device (mod 3: 0 alice/phone, 1 alice/laptop, 2 bob/phone), the call id (/ 3 mod 4)
+and an invite's callee (/ 12 mod 3: 0 alice, 1 bob, 2 carol); its two high bits are flags (0x80:
+an answer instead of an offer, held, busy, leave the room; 0x40: muted)."""
 import pathlib
 
 CONNECT, DROP, INVITE, RINGING, ACCEPT, DECLINE, HANGUP, SIGNAL, UPDATE, STATE, TIME, ROOM, ACK = range(13)

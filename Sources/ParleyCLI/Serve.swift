@@ -53,6 +53,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "HTTP requests and WebSocket upgrades one address may make per second, sustained (bursts of ten times that pass); 0 for no limit, as a load generator on one address needs. [PARLEY_HTTP_RATE_LIMIT]")
     var httpRateLimit: Double = env("PARLEY_HTTP_RATE_LIMIT").flatMap(Double.init) ?? ServerConfiguration.Limits().httpRequestsPerSecond
 
+    @Option(help: "Addresses of the reverse proxies in front of the server, comma-separated: the per-address limit counts the client their X-Forwarded-For names. [PARLEY_TRUSTED_PROXIES]")
+    var trustedProxies: String = env("PARLEY_TRUSTED_PROXIES") ?? ""
+
     @OptionGroup(title: "Push (APNs)") var apns: APNsOptions
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error. [PARLEY_LOG_LEVEL]")
@@ -91,6 +94,7 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.apns = try apns.settings()
         configuration.ringTimeout = .seconds(ringTimeout)
+        configuration.trustedProxies = Self.list(trustedProxies)
         configuration.limits.httpRequestsPerSecond = httpRateLimit
         configuration.limits.httpBurst = max(1, httpRateLimit * 10)
         configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls),

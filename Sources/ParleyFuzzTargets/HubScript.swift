@@ -91,11 +91,19 @@ final class HubWorld {
         Device(user: users[0], id: DeviceID(rawValue: "laptop")!),
         Device(user: users[1], id: DeviceID(rawValue: "phone")!),
     ]
-    /// Who made each call and whom it is to, once the hub let its invite through.
-    var parties: [CallID: (caller: UserID, callee: UserID)] = [:]
+    /// Who is in each call, once the hub let its invite through: the caller's device, the callee,
+    /// and the callee's device that answered (once the caller was told).
+    struct Parties {
+        var caller: UserID
+        var callerDevice: DeviceID
+        var callee: UserID
+        var answered: DeviceID?
+    }
+    var parties: [CallID: Parties] = [:]
     /// Invites sent and not yet answered, by device and request id: the hub may ring the callee before
     /// the caller's ack is read.
-    var pendingInvites: [String: (call: CallID, caller: UserID, callee: UserID)] = [:]
+    var pendingInvites: [String: Parties] = [:]
+    var invitedCalls: [String: CallID] = [:]
     var endedCalls: Set<CallID> = []
     var nextConnection: UInt64 = 0
     var broken: String?
@@ -110,16 +118,20 @@ final class HubWorld {
         hub = SignalingHub(configuration: configuration, store: store, clock: clock, logger: logger, wallClock: { clock.wallNow })
     }
 
+    /// The argument's low six bits pick the device (mod 3), the call (/ 3 mod 4) and an invite's
+    /// callee (/ 12 mod 3); its two high bits are flags of some operations.
     func step(op: UInt8, argument: UInt8) async {
-        let index = Int(argument % 3)
-        let call = Self.calls[Int(argument / 3) % Self.calls.count]
+        let selector = Int(argument & 0x3F)
+        let index = selector % 3
+        let call = Self.calls[(selector / 3) % Self.calls.count]
         switch op % Self.operations {
         case 0: await connect(index)
         case 1: await drop(index)
         case 2:
-            let callee = Self.users[Int(argument / 12) % Self.users.count]
+            let callee = Self.users[(selector / 12) % Self.users.count]
             let id = request(index)
-            pendingInvites[key(index, id)] = (call, devices[index].user, callee)
+            pendingInvites[key(index, id)] = Parties(caller: devices[index].user, callerDevice: devices[index].id, callee: callee)
+            invitedCalls[key(index, id)] = call
             await send(index, id, .callInvite(CallInvite(id: id, call: call, to: callee)))
         case 3: await send(index, .callRinging(CallRequest(id: request(index), call: call)))
         case 4: await send(index, .callAccept(CallRequest(id: request(index), call: call)))
@@ -137,7 +149,7 @@ final class HubWorld {
             clock.advance(by: .milliseconds(250 * Int(argument)))
             await hub.sweep()
         case 11:
-            let room = RoomID(rawValue: "room\(argument % 2)")!
+            let room = RoomID(rawValue: "room\(selector % 2)")!
             if argument & 0x80 == 0 {
                 await send(index, .roomJoin(RoomJoin(id: request(index), room: room)))
             } else {
@@ -185,7 +197,10 @@ final class HubWorld {
         devices[index].connection = nil
         devices[index].sink = nil
         devices[index].stateAsked.removeAll()
-        for id in devices[index].waiting { pendingInvites.removeValue(forKey: key(index, id)) }
+        for id in devices[index].waiting {
+            pendingInvites.removeValue(forKey: key(index, id))
+            invitedCalls.removeValue(forKey: key(index, id))
+        }
         devices[index].waiting.removeAll()
     }
 
@@ -225,24 +240,24 @@ final class HubWorld {
     private func read(_ frame: ServerFrame, on index: Int) {
         if let seq = frame.seq {
             guard seq > devices[index].lastSeq else { return }  // replayed, and read before
+            if seq != devices[index].lastSeq + 1 {
+                note("\(devices[index].name) got seq \(seq) after \(devices[index].lastSeq): frames between were lost")
+            }
             devices[index].lastSeq = seq
         }
         switch frame.message {
         case .welcome(let welcome):
             answer(welcome.re, on: index)
             if !welcome.resumed || welcome.session != devices[index].session {
+                // A new session numbers from 1; what a device was told ended stays ended.
                 devices[index].session = welcome.session
                 devices[index].lastSeq = frame.seq ?? 0
-                devices[index].ended = []
             }
         case .ack(let ack):
             answer(ack.re, on: index)
-            if let invite = pendingInvites.removeValue(forKey: key(index, ack.re)) {
-                // A call id may be made again once the hub has forgotten the call that had it.
-                if endedCalls.remove(invite.call) != nil {
-                    for other in devices.indices { devices[other].ended.remove(invite.call) }
-                }
-                parties[invite.call] = (invite.caller, invite.callee)
+            if let invite = pendingInvites.removeValue(forKey: key(index, ack.re)),
+               let call = invitedCalls.removeValue(forKey: key(index, ack.re)), parties[call] == nil {
+                parties[call] = invite
             }
             if let call = devices[index].stateAsked.removeValue(forKey: ack.re), endedCalls.contains(call) {
                 guard let state = try? ack.decodeResult(CallStateResult.self) else {
@@ -256,11 +271,14 @@ final class HubWorld {
             if let re = error.re {
                 answer(re, on: index)
                 pendingInvites.removeValue(forKey: key(index, re))
+                invitedCalls.removeValue(forKey: key(index, re))
                 devices[index].stateAsked.removeValue(forKey: re)
             }
         case .callIncoming(let m): about(m.call, frame, on: index)
         case .callRinging(let m): about(m.call, frame, on: index)
-        case .callAccepted(let m): about(m.call, frame, on: index)
+        case .callAccepted(let m):
+            about(m.call, frame, on: index)
+            parties[m.call]?.answered = m.device
         case .callSignal(let m): about(m.call, frame, on: index)
         case .callUpdated(let m): about(m.call, frame, on: index)
         case .callEnded(let m):
@@ -268,8 +286,9 @@ final class HubWorld {
             guard devices[index].ended.insert(m.call).inserted else {
                 return note("\(devices[index].name) was told twice that call \(m.call) ended")
             }
-            // Answered or declined on another device: over for this one, not for the call.
-            if m.reason != .answeredElsewhere && m.reason != .declinedElsewhere { endedCalls.insert(m.call) }
+            // Answered on another device: over for this one, not for the call. (Declined elsewhere
+            // ends the call: a decline ends it for everyone.)
+            if m.reason != .answeredElsewhere { endedCalls.insert(m.call) }
         case .roomParticipantJoined, .roomParticipantLeft, .roomSignal:
             break
         }
@@ -282,16 +301,25 @@ final class HubWorld {
     }
 
     private func about(_ call: CallID, _ frame: ServerFrame, on index: Int) {
-        let name = devices[index].name
-        if parties[call] == nil, let invite = pendingInvites.values.first(where: { $0.call == call }) {
-            parties[call] = (invite.caller, invite.callee)  // rung before the caller's ack was read
+        let device = devices[index]
+        if parties[call] == nil, let pending = pendingInvites.first(where: { invitedCalls[$0.key] == call }) {
+            parties[call] = pending.value  // rung before the caller's ack was read
         }
-        guard let parties = parties[call] else { return note("\(name) got \(frame.message.type) for call \(call), which nobody made") }
-        guard devices[index].user == parties.caller || devices[index].user == parties.callee else {
-            return note("\(name) got \(frame.message.type) for call \(call) between \(parties.caller) and \(parties.callee)")
+        guard let parties = parties[call] else { return note("\(device.name) got \(frame.message.type) for call \(call), which nobody made") }
+        if device.user == parties.caller, device.id != parties.callerDevice {
+            return note("\(device.name) got \(frame.message.type) for call \(call), made from \(parties.caller)/\(parties.callerDevice)")
         }
-        if devices[index].ended.contains(call) {
-            note("\(name) got \(frame.message.type) for call \(call) after it ended")
+        guard device.user == parties.caller || device.user == parties.callee else {
+            return note("\(device.name) got \(frame.message.type) for call \(call) between \(parties.caller) and \(parties.callee)")
+        }
+        if device.user == parties.callee, let answered = parties.answered, device.id != answered {
+            // Once answered, another callee device hears only that it was answered elsewhere.
+            guard case .callEnded(let ended) = frame.message, ended.reason == .answeredElsewhere else {
+                return note("\(device.name) got \(frame.message.type) for call \(call), answered on \(parties.callee)/\(answered)")
+            }
+        }
+        if device.ended.contains(call) {
+            note("\(device.name) got \(frame.message.type) for call \(call) after it ended")
         }
     }
 

@@ -1,3 +1,4 @@
+import HTTPTypes
 import Hummingbird
 import NIOConcurrencyHelpers
 
@@ -29,6 +30,32 @@ final class AddressRateLimiter: Sendable {
     }
 
     var isEnabled: Bool { rate > 0 }
+
+    /// Whose bucket a request counts against: the peer, or for a request from a trusted proxy the
+    /// client its `X-Forwarded-For` names last (the entry that proxy added). IPv6 addresses count
+    /// by their /64, which one subscriber holds whole.
+    static func client(peer: String, forwardedFor: String?, trustedProxies: [String]) -> String {
+        var address = peer
+        if trustedProxies.contains(peer), let forwarded = forwardedFor?.split(separator: ",").last {
+            let named = forwarded.trimmingCharacters(in: .whitespaces)
+            if !named.isEmpty { address = named }
+        }
+        return key(address)
+    }
+
+    /// An IPv4 address as it is; an IPv6 address as its first four groups (a /64).
+    static func key(_ address: String) -> String {
+        var bare = address
+        if bare.hasPrefix("::ffff:"), bare.contains(".") { return String(bare.dropFirst(7)) }
+        guard bare.contains(":") else { return bare }
+        if let zone = bare.firstIndex(of: "%") { bare = String(bare[..<zone]) }
+        // Expand "::" to the groups it stands for, then keep four.
+        let halves = bare.components(separatedBy: "::")
+        let head = halves[0].split(separator: ":").map(String.init)
+        let tail = halves.count > 1 ? halves[1].split(separator: ":").map(String.init) : []
+        let groups = head + Array(repeating: "0", count: max(0, 8 - head.count - tail.count)) + tail
+        return groups.prefix(4).map { String(Int($0, radix: 16) ?? 0, radix: 16) }.joined(separator: ":") + "::/64"
+    }
 
     /// nil: admitted; otherwise refused, and how long until one more request would be admitted.
     func admit(_ address: String) -> Duration? {
@@ -75,15 +102,17 @@ private func seconds(_ duration: Duration) -> Double {
     Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
 }
 
-/// Counts every request but `/healthz` (load balancers poll it) against its address's bucket.
+/// Counts every request but `/healthz` (load balancers poll it) against its client's bucket.
 struct AddressRateLimitMiddleware<Context: RemoteAddressRequestContext>: RouterMiddleware {
     let limiter: AddressRateLimiter
+    let trustedProxies: [String]
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard limiter.isEnabled, request.uri.path != "/healthz", let address = context.remoteAddress?.ipAddress,
-              let wait = limiter.admit(address) else {
+        guard limiter.isEnabled, request.uri.path != "/healthz", let peer = context.remoteAddress?.ipAddress else {
             return try await next(request, context)
         }
+        let client = AddressRateLimiter.client(peer: peer, forwardedFor: request.headers[.xForwardedFor], trustedProxies: trustedProxies)
+        guard let wait = limiter.admit(client) else { return try await next(request, context) }
         var response = HTTPRoutes.error(.tooManyRequests, .rateLimited, "too many requests from this address; retry in \(AddressRateLimiter.retryAfter(wait)) s")
         response.headers[.retryAfter] = "\(AddressRateLimiter.retryAfter(wait))"
         return response
@@ -93,4 +122,8 @@ struct AddressRateLimitMiddleware<Context: RemoteAddressRequestContext>: RouterM
 extension AddressRateLimiter {
     /// Whole seconds for `Retry-After`, at least 1.
     static func retryAfter(_ wait: Duration) -> Int { max(1, Int(seconds(wait).rounded(.up))) }
+}
+
+extension HTTPField.Name {
+    static let xForwardedFor = HTTPField.Name("X-Forwarded-For")!
 }

@@ -19,7 +19,7 @@ struct HTTPRoutes: Sendable {
     static let maxCallsLimit = 200
 
     func register(on router: Router<ParleyRequestContext>) {
-        router.add(middleware: AddressRateLimitMiddleware(limiter: limiter))
+        router.add(middleware: AddressRateLimitMiddleware(limiter: limiter, trustedProxies: configuration.trustedProxies))
         router.get("/healthz") { _, _ in
             guard await !isShuttingDown() else {
                 return Response(status: .serviceUnavailable, headers: [.contentType: "text/plain; charset=utf-8"],

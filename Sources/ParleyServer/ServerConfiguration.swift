@@ -10,6 +10,10 @@ public struct ServerConfiguration: Sendable {
     public var allowedOrigins: [String] = []
     /// A bearer token for `GET /metrics`; without one, metrics are served on loopback only.
     public var metricsToken: String?
+    /// Addresses of the reverse proxies (TLS terminators, load balancers) in front of the server:
+    /// for a request from one of them the per-address limit counts the client its
+    /// `X-Forwarded-For` names last, not the proxy. Empty: every request is its peer's.
+    public var trustedProxies: [String] = []
     /// 0 picks a free port (tests).
     public var port: Int = 8080
     /// The SQLite file; `nil` keeps everything in memory.

@@ -203,6 +203,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                                        message: "\(key.user) has \(devices.count) devices connected or resumable, the most one user may have")
             entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: .error(refusal)))))
             metrics.framesOut.increment()
+            metrics.error(refusal.code)
             close(entry.connection.id, code: .policy, reason: "too many devices for one user")
             return
         }
@@ -334,11 +335,24 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let caller = session.key
         if let existing = calls[invite.call] {
             guard existing.involves(caller.user) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
+            // The same invite again from the device that made it: a retry whose answer was lost (a
+            // server restart forgets request ids). It is answered as the first was, and rings no one again.
+            if existing.caller.user == caller.user, existing.caller.device == caller.device, existing.callee == invite.to,
+               existing.phase != .ended {
+                let result = CallInviteResult(call: invite.call, devices: existing.rungDevices.count, pushed: 0, expiresAt: existing.expiresAt)
+                return (try? JSONValue.fields(of: result)) ?? [:]
+            }
+            if existing.phase == .ended, existing.caller.user == caller.user {
+                throw ErrorMessage(code: .callEnded, message: "call \(invite.call) has ended")
+            }
             throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
         }
         if let record = try? store.call(invite.call) {
             guard record.caller == caller.user || record.callee == caller.user else {
                 throw ErrorMessage(code: .callNotFound, message: "no such call")
+            }
+            if record.caller == caller.user, record.endedAt != nil {
+                throw ErrorMessage(code: .callEnded, message: "call \(invite.call) has ended")
             }
             throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
         }

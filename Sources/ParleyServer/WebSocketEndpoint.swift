@@ -51,7 +51,9 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         guard let path = request.path, path.split(separator: "?", maxSplits: 1).first == Substring(Self.path) else {
             return await refuse(.notFound, .notFound, "WebSocket is served at \(Self.path) only", on: channel)
         }
-        if let address = channel.remoteAddress?.ipAddress, let wait = limiter.admit(address) {
+        if let peer = channel.remoteAddress?.ipAddress,
+           let wait = limiter.admit(AddressRateLimiter.client(peer: peer, forwardedFor: request.headerFields[.xForwardedFor],
+                                                              trustedProxies: hub.configuration.trustedProxies)) {
             let seconds = AddressRateLimiter.retryAfter(wait)
             return await refuse(.tooManyRequests, .rateLimited, "too many requests from this address; retry in \(seconds) s",
                                 retryAfter: seconds, on: channel)

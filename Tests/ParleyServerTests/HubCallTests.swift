@@ -33,6 +33,25 @@ struct HubCallTests {
         #expect(await phone.request { .callAccept(CallRequest(id: $0, call: call)) }.errorCode == .callAlreadyAnswered)
     }
 
+    /// A restarted server has forgotten request ids: an invite re-sent under its old id is a new
+    /// request to it. From the device that made the call it is acknowledged again and rings no one;
+    /// once the call ended it says so; from anyone else the call id is taken.
+    @Test func theSameInviteAgainIsAcknowledgedAndRingsNoOne() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let laptop = await h.device("alice", "a2")
+        let bob = await h.device("bob", "b1")
+        let first = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
+        #expect(bob.events().count == 1)
+        let again = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
+        #expect(again.result == first.result, "answered as the first was")
+        #expect(bob.events().isEmpty, "nobody is rung twice")
+        #expect(await laptop.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.errorCode == .badRequest)
+        #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "carol")) }.errorCode == .badRequest)
+        #expect(await alice.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
+        #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.errorCode == .callEnded)
+    }
+
     @Test func declineBusyEndsTheCallEverywhere() async throws {
         let h = try HubHarness()
         let alice = await h.device("alice", "a1")

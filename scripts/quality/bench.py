@@ -316,6 +316,8 @@ class End:
             talk = next((float(l.split()[2]) for l in self.lines if l.strip().startswith("talk time")), 0.0)
             log = self.directory / f"{self.name}.jsonl"
             trace = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+            # The softphone appends to its quality log: keep this call's rows only.
+            trace = [t for t in trace if t.get("call") == trace[-1].get("call")] if trace else []
             return {"talkSeconds": talk, "trace": trace, "output": self.lines[-12:]}
         done = self.peers.wait(self.name, "done", timeout)
         return {"talkSeconds": done["talkSeconds"], "trace": done["trace"]}
@@ -342,6 +344,9 @@ def run_call(args, wire, peers, directory, reference, cell, pair, run, number):
     name, spec, changes = cell
     caller_kind, callee_kind = pair.split("-")
     tag = f"c{number}"
+    # Files an earlier run left in the same directory (`--out`) would be read as this call's.
+    for stale in directory.glob(f"{tag}-*"):
+        stale.unlink()
     callee_args = argparse.Namespace(parley=args.parley, user=f"bob{number}", callee="", )
     caller_args = argparse.Namespace(parley=args.parley, user=f"alice{number}", callee=f"bob{number}")
     wire.command("set clean")

@@ -20,13 +20,14 @@ import sys
 OPUS_IE, OPUS_BPL = 11, 13
 
 
-def rating(rtt, jitter, loss, ie, bpl, codec_delay=26.5, listening=False):
+def rating(rtt, jitter, loss, ie, bpl, codec_delay=26.5, listening=False, burst=1.0):
     """The E-model's R (`EModel.rating`); with `listening`, without the delay impairment
-    (`EModel.listeningRating`): what PESQ, a listening test, can be compared with."""
+    (`EModel.listeningRating`): what PESQ, a listening test, can be compared with. `burst` is
+    G.107's BurstR (`QualityReport.burstRatio`; 1 for random loss)."""
     delay = rtt / 2 + 2 * jitter + codec_delay
     delay_impairment = 0 if listening else 0.024 * delay + (0.11 * (delay - 177.3) if delay > 177.3 else 0)
     loss = max(0.0, min(100.0, loss))
-    return 93.2 - delay_impairment - (ie + (95 - ie) * loss / (loss + bpl))
+    return 93.2 - delay_impairment - (ie + (95 - ie) * loss / (loss / max(1.0, burst) + bpl))
 
 
 def mos(r):
@@ -68,7 +69,8 @@ def calls(results):
 
 
 def predicted(reports, ie, bpl, listening=True):
-    return sum(mos(rating(r["rttMs"], r["jitterMs"], r["lossPct"], ie, bpl, listening=listening)) for r in reports) / len(reports)
+    return sum(mos(rating(r["rttMs"], r["jitterMs"], r["lossPct"], ie, bpl, listening=listening, burst=r.get("burstRatio", 1.0)))
+               for r in reports) / len(reports)
 
 
 def by_cell(data):
