@@ -79,6 +79,9 @@ public struct QualityReport: Hashable, Sendable {
     /// How bursty the loss in the window was: the mean run of consecutive lost packets over the mean
     /// run random loss of the same rate would make (G.107's BurstR); 1 for random loss or none.
     public var burstRatio: Double = 1
+    /// The highest `bitrateKbps` of the last ten seconds: what the far side's codec runs at while it
+    /// speaks (the E-model's Ie grows below 20 kbit/s, `EModel.fullQualityKbps`).
+    public var codecKbps: Double = 0
 
     /// The form `call.report` carries.
     public var callQuality: CallQuality {
@@ -95,30 +98,49 @@ public struct QualityReport: Hashable, Sendable {
 ///     Ie,eff = Ie + (95 − Ie) · Ppl / (Ppl + Bpl)           Ppl: packet loss, %
 ///     MOS = 1 + 0.035·R + 7·10⁻⁶·R·(R − 60)·(100 − R)       (1 below R = 0, 4.5 above R = 100)
 ///
+/// with G.107's burst ratio in the loss term, `Ie,eff = Ie + (95 − Ie) · Ppl / (Ppl / BurstR + Bpl)`,
+/// and an Ie that grows below a codec bitrate: `Ie + k · max(0, full − kbit/s)`.
+///
 /// The one-way delay is half the round trip plus the jitter buffer (taken as twice the jitter) plus
-/// the codec's framing and look-ahead. G.113 lists no Ie/Bpl for Opus. `opus` uses Ie = 11 and
-/// Bpl = 13, fitted to PESQ (P.862.2 wideband) over the impairment matrix of
-/// `scripts/bench-quality.sh` (docs/quality.md), with Ie held where a clean call scores as PESQ
-/// hears it: the Bpl whose estimate strays least from what a listener heard in the worst cell (0.56). The loss it takes is the loss before FEC, so Bpl carries
-/// Parley's FEC and concealment. (Until then: Ie = 0, Bpl = 20, off by up to 1.1.)
+/// the codec's framing and look-ahead. G.113 lists no Ie/Bpl for Opus. `opus` uses Ie = 11,
+/// Bpl = 19 and 5 per kbit/s below 20 kbit/s, fitted to PESQ (P.862.2 wideband) over the impairment
+/// matrix of `scripts/bench-quality.sh` (docs/quality.md) with Ie held where a clean call scores as
+/// PESQ hears it: in that run the estimate strays at most 0.37 from PESQ in any cell, and fitted on
+/// two of its three runs it strays at most 0.46 in the third. The loss it takes is what the
+/// listener missed (before FEC's repair), so Bpl carries Parley's FEC and concealment.
 public struct EModel: Hashable, Sendable {
     public var equipmentImpairment: Double
     public var packetLossRobustness: Double
     /// Framing plus look-ahead of the codec, ms.
     public var codecDelayMs: Double
+    /// The codec bitrate (kbit/s) from which the codec sounds as `equipmentImpairment` says; below
+    /// it, each missing kbit/s adds `impairmentPerMissingKbps` (Opus at 12 kbit/s in 60 ms frames is
+    /// not Opus at 32). 0: one Ie for every bitrate.
+    public var fullQualityKbps: Double
+    public var impairmentPerMissingKbps: Double
 
-    public static let opus = EModel(equipmentImpairment: 11, packetLossRobustness: 13, codecDelayMs: 26.5)
+    public static let opus = EModel(equipmentImpairment: 11, packetLossRobustness: 19, codecDelayMs: 26.5,
+                                    fullQualityKbps: 20, impairmentPerMissingKbps: 5)
 
-    public init(equipmentImpairment: Double, packetLossRobustness: Double, codecDelayMs: Double) {
+    public init(equipmentImpairment: Double, packetLossRobustness: Double, codecDelayMs: Double,
+                fullQualityKbps: Double = 0, impairmentPerMissingKbps: Double = 0) {
         self.equipmentImpairment = equipmentImpairment
         self.packetLossRobustness = packetLossRobustness
         self.codecDelayMs = codecDelayMs
+        self.fullQualityKbps = fullQualityKbps
+        self.impairmentPerMissingKbps = impairmentPerMissingKbps
     }
 
-    public func rating(rttMs: Double, jitterMs: Double, lossPct: Double, burstRatio: Double = 1) -> Double {
+    /// Ie at a codec bitrate (nil or 0: not known, Ie as it is).
+    public func impairment(atKbps kbps: Double?) -> Double {
+        guard let kbps, kbps > 0 else { return equipmentImpairment }
+        return equipmentImpairment + impairmentPerMissingKbps * max(0, fullQualityKbps - kbps)
+    }
+
+    public func rating(rttMs: Double, jitterMs: Double, lossPct: Double, burstRatio: Double = 1, codecKbps: Double? = nil) -> Double {
         let delay = rttMs / 2 + 2 * jitterMs + codecDelayMs
         let delayImpairment = 0.024 * delay + (delay > 177.3 ? 0.11 * (delay - 177.3) : 0)
-        return listeningRating(lossPct: lossPct, burstRatio: burstRatio) - delayImpairment
+        return listeningRating(lossPct: lossPct, burstRatio: burstRatio, codecKbps: codecKbps) - delayImpairment
     }
 
     /// The rating without the delay impairment: listening quality (P.800.1's MOS-LQE beside the
@@ -127,10 +149,11 @@ public struct EModel: Hashable, Sendable {
     ///
     /// `burstRatio` is G.107's BurstR (1: random loss): losses in runs are worse than the same rate
     /// scattered, as concealment and FEC bridge one packet and not three.
-    public func listeningRating(lossPct: Double, burstRatio: Double = 1) -> Double {
+    public func listeningRating(lossPct: Double, burstRatio: Double = 1, codecKbps: Double? = nil) -> Double {
         let loss = max(0, min(100, lossPct))
         let burst = max(1, burstRatio)
-        return 93.2 - (equipmentImpairment + (95 - equipmentImpairment) * loss / (loss / burst + packetLossRobustness))
+        let ie = impairment(atKbps: codecKbps)
+        return 93.2 - (ie + (95 - ie) * loss / (loss / burst + packetLossRobustness))
     }
 
     /// G.107's BurstR from counted loss: the mean run of consecutive lost packets over the mean run
@@ -171,6 +194,10 @@ public struct QualityMonitor: Sendable {
     private var recentMeasuredRtt: [Double?] = []
     /// The far side's reported loss over the same window: one report swings with a couple of packets.
     private var recentRemoteLoss: [Double] = []
+    /// The window's mean received bitrate at each of the last ten intervals: their highest is the
+    /// codec's bitrate (speech lifts it; a pause, whose frames Opus makes small, does not lower it
+    /// for ten seconds).
+    private var recentBitrates: [Double] = []
 
     public init(model: EModel = .opus, window: Int = 5) {
         self.model = model
@@ -191,8 +218,13 @@ public struct QualityMonitor: Sendable {
         let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0
         let gapPackets = max(0, sample.gapPackets - previous.gapPackets), gapRuns = max(0, sample.gapRuns - previous.gapRuns)
         let burst = EModel.burstRatio(lostPackets: gapPackets, runs: gapRuns, lossPct: loss)
-        recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss, burstRatio: burst),
-                       model.listeningRating(lossPct: loss, burstRatio: burst), rtt, jitter, loss, bitrate, gapPackets, gapRuns))
+        // The window's mean bitrate, this interval's included, kept for ten intervals.
+        let windowBitrates = recent.suffix(window - 1).map(\.bitrate) + [bitrate]
+        recentBitrates.append(windowBitrates.reduce(0, +) / Double(windowBitrates.count))
+        if recentBitrates.count > 10 { recentBitrates.removeFirst(recentBitrates.count - 10) }
+        let codec = recentBitrates.max() ?? 0
+        recent.append((model.rating(rttMs: rtt, jitterMs: jitter, lossPct: loss, burstRatio: burst, codecKbps: codec),
+                       model.listeningRating(lossPct: loss, burstRatio: burst, codecKbps: codec), rtt, jitter, loss, bitrate, gapPackets, gapRuns))
         if recent.count > window { recent.removeFirst(recent.count - window) }
         recentMeasuredRtt.append(sample.roundTripTimeMs)
         if recentMeasuredRtt.count > window { recentMeasuredRtt.removeFirst(recentMeasuredRtt.count - window) }
@@ -216,7 +248,8 @@ public struct QualityMonitor: Sendable {
                              listeningMos: EModel.mos(rating: mean(recent.map(\.listening))),
                              meanMeasuredRttMs: measured.isEmpty ? nil : mean(measured),
                              burstRatio: EModel.burstRatio(lostPackets: recent.map(\.gapPackets).reduce(0, +),
-                                                           runs: recent.map(\.gapRuns).reduce(0, +), lossPct: mean(recent.map(\.loss))))
+                                                           runs: recent.map(\.gapRuns).reduce(0, +), lossPct: mean(recent.map(\.loss))),
+                             codecKbps: codec)
     }
 }
 

@@ -334,7 +334,7 @@ public actor Softphone {
             eventSink.yield(.phase(call, phase))
         case .quality(let call, let report):
             timelines[call]?.quality = report
-            logQuality(call, #""mos":\#(report.mos),"listeningMos":\#(report.listeningMos),"rttMs":\#(report.rttMs),"jitterMs":\#(report.jitterMs),"lossPct":\#(report.lossPct),"remoteLossPct":\#(report.remoteLossPct.map { String($0) } ?? "null"),"receivedKbps":\#(report.bitrateKbps),"burstRatio":\#(report.burstRatio)"#)
+            logQuality(call, #""mos":\#(report.mos),"listeningMos":\#(report.listeningMos),"rttMs":\#(report.rttMs),"jitterMs":\#(report.jitterMs),"lossPct":\#(report.lossPct),"remoteLossPct":\#(report.remoteLossPct.map { String($0) } ?? "null"),"receivedKbps":\#(report.bitrateKbps),"burstRatio":\#(report.burstRatio),"codecKbps":\#(report.codecKbps)"#)
         case .bitrate(let call, let setting):
             timelines[call]?.bitrate = setting
             logQuality(call, #""bitrateKbps":\#(setting.bitrateKbps),"fec":\#(setting.fec),"expectedLossPct":\#(setting.expectedLossPct),"frameMs":\#(setting.frameMs)"#)

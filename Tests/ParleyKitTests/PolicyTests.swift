@@ -77,9 +77,13 @@ struct QualityTests {
         #expect(abs(clean - 81.564) < 0.01)
         #expect(abs(EModel.mos(rating: clean) - 4.08) < 0.01)
         #expect(EModel.score(rating: clean) == 4)
-        // 5 % random loss with Bpl 13: Ie,eff − Ie = (95 − 11) · 5 / 18 ≈ 23.33.
+        // 5 % random loss with Bpl 19: Ie,eff − Ie = (95 − 11) · 5 / 24 = 17.5.
         let lossy = EModel.opus.rating(rttMs: 0, jitterMs: 0, lossPct: 5)
-        #expect(abs(clean - lossy - 84.0 * 5 / 18) < 0.001)
+        #expect(abs(clean - lossy - 84.0 * 5 / 24) < 0.001)
+        // Opus below 20 kbit/s: 5 more per kbit/s (at 12, Ie = 11 + 40); from 20 up, Ie as it is.
+        #expect(EModel.opus.impairment(atKbps: 12) == 51)
+        #expect(EModel.opus.impairment(atKbps: 32) == 11 && EModel.opus.impairment(atKbps: nil) == 11)
+        #expect(abs(EModel.opus.rating(rttMs: 0, jitterMs: 0, lossPct: 0, codecKbps: 12) - (clean - 40)) < 0.001)
         // Delay past 177.3 ms one way costs more steeply.
         let slow = EModel.opus.rating(rttMs: 400, jitterMs: 0, lossPct: 0)
         #expect(abs((clean - slow) - (0.024 * 200 + 0.11 * (226.5 - 177.3))) < 0.001)
@@ -112,7 +116,7 @@ struct QualityTests {
         // Ie,eff = Ie + (95 − Ie) · Ppl / (Ppl / BurstR + Bpl).
         let random = EModel.opus.listeningRating(lossPct: 10)
         let bursty = EModel.opus.listeningRating(lossPct: 10, burstRatio: 3)
-        #expect(abs((93.2 - bursty) - (11 + 84 * 10 / (10.0 / 3 + 13))) < 0.001)
+        #expect(abs((93.2 - bursty) - (11 + 84 * 10 / (10.0 / 3 + 19))) < 0.001)
         #expect(bursty < random)
 
         // The monitor takes the runs from the engine's counters, interval by interval.
@@ -125,6 +129,25 @@ struct QualityTests {
         #expect(scattered.burstRatio == 1)
         #expect(abs(clumped.burstRatio - 4.5) < 0.001, "5 lost in one run, at 10 %: 5 · 0.9")
         #expect(clumped.listeningMos < scattered.listeningMos)
+    }
+
+    /// The codec's bitrate is the highest received in the last ten seconds: a pause does not read as
+    /// a codec starved of bits, a path squeezed to 12 kbit/s does.
+    @Test func theCodecBitrateIsTheHighestOfTenSeconds() throws {
+        var monitor = QualityMonitor(window: 1)
+        var reports: [QualityReport] = []
+        var bytes = 0
+        _ = monitor.add(MediaStatsSample(at: .zero))
+        for second in 1...24 {
+            // 32 kbit/s of speech for 4 s, 3 kbit/s of pause for 4 s, then 12 kbit/s from 8 s on.
+            bytes += (second <= 4 ? 4_000 : second <= 8 ? 375 : 1_500)
+            let report = monitor.add(MediaStatsSample(at: .seconds(second), packetsReceived: 50 * second, bytesReceived: bytes))
+            reports.append(try #require(report))
+        }
+        #expect(reports[6].codecKbps == 32, "a pause keeps the speech's bitrate")
+        #expect(reports[6].listeningMos == reports[0].listeningMos)
+        #expect(reports[23].codecKbps == 12, "ten seconds of 12 kbit/s are 12 kbit/s")
+        #expect(reports[23].listeningMos < reports[0].listeningMos - 0.5)
     }
 
     @Test func theMonitorTurnsCountersIntoSmoothedIntervals() throws {

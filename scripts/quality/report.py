@@ -97,12 +97,16 @@ def write(results, out, docs):
                   "the conversational MOS the SDK reported (`call.report`, the status line: the E-model, "
                   "delay counted), and the listening MOS (`QualityReport.listeningMos`: the same without the "
                   "delay, which a listening test such as PESQ cannot hear) replayed from the same reports "
-                  f"with the Opus values now in force (Ie = {calibrate.OPUS_IE}, Bpl = {calibrate.OPUS_BPL}).", "",
+                  f"with the Opus values now in force (Ie = {calibrate.OPUS_IE}, Bpl = {calibrate.OPUS_BPL}, "
+                  f"{calibrate.OPUS_PER_KBPS} per kbit/s below {calibrate.OPUS_FULL_KBPS}, bursty loss weighed by "
+                  "its burst ratio).", "",
                   "| cell | SDK MOS (conversational) | SDK listening MOS | PESQ | listening − PESQ |", "|---|---|---|---|---|"]
         for cell, reported, now, pesq in mos_rows:
             lines.append(f"| {cell} | {reported:.2f} | {now:.2f} | {pesq:.2f} | {now - pesq:+.2f} |")
         worst = max(abs(n - p) for _, _, n, p in mos_rows)
-        lines += ["", f"Largest difference of the listening MOS from PESQ: {worst:.2f}."]
+        lines += ["", f"Largest difference of the listening MOS from PESQ: {worst:.2f}. Where the values in force were "
+                  "fitted on this run, that flatters them: `python3 scripts/quality/calibrate.py results.json` also fits "
+                  "on all runs but one and says how far the fit strays in the run left out."]
 
     # PESQ per cell, one bar a pair.
     figure, axes = plt.subplots(figsize=(11, 4.5))

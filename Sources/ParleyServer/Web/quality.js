@@ -3,17 +3,23 @@
 //
 //   R   = 93.2 − Id − Ie,eff
 //   Id  = 0.024·d + 0.11·(d − 177.3)·H(d − 177.3)     d = rtt/2 + 2·jitter + codec delay (ms)
-//   Ie,eff = Ie + (95 − Ie) · loss / (loss + Bpl)
+//   Ie,eff = Ie' + (95 − Ie') · loss / (loss + Bpl)    Ie' = Ie + k · max(0, full − codec kbit/s)
+//   (the SDK also weighs bursty loss by G.107's BurstR; a browser's statistics do not say how loss
+//   runs, so here loss counts as random)
 //   MOS = 1 + 0.035·R + 7·10⁻⁶·R·(R − 60)·(100 − R)    (1 below R = 0, 4.5 above R = 100)
 
 // Fitted to PESQ on an impaired wire (docs/quality.md), as the SDK's EModel.opus.
-export const opus = Object.freeze({ equipmentImpairment: 11, packetLossRobustness: 13, codecDelayMs: 26.5 });
+export const opus = Object.freeze({ equipmentImpairment: 11, packetLossRobustness: 19, codecDelayMs: 26.5,
+                                    fullQualityKbps: 20, impairmentPerMissingKbps: 5 });
 
-export function rating({ rttMs, jitterMs, lossPct }, model = opus) {
+export function rating({ rttMs, jitterMs, lossPct, codecKbps }, model = opus) {
   const delay = rttMs / 2 + 2 * jitterMs + model.codecDelayMs;
   const delayImpairment = 0.024 * delay + (delay > 177.3 ? 0.11 * (delay - 177.3) : 0);
   const loss = Math.max(0, Math.min(100, lossPct));
-  const ie = model.equipmentImpairment + (95 - model.equipmentImpairment) * loss / (loss + model.packetLossRobustness);
+  const base = codecKbps > 0
+    ? model.equipmentImpairment + model.impairmentPerMissingKbps * Math.max(0, model.fullQualityKbps - codecKbps)
+    : model.equipmentImpairment;
+  const ie = base + (95 - base) * loss / (loss + model.packetLossRobustness);
   return 93.2 - delayImpairment - ie;
 }
 
@@ -54,6 +60,7 @@ export class QualityMonitor {
     this.window = Math.max(1, window);
     this.previous = undefined;
     this.recent = [];
+    this.windowBitrates = [];  // the window's mean bitrate at each of the last ten intervals
   }
 
   /** Takes a sample; returns the smoothed report once two samples can be compared, else undefined. */
@@ -69,7 +76,12 @@ export class QualityMonitor {
     const last = this.recent[this.recent.length - 1];
     const rttMs = sample.rttMs ?? last?.rttMs ?? 0;
     const jitterMs = sample.jitterMs ?? last?.jitterMs ?? 0;
-    this.recent.push({ r: rating({ rttMs, jitterMs, lossPct }, this.model), rttMs, jitterMs, lossPct, bitrateKbps });
+    // The codec's bitrate: the highest window bitrate of the last ten intervals, as the SDK reads it.
+    const windowed = [...(this.window > 1 ? this.recent.slice(-(this.window - 1)) : []).map((entry) => entry.bitrateKbps), bitrateKbps];
+    this.windowBitrates.push(windowed.reduce((sum, value) => sum + value, 0) / windowed.length);
+    if (this.windowBitrates.length > 10) this.windowBitrates.splice(0, this.windowBitrates.length - 10);
+    const codecKbps = Math.max(...this.windowBitrates);
+    this.recent.push({ r: rating({ rttMs, jitterMs, lossPct, codecKbps }, this.model), rttMs, jitterMs, lossPct, bitrateKbps });
     if (this.recent.length > this.window) this.recent.splice(0, this.recent.length - this.window);
     const mean = (key) => this.recent.reduce((sum, entry) => sum + entry[key], 0) / this.recent.length;
     const r = mean('r');

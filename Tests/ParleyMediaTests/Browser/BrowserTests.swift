@@ -251,13 +251,16 @@ struct BrowserTests {
                   const r = q.rating({ rttMs, jitterMs, lossPct });
                   return [q.mos(r), q.score(r)];
                 });
-                const monitor = new q.QualityMonitor();
-                let report;
-                for (let i = 0; i <= 6; i++) {
-                  report = monitor.add({ at: i * 1000, rttMs: 30 + i * 20, jitterMs: 4, packetsReceived: 50 * i,
-                                         packetsLost: 2 * i, bytesSent: 0, bytesReceived: 4000 * i });
-                }
-                return { scores, report };
+                const run = (bytesPerSecond) => {
+                  const monitor = new q.QualityMonitor();
+                  let report;
+                  for (let i = 0; i <= 6; i++) {
+                    report = monitor.add({ at: i * 1000, rttMs: 30 + i * 20, jitterMs: 4, packetsReceived: 50 * i,
+                                           packetsLost: 2 * i, bytesSent: 0, bytesReceived: bytesPerSecond * i });
+                  }
+                  return report;
+                };
+                return { scores, report: run(4000), starved: run(1500) };
                 """) as? [String: Any]
             let scores = try #require(answer?["scores"] as? [[Double]])
             for (index, input) in cases.enumerated() {
@@ -265,14 +268,22 @@ struct BrowserTests {
                 #expect(abs(scores[index][0] - EModel.mos(rating: rating)) < 1e-9, "MOS for \(input)")
                 #expect(Int(scores[index][1]) == EModel.score(rating: rating), "score for \(input)")
             }
-            var monitor = QualityMonitor()
-            var swift: QualityReport?
-            for i in 0...6 {
-                swift = monitor.add(MediaStatsSample(at: .seconds(i), roundTripTimeMs: Double(30 + i * 20), jitterMs: 4,
-                                                     packetsReceived: 50 * i, packetsLost: 2 * i, bytesReceived: 4000 * i))
+            func swiftReport(bytesPerSecond: Int) -> QualityReport? {
+                var monitor = QualityMonitor()
+                var swift: QualityReport?
+                for i in 0...6 {
+                    swift = monitor.add(MediaStatsSample(at: .seconds(i), roundTripTimeMs: Double(30 + i * 20), jitterMs: 4,
+                                                         packetsReceived: 50 * i, packetsLost: 2 * i, bytesReceived: bytesPerSecond * i))
+                }
+                return swift
             }
+            // A codec starved to 12 kbit/s costs the same in both.
+            let starved = try #require(answer?["starved"] as? [String: Any])
+            let starvedSwift = try #require(swiftReport(bytesPerSecond: 1500))
+            #expect(abs((starved["mos"] as? Double ?? 0) - starvedSwift.mos) < 1e-9, "\(starved) against \(starvedSwift.mos)")
             let report = try #require(answer?["report"] as? [String: Any])
-            let expected = try #require(swift)
+            let expected = try #require(swiftReport(bytesPerSecond: 4000))
+            #expect(starvedSwift.mos < expected.mos - 0.3)
             #expect(abs((report["mos"] as? Double ?? 0) - expected.mos) < 1e-9)
             #expect(abs((report["lossPct"] as? Double ?? 0) - expected.lossPct) < 1e-9)
             #expect(abs((report["bitrateKbps"] as? Double ?? 0) - expected.bitrateKbps) < 1e-9)
