@@ -273,9 +273,16 @@ struct ChildServer {
     var pid: Int32 { process.processIdentifier }
 
     static func start() throws -> ChildServer {
+        let (process, port) = try launch(["--port", "0", "--database", ":memory:", "--log-level", "warning", "--http-rate-limit", "0"])
+        return ChildServer(process: process, port: port)
+    }
+
+    /// Starts `parley serve` with `arguments` and answers once it says where it listens. What it
+    /// prints afterwards is read and dropped, so a full pipe never blocks it.
+    static func launch(_ arguments: [String]) throws -> (Process, port: Int) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["serve", "--port", "0", "--database", ":memory:", "--log-level", "warning", "--http-rate-limit", "0"]
+        process.arguments = ["serve"] + arguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -288,7 +295,11 @@ struct ChildServer {
             text += String(decoding: chunk, as: UTF8.self)
             if let range = text.range(of: #"127\.0\.0\.1:(\d+)"#, options: .regularExpression),
                let port = Int(text[range].split(separator: ":").last ?? "") {
-                return ChildServer(process: process, port: port)
+                // Stop at its end (an empty read), or the handler would be called again and again.
+                handle.readabilityHandler = { handle in
+                    if handle.availableData.isEmpty { handle.readabilityHandler = nil }
+                }
+                return (process, port)
             }
         }
         process.terminate()
@@ -296,11 +307,16 @@ struct ChildServer {
     }
 
     static func stopOnSignals(_ child: ChildServer) -> [any DispatchSourceSignal] {
+        onSignals { child.stop() }
+    }
+
+    /// On SIGINT or SIGTERM (Ctrl-C, a timeout's kill): `stop`, then exit as the signal would.
+    static func onSignals(_ stop: @escaping @Sendable () -> Void) -> [any DispatchSourceSignal] {
         [SIGINT, SIGTERM].map { number in
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler {
-                child.stop()
+                stop()
                 exit(128 + number)
             }
             source.resume()

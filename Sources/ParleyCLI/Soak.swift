@@ -468,34 +468,8 @@ final class SoakServer: @unchecked Sendable {
     var residentMiB: Int { residentBytes(pid: pid) >> 20 }
 
     private func launch(port requested: Int) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["serve", "--port", "\(requested)", "--database", database, "--log-level", "error",
-                             "--http-rate-limit", "0", "--ring-timeout", "\(ringTimeout)"]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        self.process = process
-        let handle = output.fileHandleForReading
-        var text = ""
-        let deadline = Date().addingTimeInterval(15)
-        while Date() < deadline {
-            let chunk = handle.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
-            if let range = text.range(of: #"127\.0\.0\.1:(\d+)"#, options: .regularExpression),
-               let port = Int(text[range].split(separator: ":").last ?? "") {
-                self.port = port
-                // Keep reading what it prints, so a full pipe never blocks it; stop at its end (an
-                // empty read), or the handler would be called again and again.
-                handle.readabilityHandler = { handle in
-                    if handle.availableData.isEmpty { handle.readabilityHandler = nil }
-                }
-                return
-            }
-        }
-        process.terminate()
-        throw ValidationError("the server did not start: \(text)")
+        (process, port) = try ChildServer.launch(["--port", "\(requested)", "--database", database, "--log-level", "error",
+                                                  "--http-rate-limit", "0", "--ring-timeout", "\(ringTimeout)"])
     }
 
     func restart() async throws {
@@ -539,16 +513,7 @@ final class SoakServer: @unchecked Sendable {
     }
 
     func stopOnSignals() -> [any DispatchSourceSignal] {
-        [SIGINT, SIGTERM].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { [self] in
-                stopNow()
-                exit(128 + number)
-            }
-            source.resume()
-            return source
-        }
+        ChildServer.onSignals { [self] in stopNow() }
     }
 
     func token(for user: UserID) async throws -> String {
