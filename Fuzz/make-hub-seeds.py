@@ -3,10 +3,11 @@
 from. A step is two bytes, an operation and an argument (`HubWorld.step`): the argument's low six
 bits pick the device (mod 3: 0 alice/phone, 1 alice/laptop, 2 bob/phone), the call id (/ 3 mod 4)
 and an invite's callee (/ 12 mod 3: 0 alice, 1 bob, 2 carol); its two high bits are flags (0x80:
-an answer instead of an offer, held, busy, leave the room; 0x40: muted)."""
+an answer instead of an offer, held, busy, leave the room; 0x40: muted; both, for a recording step:
+0x00 requested, 0x40 accepted, 0x80 declined, 0xC0 stopped)."""
 import pathlib
 
-CONNECT, DROP, INVITE, RINGING, ACCEPT, DECLINE, HANGUP, SIGNAL, UPDATE, STATE, TIME, ROOM, ACK = range(13)
+CONNECT, DROP, INVITE, RINGING, ACCEPT, DECLINE, HANGUP, SIGNAL, UPDATE, STATE, TIME, ROOM, ACK, RECORD = range(14)
 ALICE_PHONE, ALICE_LAPTOP, BOB_PHONE = 0, 1, 2
 
 
@@ -28,6 +29,12 @@ SEEDS = {
     # a call to carol, who has no device, and a decline; then time passes.
     "decline-and-timeout": [(CONNECT, arg(0)), (CONNECT, arg(2)), (INVITE, arg(ALICE_PHONE, 0, 2)), (INVITE, arg(BOB_PHONE, 1, 0)),
                             (DECLINE, arg(ALICE_PHONE, 1)), (TIME, 200), (TIME, 200), (STATE, arg(ALICE_PHONE, 0))],
+    # alice asks to record, bob refuses; she asks again, he agrees, drops and resumes, she stops; they hang up.
+    "recording": [(CONNECT, arg(0)), (CONNECT, arg(2)), (INVITE, arg(ALICE_PHONE, 0, 1)), (ACCEPT, arg(BOB_PHONE, 0)),
+                  (RECORD, arg(ALICE_PHONE, 0)), (RECORD, arg(BOB_PHONE, 0, high=0x80)), (RECORD, arg(ALICE_PHONE, 0)),
+                  (RECORD, arg(ALICE_PHONE, 0, high=0x40)), (RECORD, arg(BOB_PHONE, 0, high=0x40)), (DROP, arg(BOB_PHONE)),
+                  (CONNECT, arg(BOB_PHONE)), (RECORD, arg(ALICE_PHONE, 0, high=0xC0)), (RECORD, arg(ALICE_PHONE, 0)),
+                  (RECORD, arg(BOB_PHONE, 0, high=0x40)), (HANGUP, arg(BOB_PHONE, 0))],
     # everyone joins and leaves rooms, and drops out of them.
     "rooms": [(CONNECT, arg(0)), (CONNECT, arg(1)), (CONNECT, arg(2)), (ROOM, 0), (ROOM, 1), (ROOM, 2), (DROP, arg(ALICE_LAPTOP)),
               (ROOM, 0x80), (TIME, 40)],

@@ -806,3 +806,40 @@ char *parley_pad_caps(void *pad) {
 int parley_link(void *source, void *destination) {
     return gst_element_link(GST_ELEMENT(source), GST_ELEMENT(destination)) ? 0 : -1;
 }
+
+// MARK: appsrc, through its action signals (no link to libgstapp needed)
+
+int parley_appsrc_push(void *appsrc, const void *data, size_t size, uint64_t pts_ns, uint64_t duration_ns) {
+    GstBuffer *buffer = gst_buffer_new_memdup(data, size);
+    GST_BUFFER_PTS(buffer) = pts_ns;
+    GST_BUFFER_DURATION(buffer) = duration_ns;
+    GstFlowReturn result = GST_FLOW_ERROR;
+    g_signal_emit_by_name(appsrc, "push-buffer", buffer, &result);
+    gst_buffer_unref(buffer);
+    return result == GST_FLOW_OK ? 0 : -1;
+}
+
+void parley_appsrc_end(void *appsrc) {
+    GstFlowReturn result;
+    g_signal_emit_by_name(appsrc, "end-of-stream", &result);
+}
+
+int parley_pipeline_wait_eos(void *pipeline, unsigned int timeout_ms, char **error) {
+    GstBus *bus = gst_element_get_bus(GST_ELEMENT(pipeline));
+    GstMessage *message = gst_bus_timed_pop_filtered(bus, (GstClockTime)timeout_ms * GST_MSECOND,
+                                                     GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
+    gst_object_unref(bus);
+    if (!message) {
+        *error = g_strdup("timed out waiting for the end of the stream");
+        return -1;
+    }
+    int status = 0;
+    if (GST_MESSAGE_TYPE(message) == GST_MESSAGE_ERROR) {
+        GError *gerror = NULL;
+        gst_message_parse_error(message, &gerror, NULL);
+        *error = take_message(gerror);
+        status = -1;
+    }
+    gst_message_unref(message);
+    return status;
+}

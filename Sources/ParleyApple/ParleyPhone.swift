@@ -136,6 +136,11 @@ public final class ParleyPhone: @unchecked Sendable {
     public func hangUp(_ call: UUID) async throws { try await callKit.end(call) }
     public func setMuted(_ call: UUID, _ muted: Bool) async throws { try await callKit.setMuted(call, muted) }
     public func setHeld(_ call: UUID, _ held: Bool) async throws { try await callKit.setHeld(call, held) }
+    /// Answers the far side's request to record the call (the consent rules are the core's,
+    /// `RecordingConsent`). This engine cannot record itself: asking to record is the Linux and
+    /// browser clients' (`CallRecordingUnsupported`).
+    public func answerRecording(_ call: UUID, consent: Bool) async throws { try await calls.answerRecording(call, consent: consent) }
+    public func stopRecording(_ call: UUID) async throws { try await calls.stopRecording(call) }
 
     /// The WebRTC factory, when the phone's media is WebRTC: video calls' tracks come from it.
     public var webRTC: WebRTCPeerConnectionFactory? { peers as? WebRTCPeerConnectionFactory }

@@ -38,6 +38,9 @@ public final class PhoneModel {
         public var bars: Int?
         /// The callee is offline and nothing could wake them.
         public var calleeOffline = false
+        /// Recording with consent: `.asked` wants the user's answer (`answerRecording`); `.on`
+        /// shows that the other side records.
+        public var recording: RecordingConsent.State = .off
     }
 
     /// Where the app keeps the session between launches (UserDefaults and the keychain in the app).
@@ -198,6 +201,9 @@ public final class PhoneModel {
         if let index = calls.firstIndex(where: { $0.id == call }) { calls[index].held = held }
     }
 
+    public func answerRecording(_ call: UUID, consent: Bool) async { await perform { try await $0.answerRecording(call, consent: consent) } }
+    public func stopRecording(_ call: UUID) async { await perform { try await $0.stopRecording(call) } }
+
     public func toggleSpeaker(_ call: UUID) async {
         guard let phone, let index = calls.firstIndex(where: { $0.id == call }) else { return }
         let speaker = !calls[index].speaker
@@ -321,9 +327,12 @@ public final class PhoneModel {
         case .invited(let id, let devices, let pushed):
             guard let index = calls.firstIndex(where: { $0.id == id }) else { return }
             calls[index].calleeOffline = devices == 0 && pushed == 0
+        case .recording(let id, let state, _):
+            guard let index = calls.firstIndex(where: { $0.id == id }) else { return }
+            calls[index].recording = state
         case .route(let output):
             route = output
-        case .bitrate, .pausedByInterruption:
+        case .bitrate, .pausedByInterruption, .recorded:
             break
         }
     }

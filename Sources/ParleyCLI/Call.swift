@@ -36,7 +36,7 @@ struct Call: AsyncParsableCommand {
                 }
             }
         }
-        let timeline = await runCall(softphone, call, duration: phone.duration)
+        let timeline = await runCall(softphone, call, duration: phone.duration, recording: phone.recordingOptions)
         offline.cancel()
         if let timeline { for line in Console.summary(timeline) { Console.say(line) } }
         await softphone.stop()

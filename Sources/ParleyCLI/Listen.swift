@@ -95,7 +95,7 @@ struct Listen: AsyncParsableCommand {
                 }
                 await softphone.answer(call)
             }
-            if let timeline = await runCall(softphone, call, duration: phone.duration) {
+            if let timeline = await runCall(softphone, call, duration: phone.duration, recording: phone.recordingOptions) {
                 for line in Console.summary(timeline) { Console.say(line) }
             }
             if once { break calls }

@@ -29,6 +29,17 @@ struct SoftphoneArguments: ParsableArguments {
     @Option(help: "Hang up this many seconds after the call connects.")
     var duration: Double?
 
+    @Option(name: .customLong("record-call"),
+            help: "Ask the other party to let you record the call, both voices, to this Ogg/Opus file; it records only once they agree. (Key r asks or stops during a call.)")
+    var recordCall: String?
+
+    @Option(name: .customLong("record-layout"), help: "mixed: both voices in one channel; two-channels: yours left, theirs right.")
+    var recordLayout: RecordingLayout = .mixed
+
+    @Option(name: .customLong("recording-consent"),
+            help: "When the other party asks to record: ask (on the terminal; the default when interactive), yes, or no (the default otherwise).")
+    var recordingConsent: RecordingConsentPolicy?
+
     @Flag(help: "Send and receive video (a VP8 test pattern).")
     var video = false
 
@@ -53,11 +64,23 @@ struct SoftphoneArguments: ParsableArguments {
             throw ValidationError("--play: cannot read \(url.path)")
         }
         if let duration, duration <= 0 { throw ValidationError("--duration must be positive") }
+        if let recordCall {
+            let directory = URL(fileURLWithPath: recordCall).deletingLastPathComponent().path
+            guard FileManager.default.isWritableFile(atPath: directory) else {
+                throw ValidationError("--record-call: cannot write in \(directory)")
+            }
+        }
         if let device, DeviceID(rawValue: device) == nil { throw ValidationError("--device must be a device id (letters, digits, . _ - @ :)") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
     }
 
     var serverURL: URL { URL(string: server)! }
+
+    /// What `runCall` does about recording.
+    var recordingOptions: CallRecordingOptions {
+        CallRecordingOptions(path: recordCall, layout: recordLayout,
+                             consent: recordingConsent ?? (Console.interactive ? .ask : .no))
+    }
 
     var logger: Logger {
         var logger = Logger(label: "parley.softphone")
@@ -135,6 +158,7 @@ enum Console {
             parts.append(String(format: "jitter %.0f ms", q.jitterMs))
             parts.append(String(format: "%.0f kbps", timeline.bitrate?.bitrateKbps ?? q.bitrateKbps))
         }
+        if timeline.callRecording.isOn { parts.append("● REC") }
         if timeline.muted { parts.append("[muted]") }
         if timeline.held { parts.append("[on hold]") }
         return parts.joined(separator: "  ")
@@ -170,6 +194,10 @@ enum Console {
         if let q = timeline.quality {
             lines.append(String(format: "  quality              MOS %.2f (%d/5)  RTT %.0f ms  loss %.1f%%  jitter %.0f ms  %.0f kbps",
                                 q.mos, q.score, q.rttMs, q.lossPct, q.jitterMs, q.bitrateKbps))
+        }
+        for file in timeline.recordedFiles {
+            lines.append("  call recording       \(file.path) (" + String(format: "%.1f–%.1f s of the call, ", file.startSeconds, file.endSeconds)
+                         + "\(file.layout.rawValue))")
         }
         if let recording = timeline.recording {
             var line = "  recording            \(recording.path)"
@@ -223,16 +251,20 @@ final class Keyboard: @unchecked Sendable {
 }
 
 /// Runs one call on the console until it ends: status line, keys, duration, Ctrl-C.
-func runCall(_ phone: Softphone, _ call: UUID, duration: Double?) async -> CallTimeline? {
+func runCall(_ phone: Softphone, _ call: UUID, duration: Double?,
+             recording: CallRecordingOptions = CallRecordingOptions()) async -> CallTimeline? {
     let keyboard = Keyboard()
     defer { keyboard.restore() }
-    if Console.interactive { Console.say("keys: m mute · h hold · q hang up") }
+    if Console.interactive { Console.say("keys: m mute · h hold · r record (asks them) · q hang up") }
     let keys = Task {
         for await key in keyboard.keys {
             guard let timeline = await phone.timeline(of: call), !timeline.isEnded else { return }
             switch key {
             case "m": await phone.setMuted(call, !timeline.muted)
             case "h": await phone.setHeld(call, !timeline.held)
+            case "r": await recording.toggle(phone, call, timeline)
+            case "y" where timeline.callRecording == .asked, "n" where timeline.callRecording == .asked:
+                await recording.answer(phone, call, consent: key == "y")
             case "q", "\n": await phone.hangUp(call)
             default: break
             }
@@ -244,7 +276,23 @@ func runCall(_ phone: Softphone, _ call: UUID, duration: Double?) async -> CallT
         interrupt.cancel()
     }
     var lastPrinted = ContinuousClock.now - .seconds(10)
-    while let timeline = await phone.timeline(of: call), !timeline.isEnded {
+    var asked = false, changesSaid = 0, filesSaid = 0
+    while let timeline = await phone.timeline(of: call) {
+        // Recording: ask once the call is up, say what changed, answer the far side's request.
+        if !asked, timeline.connected != nil, let path = recording.path {
+            asked = true
+            await recording.request(phone, call, path: path, remote: timeline.remote)
+        }
+        for change in timeline.recordingChanges.dropFirst(changesSaid) {
+            if let line = recording.words(for: change, remote: timeline.remote) { Console.say(line) }
+            if change == .requestedThere { await recording.respond(phone, call) }
+        }
+        changesSaid = timeline.recordingChanges.count
+        for file in timeline.recordedFiles.dropFirst(filesSaid) {
+            Console.say("recorded the call to \(file.path) (" + String(format: "%.1f–%.1f s of the call)", file.startSeconds, file.endSeconds))
+        }
+        filesSaid = timeline.recordedFiles.count
+        guard !timeline.isEnded else { break }
         if let duration, let connected = timeline.connected, ContinuousClock.now - connected > .seconds(duration) {
             await phone.hangUp(call)
         }
@@ -270,5 +318,68 @@ final class Interrupt: @unchecked Sendable {
     func cancel() {
         source.cancel()
         signal(SIGINT, SIG_DFL)
+    }
+}
+
+/// What a softphone on the command line does about recording with consent.
+enum RecordingConsentPolicy: String, ExpressibleByArgument, CaseIterable {
+    case ask, yes, no
+}
+
+extension RecordingLayout: ExpressibleByArgument {}
+
+struct CallRecordingOptions: Sendable {
+    /// Where to record once the far side agrees; nil: ask only on the r key (to a file named for the call).
+    var path: String?
+    var layout: RecordingLayout = .mixed
+    var consent: RecordingConsentPolicy = .no
+
+    func request(_ phone: Softphone, _ call: UUID, path: String, remote: UserID) async {
+        do {
+            try await phone.requestRecording(call, to: path, layout: layout)
+        } catch {
+            Console.say("cannot ask to record: \(error)")
+        }
+    }
+
+    /// The r key: ask to record (to --record-call, or a file named for the call), or stop.
+    func toggle(_ phone: Softphone, _ call: UUID, _ timeline: CallTimeline) async {
+        switch timeline.callRecording {
+        case .off:
+            let file = path ?? "call-\(call.uuidString.prefix(8).lowercased()).ogg"
+            await request(phone, call, path: file, remote: timeline.remote)
+        case .asked:
+            Console.say("they asked to record: press y to agree or n to refuse")
+        case .asking, .on:
+            do { try await phone.stopRecording(call) } catch { Console.say("cannot stop recording: \(error)") }
+        }
+    }
+
+    /// The far side asked: answer as the policy says, or wait for y or n.
+    func respond(_ phone: Softphone, _ call: UUID) async {
+        switch consent {
+        case .yes: await answer(phone, call, consent: true)
+        case .no: await answer(phone, call, consent: false)
+        case .ask: Console.say("record this call? press y to agree, n to refuse")
+        }
+    }
+
+    func answer(_ phone: Softphone, _ call: UUID, consent: Bool) async {
+        do { try await phone.answerRecording(call, consent: consent) } catch { Console.say("cannot answer: \(error)") }
+    }
+
+    func words(for change: RecordingConsent.Change, remote: UserID) -> String? {
+        switch change {
+        case .requestedHere: "asking \(remote) to let you record the call…"
+        case .requestedThere: "\(remote) asks to record this call"
+        case .acceptedThere: "\(remote) agreed: recording the call"
+        case .acceptedHere: "you agreed: \(remote) is recording this call"
+        case .declinedThere: "\(remote) declined: the call is not recorded"
+        case .declinedHere: "you declined: the call is not recorded"
+        case .stoppedHere: "recording stopped"
+        case .stoppedThere: "\(remote) stopped the recording"
+        case .callEnded: nil
+        case .failed(let reason): "recording failed: \(reason)"
+        }
     }
 }

@@ -78,7 +78,7 @@ final class HubWorld {
         var name: String { "\(user)/\(id)" }
     }
 
-    static let operations: UInt8 = 13
+    static let operations: UInt8 = 14
     static let users: [UserID] = ["alice", "bob", "carol"].map { UserID(rawValue: $0)! }
     static let calls: [CallID] = (0..<4).map { CallID(rawValue: "00000000-0000-4000-8000-00000000000\($0)")! }
 
@@ -155,6 +155,10 @@ final class HubWorld {
             } else {
                 await send(index, .roomLeave(RoomLeave(id: request(index), room: room)))
             }
+        case 13:
+            // A step of recording with consent, picked by the two high bits.
+            let step = RecordingStep.allCases[Int(argument >> 6)]
+            await send(index, .callUpdate(CallUpdate(id: request(index), call: call, recording: step)))
         default: await send(index, .ack(SeqAck(seq: devices[index].lastSeq)))
         }
         await collect()

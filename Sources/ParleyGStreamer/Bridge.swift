@@ -37,6 +37,7 @@ final class Bridge: @unchecked Sendable {
     private var level: Double?
     private var remoteChannels: [DataChannel] = []
     private var taps: [(element: UnsafeMutableRawPointer, probe: UInt)] = []
+    private var recorder: CallRecorder?
 
     init(pipeline: UnsafeMutableRawPointer, output: AudioOutputSink, recording: URL?, logger: Logger) {
         self.pipeline = pipeline
@@ -237,7 +238,39 @@ final class Bridge: @unchecked Sendable {
             return true
         }
         writer?.append(Data(bytes: bytes, count: count))
+        lock.withLock { recorder }?.remote(bytes, count: count)
         if first { eventSink.yield(.remoteAudioStarted) }
+    }
+
+    /// Audio as sent, after mute and hold: 16-bit mono at 48 kHz.
+    func sent(_ bytes: UnsafeRawPointer, count: Int) {
+        lock.withLock { finished ? nil : recorder }?.local(bytes, count: count)
+    }
+
+    /// Taps a send chain's `sent` element, if it has one, for call recordings.
+    func tapSent(_ bin: UnsafeMutableRawPointer) {
+        guard let element = parley_bin_get(bin, "sent") else { return }
+        let probe = parley_pad_tap(element, "src", sentTapCallback, Unmanaged.passUnretained(self).toOpaque())
+        lock.withLock { taps.append((element, probe)) }
+    }
+
+    /// Hands both directions to `recorder` from now on; false when one is recording already.
+    func startRecording(_ recorder: CallRecorder) -> Bool {
+        lock.withLock {
+            guard self.recorder == nil, !finished else { return false }
+            self.recorder = recorder
+            return true
+        }
+    }
+
+    var isRecording: Bool { lock.withLock { recorder != nil } }
+
+    /// Stops handing audio to the recorder; answers it, to be finished.
+    func stopRecording() -> CallRecorder? {
+        lock.withLock {
+            defer { recorder = nil }
+            return recorder
+        }
     }
 
     func setSpeakerMuted(_ muted: Bool) {
@@ -258,6 +291,8 @@ final class Bridge: @unchecked Sendable {
             parley_object_unref(tap.element)
         }
         for channel in channels { channel.detach() }
+        // A connection dropped without close() still leaves a finished recording file.
+        _ = try? stopRecording()?.finish()
         writer?.close()
         eventSink.yield(.iceConnectionState(.closed))
         eventSink.finish()
@@ -273,6 +308,11 @@ let bridgeEventCallback: parley_event_callback = { context, kind, number, text, 
 let videoTapCallback: parley_buffer_callback = { context, bytes, count in
     guard let context else { return }
     Unmanaged<Bridge>.fromOpaque(context).takeUnretainedValue().videoFrame(bytes.map { UnsafeRawBufferPointer(start: $0, count: count) })
+}
+
+let sentTapCallback: parley_buffer_callback = { context, bytes, count in
+    guard let context, let bytes else { return }
+    Unmanaged<Bridge>.fromOpaque(context).takeUnretainedValue().sent(bytes, count: count)
 }
 
 let audioTapCallback: parley_buffer_callback = { context, bytes, count in

@@ -51,7 +51,7 @@ public final class GStreamerEngine: PeerConnectionFactory {
 
     public static let requiredElements = "webrtcbin nicesrc nicesink dtlssrtpenc dtlssrtpdec sctpenc sctpdec rtpbin opusenc opusdec "
         + "rtpopuspay rtpopusdepay audiotestsrc audioconvert audioresample audiomixer volume identity fakesink filesrc "
-        + "multifilesrc wavparse queue"
+        + "multifilesrc wavparse queue appsrc oggmux filesink"
     public static let videoElements = "videotestsrc videoconvert vp8enc vp8dec rtpvp8pay rtpvp8depay"
     public static let voiceElements = "webrtcdsp webrtcechoprobe autoaudiosrc autoaudiosink"
 

@@ -70,6 +70,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private var microphone = MicrophoneSwitches()
     private var encoding: BitrateController.Setting?
     private var jitterBufferLatencyMs: Int
+    private let createdAt = ContinuousClock.now
     private var jitterBufferTask: Task<Void, Never>?
 
     init(configuration: MediaEngineConfiguration, connection: PeerConnectionConfiguration, logger: Logger) throws {
@@ -180,6 +181,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                parley_capsfilter_add_audio_level(bin, PipelineDescription.audioCaps, PipelineDescription.audioLevelExtensionID) != 0 {
                 throw MediaEngineError(.pipeline, "the audio level extension could not be requested")
             }
+            if chain == chains.first { bridge.tapSent(bin) }
             guard parley_bin_add_and_link_to(pipeline, bin, webrtc) == 0 else {
                 throw MediaEngineError(.pipeline, "the send chain would not start (is the audio file or device missing?)")
             }
@@ -364,7 +366,32 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                                 gapPackets: video ? 0 : Int(jitterBuffers?.gap_packets ?? 0), gapRuns: video ? 0 : Int(jitterBuffers?.gap_runs ?? 0))
     }
 
-    public func close() async { teardown() }
+    /// Records the call, what is sent and what is received, to an Ogg/Opus file at `path` (see
+    /// `CallRecorder`), timed from when ICE connected. One recording at a time.
+    public func startCallRecording(to path: String, layout: RecordingLayout) async throws {
+        try checkOpen()
+        guard !bridge.isRecording else { throw MediaEngineError(.pipeline, "the call is already being recorded") }
+        let recorder = try CallRecorder(path: path, layout: layout, origin: bridge.iceConnectedAt ?? createdAt)
+        guard bridge.startRecording(recorder) else {
+            _ = try? recorder.finish()
+            throw MediaEngineError(.closed, "the peer connection closed")
+        }
+    }
+
+    public func stopCallRecording() async -> CallRecordingFile? {
+        guard let recorder = bridge.stopRecording() else { return nil }
+        do {
+            return try recorder.finish()
+        } catch {
+            logger.error("the call recording did not finish", metadata: ["file": "\(recorder.path)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    public func close() async {
+        _ = await stopCallRecording()
+        teardown()
+    }
 
     /// Opens a data channel now. Channels opened after the first offer need a renegotiation,
     /// which webrtcbin starts by itself.

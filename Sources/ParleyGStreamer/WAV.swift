@@ -18,11 +18,17 @@ public enum WAV {
 
         /// The first channel from `start` for `length` seconds.
         public func mono(from start: Double = 0, length: Double? = nil) -> [Float] {
+            channel(0, from: start, length: length)
+        }
+
+        /// Channel `index` (0 is the left) from `start` for `length` seconds.
+        public func channel(_ index: Int, from start: Double = 0, length: Double? = nil) -> [Float] {
+            guard index < channels else { return [] }
             let first = max(0, Int(start * Double(sampleRate)))
             let total = samples.count / max(channels, 1)
             let last = length.map { min(total, first + Int($0 * Double(sampleRate))) } ?? total
             guard first < last else { return [] }
-            return (first..<last).map { samples[$0 * channels] }
+            return (first..<last).map { samples[$0 * channels + index] }
         }
     }
 
@@ -177,6 +183,12 @@ public enum AudioAnalysis {
         }
         let coarse = strongest(stride(from: low, through: high, by: 10))
         return strongest(stride(from: max(low, coarse - 10), through: min(high, coarse + 10), by: 1))
+    }
+
+    /// The amplitude (0…1) of a sine at `frequency` in `samples`: 0.3 for a tone of amplitude 0.3.
+    public static func toneAmplitude(_ samples: [Float], frequency: Double, sampleRate: Int) -> Double {
+        guard !samples.isEmpty else { return 0 }
+        return 2 * goertzel(samples, frequency: frequency, sampleRate: sampleRate).squareRoot() / Double(samples.count)
     }
 
     static func goertzel(_ samples: [Float], frequency: Double, sampleRate: Int) -> Double {

@@ -17,6 +17,10 @@ public enum CallEvent: Hashable, Sendable {
     case route(AudioOutput)
     /// An interruption ended without resuming; media waits for `resumeAfterInterruption()`.
     case pausedByInterruption
+    /// Recording with consent moved: the new state, and why (the far side asks, agreed, stopped…).
+    case recording(UUID, RecordingConsent.State, RecordingConsent.Change)
+    /// A recording this device made is finished: its file and where it sits in the call.
+    case recorded(UUID, CallRecordingFile)
 }
 
 /// Runs calls: signaling on one side, the system call provider, the audio session and peer
@@ -63,6 +67,9 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         /// The negotiator and the stats loop; cancelled with the peer connection.
         var media: [Task<Void, Never>] = []
         var quality: QualityReport?
+        var recording = RecordingConsent()
+        /// Where this device records once the far side agrees.
+        var recordingFile: (path: String, layout: RecordingLayout)?
     }
 
     private var calls: [CallID: Live] = [:]
@@ -111,6 +118,92 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         await signaling.networkChanged()
         for live in calls.values where !live.machine.phase.isEnded {
             await live.negotiator?.restartIce()
+        }
+    }
+
+    // MARK: Recording with consent
+
+    /// Asks the other party to let this device record the call, both voices, to an Ogg/Opus file at
+    /// `path`. Nothing is recorded until they agree (`CallEvent.recording` with `.acceptedThere`);
+    /// recording stops when either side stops it or the call ends (`CallEvent.recorded`).
+    public func requestRecording(_ uuid: UUID, to path: String, layout: RecordingLayout = .mixed) async throws(RecordingConsent.Refusal) {
+        let call = CallID(uuid: uuid)
+        try await performRecording(call, needsConnection: true) { (consent: inout RecordingConsent) throws(RecordingConsent.Refusal) in
+            try consent.request()
+        } before: { live in live.recordingFile = (path, layout) }
+    }
+
+    /// Answers the other party's request to record the call.
+    public func answerRecording(_ uuid: UUID, consent: Bool) async throws(RecordingConsent.Refusal) {
+        try await performRecording(CallID(uuid: uuid), needsConnection: true) { (recording: inout RecordingConsent) throws(RecordingConsent.Refusal) in
+            try recording.answer(consent: consent)
+        }
+    }
+
+    /// Stops recording the call (either side may), or withdraws a request not yet answered.
+    public func stopRecording(_ uuid: UUID) async throws(RecordingConsent.Refusal) {
+        try await performRecording(CallID(uuid: uuid), needsConnection: false) { (consent: inout RecordingConsent) throws(RecordingConsent.Refusal) in
+            try consent.stop()
+        }
+    }
+
+    /// Where a call's recording stands here.
+    public func recordingState(of uuid: UUID) -> RecordingConsent.State? {
+        calls[CallID(uuid: uuid)]?.recording.state
+    }
+
+    private func performRecording(_ call: CallID, needsConnection: Bool,
+                                  _ event: (inout RecordingConsent) throws(RecordingConsent.Refusal) -> [RecordingConsent.Action],
+                                  before: (inout Live) -> Void = { _ in }) async throws(RecordingConsent.Refusal) {
+        guard var live = calls[call] else { throw .noSuchCall }
+        if needsConnection {
+            switch live.machine.phase {
+            case .connecting, .connected: break
+            default: throw .notConnected
+            }
+        }
+        let actions = try event(&live.recording)
+        before(&live)
+        calls[call] = live
+        await execute(actions, for: call)
+    }
+
+    private func performRecording(_ call: CallID, _ event: (inout RecordingConsent) -> [RecordingConsent.Action]) async {
+        guard var live = calls[call] else { return }
+        let actions = event(&live.recording)
+        calls[call] = live
+        await execute(actions, for: call)
+    }
+
+    private func execute(_ actions: [RecordingConsent.Action], for call: CallID) async {
+        for action in actions {
+            guard let live = calls[call] else { return }
+            switch action {
+            case .send(let step):
+                let pending = await signaling.submit { .callUpdate(CallUpdate(id: $0, call: call, recording: step)) }
+                let task = Task {
+                    do throws(SignalingError) {
+                        _ = try await pending.answer()
+                    } catch where error.code == .cancelled {
+                        return
+                    } catch {
+                        await self.performRecording(call) { $0.refused(step, message: error.description) }
+                    }
+                }
+                calls[call]?.requests.append(task)
+            case .startRecorder:
+                do {
+                    guard let peer = live.peer, let file = live.recordingFile else { throw CallRecordingUnsupported() }
+                    try await peer.startCallRecording(to: file.path, layout: file.layout)
+                } catch {
+                    logger.error("could not start recording the call", metadata: ["call.id": "\(call)", "error": "\(error)"])
+                    await performRecording(call) { $0.recorderFailed("\(error)") }
+                }
+            case .stopRecorder:
+                if let file = await live.peer?.stopCallRecording() { eventSink.yield(.recorded(call.uuid, file)) }
+            case .notify(let state, let change):
+                eventSink.yield(.recording(call.uuid, state, change))
+            }
         }
     }
 
@@ -313,7 +406,11 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             }
         case .callUpdated(let update):
             guard let live = calls[update.call] else { return }
-            eventSink.yield(.remoteUpdated(live.machine.uuid, muted: update.muted, held: update.held))
+            if let step = update.recording {
+                await performRecording(update.call) { $0.remote(step) }
+            } else {
+                eventSink.yield(.remoteUpdated(live.machine.uuid, muted: update.muted, held: update.held))
+            }
         case .callEnded(let ended):
             await perform(ended.call) { $0.remoteEnded(ended.reason) }
         default:
@@ -368,6 +465,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         calls[call] = live
         await execute(actions, for: call)
         if let phase = calls[call]?.machine.phase, phase != before {
+            if phase.isEnded { await performRecording(call) { $0.callEnded() } }
             eventSink.yield(.phase(call.uuid, phase))
             if phase.isEnded { forgetLater(call) }
         }
@@ -571,6 +669,8 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
     private func emit(_ event: CallEvent) { eventSink.yield(event) }
 
     private func closePeerConnection(for call: CallID) async {
+        // The recorder stops (and its file is closed) before the media it records goes.
+        await performRecording(call) { $0.callEnded() }
         guard var live = calls[call] else { return }
         await live.negotiator?.close()
         await live.peer?.close()

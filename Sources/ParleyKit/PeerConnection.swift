@@ -77,7 +77,47 @@ public protocol PeerConnection: Sendable {
     /// Sends DTMF tones (RFC 4733 telephone-events) on the audio stream: 0-9, *, #, A-D, and ',' for a pause.
     func sendDTMF(_ tones: String) async throws
     func statistics() async throws -> MediaStatsSample
+    /// Starts recording the call, what is sent and what is received, to an Ogg/Opus file at `path`.
+    func startCallRecording(to path: String, layout: RecordingLayout) async throws
+    /// Stops the recording and closes its file; nil when nothing was being recorded.
+    func stopCallRecording() async -> CallRecordingFile?
     func close() async
+}
+
+/// How a call recording holds the two directions.
+public enum RecordingLayout: String, Hashable, Sendable, CaseIterable {
+    /// Both voices in one channel.
+    case mixed
+    /// This side's voice on the left, the far side's on the right.
+    case twoChannels = "two-channels"
+}
+
+/// A finished call recording: its file, and where it sits in the call's timeline, in seconds from
+/// the moment the call's media connected.
+public struct CallRecordingFile: Hashable, Sendable {
+    public var path: String
+    public var layout: RecordingLayout
+    public var startSeconds: Double
+    public var endSeconds: Double
+
+    public init(path: String, layout: RecordingLayout, startSeconds: Double, endSeconds: Double) {
+        self.path = path
+        self.layout = layout
+        self.startSeconds = startSeconds
+        self.endSeconds = endSeconds
+    }
+}
+
+/// An engine that cannot record calls (the WebRTC framework gives no access to both directions'
+/// audio) says so; the call's recording consent then stops for both sides.
+public struct CallRecordingUnsupported: Error, Hashable, Sendable, CustomStringConvertible {
+    public init() {}
+    public var description: String { "this media engine cannot record calls" }
+}
+
+extension PeerConnection {
+    public func startCallRecording(to path: String, layout: RecordingLayout) async throws { throw CallRecordingUnsupported() }
+    public func stopCallRecording() async -> CallRecordingFile? { nil }
 }
 
 public protocol PeerConnectionFactory: Sendable {

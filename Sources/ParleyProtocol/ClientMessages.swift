@@ -135,13 +135,17 @@ public struct CallUpdate: Hashable, Sendable, Codable {
     public var muted: Bool?
     public var held: Bool?
     public var video: Bool?
+    /// A step of recording with consent; sent on its own, without the other fields.
+    public var recording: RecordingStep?
 
-    public init(id: String, call: CallID, muted: Bool? = nil, held: Bool? = nil, video: Bool? = nil) {
+    public init(id: String, call: CallID, muted: Bool? = nil, held: Bool? = nil, video: Bool? = nil,
+                recording: RecordingStep? = nil) {
         self.id = id
         self.call = call
         self.muted = muted
         self.held = held
         self.video = video
+        self.recording = recording
     }
 }
 

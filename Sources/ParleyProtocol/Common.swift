@@ -189,10 +189,14 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public static let unavailable = ErrorCode(rawValue: "unavailable")
     public static let unsupported = ErrorCode(rawValue: "unsupported")
     public static let `internal` = ErrorCode(rawValue: "internal")
+    /// A recording step that does not fit the call's recording state (consent to nothing asked,
+    /// a second request, consent to one's own request).
+    public static let recordingState = ErrorCode(rawValue: "recording_state")
 
     public static let all: [ErrorCode] = [
         .badRequest, .unauthorized, .forbidden, .notFound, .rateLimited, .payloadTooLarge, .callNotFound,
         .callAlreadyAnswered, .callNotConnected, .callEnded, .notInRoom, .roomFull, .unavailable, .unsupported, .internal,
+        .recordingState,
     ]
 }
 

@@ -72,10 +72,13 @@ public struct CallRecord: Hashable, Sendable, Codable {
     /// Seconds from answer to end; absent if never answered.
     public var duration: Double?
     public var quality: CallQuality?
+    /// The stretches of the call that were recorded, with whose consent; absent when none was.
+    public var recordings: [RecordingRecord]?
 
     public init(call: CallID, caller: UserID, callee: UserID, callerDevice: DeviceID, calleeDevice: DeviceID? = nil,
                 media: MediaSpec, createdAt: Int64, answeredAt: Int64? = nil, endedAt: Int64? = nil,
-                reason: EndReason? = nil, duration: Double? = nil, quality: CallQuality? = nil) {
+                reason: EndReason? = nil, duration: Double? = nil, quality: CallQuality? = nil,
+                recordings: [RecordingRecord]? = nil) {
         self.call = call
         self.caller = caller
         self.callee = callee
@@ -88,6 +91,7 @@ public struct CallRecord: Hashable, Sendable, Codable {
         self.reason = reason
         self.duration = duration
         self.quality = quality
+        self.recordings = recordings
     }
 }
 

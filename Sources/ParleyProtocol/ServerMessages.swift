@@ -169,13 +169,16 @@ public struct CallUpdated: Hashable, Sendable, Codable {
     public var muted: Bool?
     public var held: Bool?
     public var video: Bool?
+    public var recording: RecordingStep?
 
-    public init(call: CallID, from: Party, muted: Bool? = nil, held: Bool? = nil, video: Bool? = nil) {
+    public init(call: CallID, from: Party, muted: Bool? = nil, held: Bool? = nil, video: Bool? = nil,
+                recording: RecordingStep? = nil) {
         self.call = call
         self.from = from
         self.muted = muted
         self.held = held
         self.video = video
+        self.recording = recording
     }
 }
 

@@ -49,6 +49,15 @@ struct CallStateMachine {
     private(set) var rungDevices: Set<DeviceID> = []
     private(set) var quality: CallQuality?
     private var ringingForwarded = false
+    /// Recording with consent: off, asked for by one device, or on (the stretch being recorded).
+    enum Recording: Equatable {
+        case off
+        case requested(by: DeviceKey)
+        case on(RecordingRecord)
+    }
+    private(set) var recording: Recording = .off
+    /// The stretches recorded and finished.
+    private var recorded: [RecordingRecord] = []
     /// The callee device of an answered call, kept after the end for the record.
     private var answeredDevice: DeviceID?
     private var answeredAt: Int64?
@@ -70,6 +79,9 @@ struct CallStateMachine {
                   callee: record.callee, media: record.media, metadata: stored.metadata, createdAt: record.createdAt,
                   expiresAt: stored.expiresAt)
         quality = record.quality
+        for stretch in record.recordings ?? [] {
+            if stretch.endedAt == nil { recording = .on(stretch) } else { recorded.append(stretch) }
+        }
         if let device = record.calleeDevice, let answeredAt = record.answeredAt {
             state = .active(callee: device, answeredAt: answeredAt)
             answeredDevice = device
@@ -108,6 +120,9 @@ struct CallStateMachine {
         var record = CallRecord(call: id, caller: caller.user, callee: callee, callerDevice: caller.device,
                                 calleeDevice: answeredDevice, media: media, createdAt: createdAt, answeredAt: answeredAt,
                                 quality: quality)
+        var stretches = recorded
+        if case .on(let stretch) = recording { stretches.append(stretch) }
+        if !stretches.isEmpty { record.recordings = stretches }
         if case .ended(let reason, let endedAt) = state {
             record.endedAt = endedAt
             record.reason = reason
@@ -201,16 +216,51 @@ struct CallStateMachine {
 
     /// `call.signal` and `call.update`: relayed to the other party of an accepted call.
     func relay(from sender: DeviceKey, _ message: (Party) -> ServerMessage) throws(ErrorMessage) -> [Delivery] {
-        try checkParty(sender.user)
-        switch state {
-        case .ended: throw ended()
-        case .ringing: throw ErrorMessage(code: .callNotConnected, message: "the call has not been accepted yet")
-        case .active(let calleeDevice, _):
-            let calleeKey = DeviceKey(user: callee, device: calleeDevice)
-            let from = Party(user: sender.user, device: sender.device)
-            if sender == callerKey { return [Delivery(to: calleeKey, message: message(from))] }
-            if sender == calleeKey { return [Delivery(to: callerKey, message: message(from))] }
-            throw notAParty()
+        let other = try otherParty(of: sender)
+        return [Delivery(to: other, message: message(Party(user: sender.user, device: sender.device)))]
+    }
+
+    /// `call.update {recording}`: a step of recording with consent between the call's two devices
+    /// (see `RecordingStep`). Recording goes on only once the party that did not ask agreed; the
+    /// other party hears of every step. Answers the recording's state after the step.
+    mutating func recordingStep(_ step: RecordingStep, from sender: DeviceKey, now: Int64) throws(ErrorMessage)
+        -> (state: RecordingState, deliveries: [Delivery]) {
+        let other = try otherParty(of: sender)
+        let party = Party(user: sender.user, device: sender.device)
+        func refused(_ message: String) -> ErrorMessage { ErrorMessage(code: .recordingState, message: message) }
+        switch (step, recording) {
+        case (.requested, .off):
+            recording = .requested(by: sender)
+        case (.requested, .requested):
+            throw refused("recording was already requested")
+        case (.requested, .on):
+            throw refused("the call is already being recorded")
+        case (.accepted, .requested(let asker)) where asker != sender:
+            recording = .on(RecordingRecord(requestedBy: Party(user: asker.user, device: asker.device), consentedBy: party, startedAt: now))
+        case (.declined, .requested(let asker)) where asker != sender:
+            recording = .off
+        case (.accepted, .requested), (.declined, .requested):
+            throw refused("only the other party can answer a request to record")
+        case (.accepted, _), (.declined, _):
+            throw refused("no request to record is waiting for an answer")
+        case (.stopped, .requested):
+            recording = .off
+        case (.stopped, .on(var stretch)):
+            stretch.endedAt = now
+            stretch.stoppedBy = party
+            recorded.append(stretch)
+            recording = .off
+        case (.stopped, .off):
+            throw refused("the call is not being recorded")
+        }
+        return (recordingState, [Delivery(to: other, message: .callUpdated(CallUpdated(call: id, from: party, recording: step)))])
+    }
+
+    var recordingState: RecordingState {
+        switch recording {
+        case .off: .off
+        case .requested: .requested
+        case .on: .on
         }
     }
 
@@ -253,12 +303,31 @@ struct CallStateMachine {
         let recipients = participants.filter { $0 != sender }
         let duration = duration(endedAt: now)
         state = .ended(reason: reason, endedAt: now)
+        if case .on(var stretch) = recording {
+            stretch.endedAt = now
+            recorded.append(stretch)
+        }
+        recording = .off
         rungDevices = []
         return recipients.map { key in
             var reasonForKey = reason
             if let other = otherCalleeDevicesReason, key.user == callee, key != callerKey { reasonForKey = other }
             return Delivery(to: key, message: .callEnded(CallEnded(call: id, reason: reasonForKey, detail: detail,
                                                                    endedAt: now, duration: duration)))
+        }
+    }
+
+    /// The device at the other end of an accepted call from `sender`, one of its two devices.
+    private func otherParty(of sender: DeviceKey) throws(ErrorMessage) -> DeviceKey {
+        try checkParty(sender.user)
+        switch state {
+        case .ended: throw ended()
+        case .ringing: throw ErrorMessage(code: .callNotConnected, message: "the call has not been accepted yet")
+        case .active(let calleeDevice, _):
+            let calleeKey = DeviceKey(user: callee, device: calleeDevice)
+            if sender == callerKey { return calleeKey }
+            if sender == calleeKey { return callerKey }
+            throw notAParty()
         }
     }
 

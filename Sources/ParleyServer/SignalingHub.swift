@@ -303,6 +303,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 try call.relay(from: key) { from in .callSignal(CallSignalled(call: signal.call, from: from, signal: signal.signal)) }
             }
             return [:]
+        case .callUpdate(let change) where change.recording != nil:
+            guard change.muted == nil, change.held == nil, change.video == nil, let step = change.recording else {
+                throw ErrorMessage(code: .badRequest, message: "a recording step goes in a call.update of its own")
+            }
+            return try recordingStep(step, of: change.call, from: key)
         case .callUpdate(let change):
             try update(change.call, by: key) { call, _ throws(ErrorMessage) in
                 try call.relay(from: key) { from in
@@ -478,6 +483,18 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         record.quality = report.quality
         // Old calls keep the expiry and caller name they were stored with (those columns are set once).
         records.save(StoredCall(record: record, expiresAt: record.createdAt))
+    }
+
+    /// A step of recording with consent; its record is saved at once (who consented, and when).
+    private func recordingStep(_ step: RecordingStep, of callID: CallID, from sender: DeviceKey) throws(ErrorMessage) -> [String: JSONValue] {
+        var state = RecordingState.off
+        try update(callID, by: sender) { call, now throws(ErrorMessage) in
+            let (after, deliveries) = try call.recordingStep(step, from: sender, now: now)
+            state = after
+            return deliveries
+        }
+        if let call = calls[callID] { records.save(call.stored) }
+        return (try? JSONValue.fields(of: RecordingStepResult(recording: state))) ?? [:]
     }
 
     private func callState(_ callID: CallID, asker: UserID) throws(ErrorMessage) -> [String: JSONValue] {

@@ -117,6 +117,9 @@ public final class SQLiteStore: SignalingStore {
                 t.add(column: "alertEnvironment", .text)
             }
         }
+        migrator.registerMigration("v4: recordings with consent") { db in
+            try db.alter(table: "call") { t in t.add(column: "recordings", .text) }
+        }
         return migrator
     }
 
@@ -176,26 +179,29 @@ public final class SQLiteStore: SignalingStore {
 
     public func saveCalls(_ calls: [StoredCall]) throws {
         let encoder = JSONEncoder()
+        func json(_ value: (some Encodable)?) throws -> String? {
+            try value.map { String(decoding: try encoder.encode($0), as: UTF8.self) }
+        }
         let rows = try calls.map { stored in
-            (stored, try stored.record.quality.map { String(decoding: try encoder.encode($0), as: UTF8.self) },
-             try stored.metadata.map { String(decoding: try encoder.encode($0), as: UTF8.self) })
+            (stored, try json(stored.record.quality), try json(stored.metadata), try json(stored.record.recordings))
         }
         try database.write { db in
             // Cached: this runs several times per call, and compiling the statement cost more than running it.
             let statement = try db.cachedStatement(sql: """
                 INSERT INTO call (call, caller, callee, callerDevice, calleeDevice, audio, video, createdAt,
-                  answeredAt, endedAt, reason, duration, quality, expiresAt, callerName, metadata)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  answeredAt, endedAt, reason, duration, quality, expiresAt, callerName, metadata, recordings)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(call) DO UPDATE SET calleeDevice = excluded.calleeDevice, answeredAt = excluded.answeredAt,
-                  endedAt = excluded.endedAt, reason = excluded.reason, duration = excluded.duration, quality = excluded.quality
+                  endedAt = excluded.endedAt, reason = excluded.reason, duration = excluded.duration, quality = excluded.quality,
+                  recordings = excluded.recordings
                 """)
-            for (stored, quality, metadata) in rows {
+            for (stored, quality, metadata, recordings) in rows {
                 let record = stored.record
                 try statement.execute(arguments: [record.call.rawValue, record.caller.rawValue, record.callee.rawValue,
                                                   record.callerDevice.rawValue, record.calleeDevice?.rawValue, record.media.audio,
                                                   record.media.video, record.createdAt, record.answeredAt, record.endedAt,
                                                   record.reason?.rawValue, record.duration, quality, stored.expiresAt,
-                                                  stored.callerName, metadata])
+                                                  stored.callerName, metadata, recordings])
             }
         }
     }
@@ -242,11 +248,12 @@ public final class SQLiteStore: SignalingStore {
               let callee = UserID(rawValue: row["callee"]), let callerDevice = DeviceID(rawValue: row["callerDevice"])
         else { return nil }
         let quality = (row["quality"] as String?).flatMap { try? JSONDecoder().decode(CallQuality.self, from: Data($0.utf8)) }
+        let recordings = (row["recordings"] as String?).flatMap { try? JSONDecoder().decode([RecordingRecord].self, from: Data($0.utf8)) }
         return CallRecord(call: call, caller: caller, callee: callee, callerDevice: callerDevice,
                           calleeDevice: (row["calleeDevice"] as String?).flatMap(DeviceID.init(rawValue:)),
                           media: MediaSpec(audio: row["audio"], video: row["video"]), createdAt: row["createdAt"],
                           answeredAt: row["answeredAt"], endedAt: row["endedAt"],
                           reason: (row["reason"] as String?).map(EndReason.init(rawValue:)), duration: row["duration"],
-                          quality: quality)
+                          quality: quality, recordings: recordings)
     }
 }

@@ -71,6 +71,10 @@ public struct CallTimeline: Sendable {
     public var pushed: Int?
     public var muted = false
     public var held = false
+    /// Recording with consent: where it stands, every change so far, and the files this side made.
+    public var callRecording: RecordingConsent.State = .off
+    public var recordingChanges: [RecordingConsent.Change] = []
+    public var recordedFiles: [CallRecordingFile] = []
 
     func since(_ instant: ContinuousClock.Instant?) -> Duration? { instant.map { $0 - started } }
     public var timeToRinging: Duration? { since(ringing) }
@@ -86,6 +90,10 @@ public enum SoftphoneEvent: Hashable, Sendable {
     case remoteUpdated(UUID, muted: Bool?, held: Bool?)
     /// No device of the callee is online and none could be woken by push.
     case calleeOffline(UUID)
+    /// Recording with consent moved (the far side asks, agreed, declined, stopped).
+    case recording(UUID, RecordingConsent.State, RecordingConsent.Change)
+    /// A recording this softphone made is finished.
+    case recorded(UUID, CallRecordingFile)
 }
 
 /// A headless softphone: the SDK's call manager with the GStreamer engine, a WebSocket signaling
@@ -302,6 +310,24 @@ public actor Softphone {
         provider.setHeld(call, held)
     }
 
+    /// Asks the far side to let this softphone record the call to an Ogg/Opus file at `path`.
+    public func requestRecording(_ call: UUID, to path: String, layout: RecordingLayout = .mixed) async throws {
+        guard let manager else { throw SoftphoneError("not started") }
+        try await manager.requestRecording(call, to: path, layout: layout)
+    }
+
+    /// Answers the far side's request to record the call.
+    public func answerRecording(_ call: UUID, consent: Bool) async throws {
+        guard let manager else { throw SoftphoneError("not started") }
+        try await manager.answerRecording(call, consent: consent)
+    }
+
+    /// Stops recording the call (either side may), or withdraws a request.
+    public func stopRecording(_ call: UUID) async throws {
+        guard let manager else { throw SoftphoneError("not started") }
+        try await manager.stopRecording(call)
+    }
+
     /// Restarts ICE on every call, as after a network change, and reconnects signaling.
     public func networkChanged() async { await manager?.networkChanged() }
 
@@ -347,6 +373,13 @@ public actor Softphone {
             if devices == 0, pushed == 0 {
                 eventSink.yield(.calleeOffline(call))
             }
+        case .recording(let call, let state, let change):
+            timelines[call]?.callRecording = state
+            timelines[call]?.recordingChanges.append(change)
+            eventSink.yield(.recording(call, state, change))
+        case .recorded(let call, let file):
+            timelines[call]?.recordedFiles.append(file)
+            eventSink.yield(.recorded(call, file))
         case .incoming, .route, .pausedByInterruption:
             break  // incoming calls are announced by the provider (`HeadlessCallProvider.Notice`)
         }

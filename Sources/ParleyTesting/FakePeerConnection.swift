@@ -142,7 +142,34 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         }
     }
 
+    /// The recording running now, as the engine's: one at a time, and only while open.
+    public var recordingPath: String? { lock.withLock { recording?.path } }
+    /// Every recording started and stopped, in order.
+    public private(set) var recordings: [CallRecordingFile] = []
+    private var recording: (path: String, layout: RecordingLayout, at: Duration)?
+
+    public func startCallRecording(to path: String, layout: RecordingLayout) async throws {
+        try lock.withLock {
+            guard !closed else { throw Failure(description: "the peer connection is closed") }
+            guard recording == nil else { throw Failure(description: "the call is already being recorded") }
+            recording = (path, layout, ContinuousClock.now - startedAt)
+        }
+    }
+
+    public func stopCallRecording() async -> CallRecordingFile? {
+        lock.withLock {
+            guard let running = recording else { return nil }
+            recording = nil
+            let end = ContinuousClock.now - startedAt
+            func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+            let file = CallRecordingFile(path: running.path, layout: running.layout, startSeconds: seconds(running.at), endSeconds: seconds(end))
+            recordings.append(file)
+            return file
+        }
+    }
+
     public func close() async {
+        _ = await stopCallRecording()
         lock.withLock {
             closed = true
             state = .closed

@@ -201,8 +201,16 @@ void parley_pad_untap(void *element, const char *pad_name, unsigned long probe);
 /// The pad's current caps as text (free with parley_free), or NULL.
 char *parley_pad_caps(void *pad);
 
+/// Pushes a copy of `size` bytes into an appsrc as one buffer; 0 when it took it.
+int parley_appsrc_push(void *appsrc, const void *data, size_t size, uint64_t pts_ns, uint64_t duration_ns);
+/// Ends an appsrc's stream.
+void parley_appsrc_end(void *appsrc);
+/// Waits for a pipeline's end of stream (0) or error (-1, with a message to free), at most `timeout_ms`.
+int parley_pipeline_wait_eos(void *pipeline, unsigned int timeout_ms, char **error);
+
 #ifdef __cplusplus
 }
 #endif
+
 
 #endif

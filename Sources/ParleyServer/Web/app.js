@@ -335,12 +335,19 @@ class App {
     $('call-peer').textContent = call.peer.name ?? call.peer.user;
     $('call-remote').textContent = '';
     $('call-timer').textContent = '0:00';
-    for (const id of ['mute', 'hold']) $(id).setAttribute('aria-pressed', 'false');
+    for (const id of ['mute', 'hold', 'record']) $(id).setAttribute('aria-pressed', 'false');
+    $('record').textContent = 'Record';
+    $('recording-indicator').hidden = true;
+    $('recording-request').hidden = true;
+    $('recording-status').textContent = '';
+    $('recording-file').hidden = true;
     if (call.direction === 'outgoing') { $('call').hidden = false; $('hangup').focus(); }
     call.addEventListener('state', () => this.callStateChanged(call));
     call.addEventListener('remote-stream', (e) => this.remoteStream(call, e.detail));
     call.addEventListener('quality', () => drawQuality($('quality'), call.history));
     call.addEventListener('updated', (e) => this.remoteUpdated(call, e.detail));
+    call.addEventListener('recording', (e) => this.recordingChanged(call, e.detail));
+    call.addEventListener('recorded', (e) => this.recorded(call, e.detail));
     call.addEventListener('failed', () => this.hangup('ice-failed'));
     if (call.stream && call.media.video) $('local-video').srcObject = call.stream;
   }
@@ -381,6 +388,43 @@ class App {
     if (remote.held) parts.push(`${peer} put you on hold.`);
     else if (remote.muted) parts.push(`${peer} muted their microphone.`);
     $('call-remote').textContent = parts.join(' ');
+  }
+
+  recordingChanged(call, { state, here, change }) {
+    if (call !== this.call && call !== this.ending) return;
+    const peer = call.peer.name ?? call.peer.user;
+    $('recording-indicator').hidden = state !== 'on';
+    $('recording-indicator').textContent = here ? '● Recording (you are recording)' : `● Recording (${peer} is recording)`;
+    $('recording-request').hidden = state !== 'asked';
+    $('recording-request-text').textContent = `${peer} asks to record this call.`;
+    $('record').setAttribute('aria-pressed', String(state === 'on' || state === 'asking'));
+    $('record').textContent = state === 'on' ? 'Stop recording' : state === 'asking' ? 'Cancel request' : 'Record';
+    const words = {
+      'requested-here': `Asking ${peer} to let you record…`, 'declined-there': `${peer} declined: the call is not recorded.`,
+      'accepted-there': `${peer} agreed: recording.`, 'accepted-here': `You agreed: ${peer} is recording this call.`,
+      'declined-here': 'You declined: the call is not recorded.', 'stopped-here': 'Recording stopped.',
+      'stopped-there': `${peer} stopped the recording.`, failed: 'Recording failed.',
+    };
+    $('recording-status').textContent = words[change] ?? '';
+    if (state === 'asked') $('recording-allow').focus();
+  }
+
+  recorded(call, { url, seconds, type }) {
+    $('recording-link').href = url;
+    $('recording-link').download = `parley-call-${call.id.slice(0, 8)}.${type.includes('ogg') ? 'ogg' : 'webm'}`;
+    $('recording-link').textContent = `Download the recording (${seconds.toFixed(1)} s)`;
+    $('recording-file').hidden = false;
+  }
+
+  toggleRecording() {
+    const call = this.call;
+    if (!call?.pc) return;
+    if (call.recording.state === 'off') call.requestRecording();
+    else if (call.recording.state === 'asking' || call.recording.state === 'on') call.stopRecording();
+  }
+
+  answerRecording(consent) {
+    this.call?.answerRecording(consent);
   }
 
   callStatus(text) {
@@ -460,7 +504,7 @@ class App {
       const outgoing = c.caller === this.user;
       const missed = !outgoing && !c.answeredAt;
       const cells = [new Date(c.createdAt).toLocaleString(), outgoing ? c.callee : c.caller,
-                     outgoing ? 'outgoing' : 'incoming', missed ? 'missed' : (c.reason ?? 'ongoing'),
+                     (outgoing ? 'outgoing' : 'incoming') + (c.recordings?.length ? ', recorded' : ''), missed ? 'missed' : (c.reason ?? 'ongoing'),
                      c.duration !== undefined ? clock(c.duration) : '', c.quality ? c.quality.mos.toFixed(2) : ''];
       const row = document.createElement('tr');
       for (const text of cells) row.insertCell().textContent = text;
@@ -554,6 +598,26 @@ class App {
     }));
   }
 
+  /** For tests: decodes the last recording and measures each tone's amplitude in every tenth of a second. */
+  async analyseRecording(frequencies) {
+    const recorded = (this.call ?? this.ending)?.recorded;
+    if (!recorded) return undefined;
+    const context = new OfflineAudioContext(1, 48000, 48000);
+    const audio = await context.decodeAudioData(await recorded.blob.arrayBuffer());
+    const samples = audio.getChannelData(0);
+    const tenth = Math.round(audio.sampleRate / 10);
+    const windows = [];
+    for (let start = 0; start + tenth <= samples.length; start += tenth) {
+      windows.push(frequencies.map((hz) => {
+        const k = 2 * Math.cos(2 * Math.PI * hz / audio.sampleRate);
+        let s1 = 0, s2 = 0;
+        for (let i = start; i < start + tenth; i++) { const s0 = samples[i] + k * s1 - s2; s2 = s1; s1 = s0; }
+        return 2 * Math.sqrt(Math.max(0, s1 * s1 + s2 * s2 - k * s1 * s2)) / tenth;
+      }));
+    }
+    return { seconds: audio.duration, channels: audio.numberOfChannels, windows };
+  }
+
   // For tests and the curious: a snapshot of what the page shows.
   snapshot() {
     const call = this.call ?? this.ending;
@@ -563,7 +627,10 @@ class App {
       session: this.signaling?.session,
       notice: $('notice').hidden ? '' : $('notice').textContent,
       call: call && { id: call.id, state: call.state, direction: call.direction, peer: call.peer.user, endReason: call.endReason,
-                      qualitySamples: call.history.length, ice: call.pc?.iceConnectionState, quality: call.quality, remote: call.remote, muted: call.muted, held: call.held },
+                      qualitySamples: call.history.length, ice: call.pc?.iceConnectionState, quality: call.quality, remote: call.remote, muted: call.muted, held: call.held,
+                      recording: call.recording, recorded: call.recorded && { seconds: call.recorded.seconds, type: call.recorded.type, bytes: call.recorded.blob.size } },
+      recordingIndicator: $('recording-indicator').hidden ? '' : $('recording-indicator').textContent,
+      recordingRequest: $('recording-request').hidden ? '' : $('recording-request-text').textContent,
       remoteFrequency: this.remoteMeter?.dominantFrequency(),
       remoteLevelDb: this.remoteMeter?.levelDb(),
       room: this.room && { name: this.room.name, kind: this.room.constructor.kind, participants: [...this.room.participants.values()],
@@ -604,6 +671,9 @@ $('decline').addEventListener('click', () => app.decline());
 $('hangup').addEventListener('click', () => app.hangup());
 $('mute').addEventListener('click', () => app.toggleMute());
 $('hold').addEventListener('click', () => app.toggleHold());
+$('record').addEventListener('click', () => app.toggleRecording());
+$('recording-allow').addEventListener('click', () => app.answerRecording(true));
+$('recording-refuse').addEventListener('click', () => app.answerRecording(false));
 $('microphone').addEventListener('change', (e) => app.chooseMicrophone(e.target.value));
 $('speaker').addEventListener('change', (e) => app.chooseSpeaker(e.target.value));
 $('history-refresh').addEventListener('click', () => app.refreshHistory());
@@ -617,6 +687,7 @@ document.addEventListener('keydown', (e) => {
   if (e.key === 'Escape' && app.call) { e.preventDefault(); app.hangup(); }
   else if ((e.key === 'm' || e.key === 'M') && app.call?.pc) { e.preventDefault(); app.toggleMute(); }
   else if ((e.key === 'h' || e.key === 'H') && app.call?.pc) { e.preventDefault(); app.toggleHold(); }
+  else if ((e.key === 'r' || e.key === 'R') && app.call?.pc) { e.preventDefault(); app.toggleRecording(); }
 });
 window.addEventListener('resize', () => { if (app.call) drawQuality($('quality'), app.call.history); });
 window.addEventListener('beforeunload', () => { if (app.call) app.hangup(); });

@@ -12,7 +12,12 @@ const HISTORY = 180;
 /**
  * States: outgoing → (ringing) → connecting → active ⇄ reconnecting → ended;
  *         incoming → connecting → active … → ended.
- * Events: `state`, `remote-stream` (MediaStream), `quality` (report), `updated` (far side's mute/hold).
+ * Events: `state`, `remote-stream` (MediaStream), `quality` (report), `updated` (far side's mute/hold),
+ *         `recording` ({state, here, change}), `recorded` ({blob, url, seconds, type}).
+ *
+ * Recording with consent (protocol.md): `requestRecording()` asks the far side; only its
+ * `accepted` starts the recorder here (both voices mixed, by MediaRecorder); either side stops it.
+ * States: off → asking → on(here) → off; off → asked → on(there) → off.
  */
 export class Call extends EventTarget {
   constructor({ id, direction, peer, media, signaling }) {
@@ -33,6 +38,7 @@ export class Call extends EventTarget {
     this.ignoreOffer = false;
     this.answered = false;            // the polite side has sent its first answer
     this.pendingCandidates = [];
+    this.recording = { state: 'off', here: false, change: undefined };
   }
 
   /** Creates the peer connection with the local stream; the caller's offer follows on its own. */
@@ -166,8 +172,91 @@ export class Call extends EventTarget {
 
   /** The far side's `call.updated`. */
   updated(frame) {
+    if (frame.recording !== undefined) return this.recordingStep(frame.recording);
     for (const key of ['muted', 'held', 'video']) if (frame[key] !== undefined) this.remote[key] = frame[key];
     this.dispatchEvent(new CustomEvent('updated', { detail: this.remote }));
+  }
+
+  // Recording with consent
+
+  /** Asks the far side to let this page record the call. */
+  requestRecording() {
+    if (!this.pc || this.recording.state !== 'off') return;
+    this.moveRecording('asking', false, 'requested-here');
+    this.sendRecording('requested', () => this.recording.state === 'asking' && this.moveRecording('off', false, 'failed'));
+  }
+
+  /** Answers the far side's request. */
+  answerRecording(consent) {
+    if (this.recording.state !== 'asked') return;
+    if (consent) this.moveRecording('on', false, 'accepted-here');
+    else this.moveRecording('off', false, 'declined-here');
+    this.sendRecording(consent ? 'accepted' : 'declined', () => consent && this.moveRecording('off', false, 'failed'));
+  }
+
+  /** Stops the recording (either side may), or withdraws a request. */
+  stopRecording() {
+    const { state } = this.recording;
+    if (state !== 'asking' && state !== 'on') return;
+    this.sendRecording('stopped');
+    this.finishRecorder();
+    this.moveRecording('off', false, 'stopped-here');
+  }
+
+  /** The far side's step. */
+  recordingStep(step) {
+    const { state, here } = this.recording;
+    if (step === 'requested' && (state === 'off' || state === 'asking')) this.moveRecording('asked', false, 'requested-there');
+    else if (step === 'accepted' && state === 'asking') {
+      this.moveRecording('on', true, 'accepted-there');
+      this.startRecorder();
+    } else if (step === 'declined' && state === 'asking') this.moveRecording('off', false, 'declined-there');
+    else if (step === 'stopped' && (state === 'on' || state === 'asked')) {
+      if (state === 'on' && here) this.finishRecorder();
+      this.moveRecording('off', false, 'stopped-there');
+    }
+  }
+
+  sendRecording(step, onRefused = () => {}) {
+    this.signaling.request('call.update', { call: this.id, recording: step }).catch(onRefused);
+  }
+
+  moveRecording(state, here, change) {
+    this.recording = { state, here, change };
+    this.dispatchEvent(new CustomEvent('recording', { detail: this.recording }));
+  }
+
+  /** Both voices, mixed in Web Audio, into MediaRecorder (Ogg/Opus where it can, else WebM/Opus). */
+  startRecorder() {
+    try {
+      const context = new AudioContext();
+      const destination = context.createMediaStreamDestination();
+      for (const stream of [this.stream, this.remoteStream]) {
+        if (stream?.getAudioTracks().length) context.createMediaStreamSource(new MediaStream(stream.getAudioTracks())).connect(destination);
+      }
+      const type = ['audio/ogg;codecs=opus', 'audio/webm;codecs=opus'].find((t) => MediaRecorder.isTypeSupported(t));
+      const recorder = new MediaRecorder(destination.stream, type ? { mimeType: type } : undefined);
+      const chunks = [];
+      const startedAt = Date.now();
+      recorder.ondataavailable = (event) => { if (event.data.size) chunks.push(event.data); };
+      recorder.onstop = () => {
+        context.close();
+        const blob = new Blob(chunks, { type: recorder.mimeType });
+        const detail = { blob, url: URL.createObjectURL(blob), type: recorder.mimeType, seconds: (Date.now() - startedAt) / 1000 };
+        this.recorded = detail;
+        this.dispatchEvent(new CustomEvent('recorded', { detail }));
+      };
+      recorder.start(1000);
+      this.recorder = recorder;
+    } catch (error) {
+      this.sendRecording('stopped');
+      this.moveRecording('off', false, 'failed');
+    }
+  }
+
+  finishRecorder() {
+    if (this.recorder?.state === 'recording') this.recorder.stop();
+    this.recorder = undefined;
   }
 
   /** Swaps the microphone (or camera) without renegotiating. */
@@ -201,6 +290,10 @@ export class Call extends EventTarget {
   close(reason, detail) {
     if (this.state === 'ended') return;
     if (this.pc && this.quality) this.report();
+    if (this.recording.state !== 'off') {
+      this.finishRecorder();
+      this.moveRecording('off', false, 'call-ended');
+    }
     clearInterval(this.statsTimer);
     clearInterval(this.reportTimer);
     this.pc?.close();
