@@ -239,6 +239,8 @@ final class HubWorld {
                 read(frame, on: index)
             }
         }
+        if let ring = replayedRings.values.sorted().first { note(ring) }
+        replayedRings.removeAll()
     }
 
     private func read(_ frame: ServerFrame, on index: Int) {
@@ -287,6 +289,7 @@ final class HubWorld {
         case .callUpdated(let m): about(m.call, frame, on: index)
         case .callEnded(let m):
             about(m.call, frame, on: index)
+            replayedRings.removeValue(forKey: "\(index) \(m.call)")
             guard devices[index].ended.insert(m.call).inserted else {
                 return note("\(devices[index].name) was told twice that call \(m.call) ended")
             }
@@ -317,7 +320,12 @@ final class HubWorld {
             return note("\(device.name) got \(frame.message.type) for call \(call) between \(parties.caller) and \(parties.callee)")
         }
         if device.user == parties.callee, let answered = parties.answered, device.id != answered {
-            // Once answered, another callee device hears only that it was answered elsewhere.
+            // Once answered, another callee device hears only that it was answered elsewhere — but
+            // a resume replays what was buffered before the answer: a ring is fine if the end follows.
+            if case .callIncoming = frame.message {
+                replayedRings["\(index) \(call)"] = "\(device.name) got call.incoming for call \(call), answered on \(parties.callee)/\(answered), and no end after it"
+                return
+            }
             guard case .callEnded(let ended) = frame.message, ended.reason == .answeredElsewhere else {
                 return note("\(device.name) got \(frame.message.type) for call \(call), answered on \(parties.callee)/\(answered)")
             }
@@ -326,6 +334,9 @@ final class HubWorld {
             note("\(device.name) got \(frame.message.type) for call \(call) after it ended")
         }
     }
+
+    /// Rings read after the call was answered elsewhere, each waiting for its end in the same read.
+    private var replayedRings: [String: String] = [:]
 
     private func note(_ text: String) {
         if broken == nil { broken = text }

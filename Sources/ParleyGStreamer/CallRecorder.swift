@@ -160,8 +160,10 @@ final class CallRecorder: @unchecked Sendable {
         parley_element_stop(pipeline)
         parley_object_unref(source)
         parley_object_unref(pipeline)
-        let problem = status != 0 ? (GStreamerPeerConnection.take(error) ?? "the recording did not finish") : lock.withLock { failure }
-        if let problem { throw MediaEngineError(.pipeline, "recording \(path): \(problem)") }
+        if status != 0 {
+            throw MediaEngineError(.pipeline, "recording \(path): \(GStreamerPeerConnection.take(error) ?? "the recording did not finish")")
+        }
+        if let problem = lock.withLock({ failure }) { throw MediaEngineError(.pipeline, "recording \(path): \(problem)") }
         return CallRecordingFile(path: path, layout: layout, startSeconds: startSeconds, endSeconds: startSeconds + seconds)
     }
 }

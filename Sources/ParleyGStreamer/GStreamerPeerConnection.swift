@@ -366,6 +366,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                                 gapPackets: video ? 0 : Int(jitterBuffers?.gap_packets ?? 0), gapRuns: video ? 0 : Int(jitterBuffers?.gap_runs ?? 0))
     }
 
+    public var canRecordCalls: Bool { true }
+
     /// Records the call, what is sent and what is received, to an Ogg/Opus file at `path` (see
     /// `CallRecorder`), timed from when ICE connected. One recording at a time.
     public func startCallRecording(to path: String, layout: RecordingLayout) async throws {

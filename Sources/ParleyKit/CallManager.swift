@@ -128,6 +128,8 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
     /// recording stops when either side stops it or the call ends (`CallEvent.recorded`).
     public func requestRecording(_ uuid: UUID, to path: String, layout: RecordingLayout = .mixed) async throws(RecordingConsent.Refusal) {
         let call = CallID(uuid: uuid)
+        // Asking for what this device cannot do would only make the far side answer for nothing.
+        if let peer = calls[call]?.peer, !peer.canRecordCalls { throw .cannotRecord }
         try await performRecording(call, needsConnection: true) { (consent: inout RecordingConsent) throws(RecordingConsent.Refusal) in
             try consent.request()
         } before: { live in live.recordingFile = (path, layout) }

@@ -77,6 +77,8 @@ public protocol PeerConnection: Sendable {
     /// Sends DTMF tones (RFC 4733 telephone-events) on the audio stream: 0-9, *, #, A-D, and ',' for a pause.
     func sendDTMF(_ tones: String) async throws
     func statistics() async throws -> MediaStatsSample
+    /// Whether this engine can record calls (`startCallRecording`).
+    var canRecordCalls: Bool { get }
     /// Starts recording the call, what is sent and what is received, to an Ogg/Opus file at `path`.
     func startCallRecording(to path: String, layout: RecordingLayout) async throws
     /// Stops the recording and closes its file; nil when nothing was being recorded.
@@ -116,6 +118,7 @@ public struct CallRecordingUnsupported: Error, Hashable, Sendable, CustomStringC
 }
 
 extension PeerConnection {
+    public var canRecordCalls: Bool { false }
     public func startCallRecording(to path: String, layout: RecordingLayout) async throws { throw CallRecordingUnsupported() }
     public func stopCallRecording() async -> CallRecordingFile? { nil }
 }

@@ -49,12 +49,15 @@ public struct RecordingConsent: Hashable, Sendable {
         /// The call has not been answered (or has ended): there is nothing to record yet.
         case notConnected
         case noSuchCall
+        /// This device's media engine cannot record (`PeerConnection.canRecordCalls`).
+        case cannotRecord
 
         public var description: String {
             switch self {
             case .notNow(let state): "recording cannot do that now (it is \(state))"
             case .notConnected: "the call is not connected"
             case .noSuchCall: "no such call"
+            case .cannotRecord: "this device cannot record calls"
             }
         }
     }

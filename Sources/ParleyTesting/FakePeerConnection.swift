@@ -142,6 +142,9 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         }
     }
 
+    /// Whether it records, as the GStreamer engine does (the WebRTC framework's does not).
+    public var canRecordCalls = true
+
     /// The recording running now, as the engine's: one at a time, and only while open.
     public var recordingPath: String? { lock.withLock { recording?.path } }
     /// Every recording started and stopped, in order.

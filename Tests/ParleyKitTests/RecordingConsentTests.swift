@@ -100,6 +100,19 @@ struct RecordingFlowTests {
         try await server.stop()
     }
 
+    @Test func anEngineThatCannotRecordAsksNobody() async throws {
+        let server = try await LiveServer.start()
+        let (alice, bob, call) = try await CallFlowTests.connectedCall(server)
+        let alicePeer = try #require(alice.peers.connections.first)
+        alicePeer.canRecordCalls = false
+        await #expect(throws: RecordingConsent.Refusal.cannotRecord) { try await alice.manager.requestRecording(call, to: "/tmp/x.ogg") }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(await bob.manager.recordingState(of: call) == .off, "bob was not asked")
+        #expect(await alice.manager.recordingState(of: call) == .off)
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+
     @Test func nothingToRecordBeforeTheCallIsAnswered() async throws {
         let server = try await LiveServer.start()
         let alice = SDKDevice(server, user: "alice", device: "a1")
