@@ -281,7 +281,7 @@ func runCall(_ phone: Softphone, _ call: UUID, duration: Double?,
         // Recording: ask once the call is up, say what changed, answer the far side's request.
         if !asked, timeline.connected != nil, let path = recording.path {
             asked = true
-            await recording.request(phone, call, path: path, remote: timeline.remote)
+            await recording.request(phone, call, path: path)
         }
         for change in timeline.recordingChanges.dropFirst(changesSaid) {
             if let line = recording.words(for: change, remote: timeline.remote) { Console.say(line) }
@@ -334,7 +334,7 @@ struct CallRecordingOptions: Sendable {
     var layout: RecordingLayout = .mixed
     var consent: RecordingConsentPolicy = .no
 
-    func request(_ phone: Softphone, _ call: UUID, path: String, remote: UserID) async {
+    func request(_ phone: Softphone, _ call: UUID, path: String) async {
         do {
             try await phone.requestRecording(call, to: path, layout: layout)
         } catch {
@@ -346,13 +346,21 @@ struct CallRecordingOptions: Sendable {
     func toggle(_ phone: Softphone, _ call: UUID, _ timeline: CallTimeline) async {
         switch timeline.callRecording {
         case .off:
-            let file = path ?? "call-\(call.uuidString.prefix(8).lowercased()).ogg"
-            await request(phone, call, path: file, remote: timeline.remote)
+            // A later recording of the same call goes to a file of its own: call-2.ogg, call-3.ogg…
+            let file = Self.numbered(path ?? "call-\(call.uuidString.prefix(8).lowercased()).ogg", timeline.recordedFiles.count + 1)
+            await request(phone, call, path: file)
         case .asked:
             Console.say("they asked to record: press y to agree or n to refuse")
         case .asking, .on:
             do { try await phone.stopRecording(call) } catch { Console.say("cannot stop recording: \(error)") }
         }
+    }
+
+    static func numbered(_ path: String, _ number: Int) -> String {
+        guard number > 1 else { return path }
+        let url = URL(fileURLWithPath: path)
+        let stem = url.deletingPathExtension().lastPathComponent, ext = url.pathExtension
+        return url.deletingLastPathComponent().appendingPathComponent("\(stem)-\(number)" + (ext.isEmpty ? "" : ".\(ext)")).path
     }
 
     /// The far side asked: answer as the policy says, or wait for y or n.

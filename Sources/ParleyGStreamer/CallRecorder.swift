@@ -7,8 +7,9 @@ import ParleyKit
 /// by sample and hands out what both have covered, mixed into one channel or side by side in two.
 ///
 /// A direction that stops (the far side's packets stop coming, the chain is rebuilt) must not stop
-/// the recording: once the other runs more than `maxLagSamples` ahead, the missing one counts as
-/// silence for what it is behind.
+/// the recording: once the other runs more than `maxLagSamples` ahead, everything it holds goes out
+/// against silence, so the stalled direction, when it comes back, is paired with what is said then
+/// and not with what was said before it stalled.
 struct RecordingMixer {
     let layout: RecordingLayout
     let maxLagSamples: Int
@@ -41,10 +42,9 @@ struct RecordingMixer {
     }
 
     private mutating func take() -> [Int16] {
-        var count = min(local.count, remote.count)
+        let both = min(local.count, remote.count)
         let ahead = max(local.count, remote.count)
-        if ahead - count > maxLagSamples { count = ahead - maxLagSamples }
-        return emit(count)
+        return emit(ahead - both > maxLagSamples ? ahead : both)
     }
 
     private mutating func emit(_ count: Int) -> [Int16] {

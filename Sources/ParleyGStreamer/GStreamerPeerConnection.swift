@@ -71,6 +71,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private var encoding: BitrateController.Setting?
     private var jitterBufferLatencyMs: Int
     private let createdAt = ContinuousClock.now
+    private let recorderLock = NSLock()
     private var jitterBufferTask: Task<Void, Never>?
 
     init(configuration: MediaEngineConfiguration, connection: PeerConnectionConfiguration, logger: Logger) throws {
@@ -371,22 +372,31 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     /// Records the call, what is sent and what is received, to an Ogg/Opus file at `path` (see
     /// `CallRecorder`), timed from when ICE connected. One recording at a time.
     public func startCallRecording(to path: String, layout: RecordingLayout) async throws {
-        try checkOpen()
-        guard !bridge.isRecording else { throw MediaEngineError(.pipeline, "the call is already being recorded") }
-        let recorder = try CallRecorder(path: path, layout: layout, origin: bridge.iceConnectedAt ?? createdAt)
-        guard bridge.startRecording(recorder) else {
-            _ = try? recorder.finish()
-            throw MediaEngineError(.closed, "the peer connection closed")
+        // One start at a time: a second one must not open (and so empty) the file of the first.
+        try recorderLock.withLock {
+            try checkOpen()
+            guard !bridge.isRecording else { throw MediaEngineError(.pipeline, "the call is already being recorded") }
+            let recorder = try CallRecorder(path: path, layout: layout, origin: bridge.iceConnectedAt ?? createdAt)
+            guard bridge.startRecording(recorder) else {
+                _ = try? recorder.finish()
+                throw MediaEngineError(.closed, "the peer connection is closed")
+            }
         }
     }
 
     public func stopCallRecording() async -> CallRecordingFile? {
         guard let recorder = bridge.stopRecording() else { return nil }
-        do {
-            return try recorder.finish()
-        } catch {
-            logger.error("the call recording did not finish", metadata: ["file": "\(recorder.path)", "error": "\(error)"])
-            return nil
+        // Finishing waits for the encoder's end of stream: off Swift's cooperative threads.
+        let logger = self.logger
+        return await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                do {
+                    continuation.resume(returning: try recorder.finish())
+                } catch {
+                    logger.error("the call recording did not finish", metadata: ["file": "\(recorder.path)", "error": "\(error)"])
+                    continuation.resume(returning: nil)
+                }
+            }
         }
     }
 

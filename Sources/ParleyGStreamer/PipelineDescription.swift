@@ -34,7 +34,7 @@ enum PipelineDescription {
                             encoding: BitrateController.Setting? = nil) -> String {
         let bitrate = encoding.map { Int($0.bitrateKbps * 1000) } ?? configuration.opusBitrate
         return audioInput(configuration)
-            + " ! volume name=microphone mute=\(muted) ! audio/x-raw,format=S16LE ! identity name=sent"
+            + " ! volume name=microphone mute=\(muted) ! audio/x-raw,format=S16LE,rate=48000,channels=1 ! identity name=sent"
             + (configuration.audioLevelIndication ? " ! level audio-level-meta=true post-messages=false" : "")
             + " ! opusenc name=opusenc audio-type=voice bitrate=\(bitrate) inband-fec=\(encoding?.fec ?? false)"
             + " packet-loss-percentage=\(encoding?.expectedLossPct ?? 0) dtx=\(configuration.dtx) frame-size=\(encoding?.frameMs ?? 20)"

@@ -130,9 +130,9 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         let call = CallID(uuid: uuid)
         // Asking for what this device cannot do would only make the far side answer for nothing.
         if let peer = calls[call]?.peer, !peer.canRecordCalls { throw .cannotRecord }
-        try await performRecording(call, needsConnection: true) { (consent: inout RecordingConsent) throws(RecordingConsent.Refusal) in
+        try await performRecording(call, needsConnection: true, keeping: (path, layout)) { (consent: inout RecordingConsent) throws(RecordingConsent.Refusal) in
             try consent.request()
-        } before: { live in live.recordingFile = (path, layout) }
+        }
     }
 
     /// Answers the other party's request to record the call.
@@ -154,9 +154,10 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         calls[CallID(uuid: uuid)]?.recording.state
     }
 
-    private func performRecording(_ call: CallID, needsConnection: Bool,
-                                  _ event: (inout RecordingConsent) throws(RecordingConsent.Refusal) -> [RecordingConsent.Action],
-                                  before: (inout Live) -> Void = { _ in }) async throws(RecordingConsent.Refusal) {
+    /// A step the user took: refused (thrown) when it does not fit; `file` is where this device
+    /// records if the step leads to recording.
+    private func performRecording(_ call: CallID, needsConnection: Bool, keeping file: (path: String, layout: RecordingLayout)? = nil,
+                                  _ event: (inout RecordingConsent) throws(RecordingConsent.Refusal) -> [RecordingConsent.Action]) async throws(RecordingConsent.Refusal) {
         guard var live = calls[call] else { throw .noSuchCall }
         if needsConnection {
             switch live.machine.phase {
@@ -165,11 +166,12 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             }
         }
         let actions = try event(&live.recording)
-        before(&live)
+        if let file { live.recordingFile = file }
         calls[call] = live
         await execute(actions, for: call)
     }
 
+    /// A step from the far side, the server or the call's own course.
     private func performRecording(_ call: CallID, _ event: (inout RecordingConsent) -> [RecordingConsent.Action]) async {
         guard var live = calls[call] else { return }
         let actions = event(&live.recording)
@@ -186,10 +188,12 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 let task = Task {
                     do throws(SignalingError) {
                         _ = try await pending.answer()
-                    } catch where error.code == .cancelled {
-                        return
-                    } catch {
+                    } catch where error.code == .rejected {
+                        // Only the server's refusal undoes the step: after a timeout it may well
+                        // have taken it (the far side then records, and this side can still stop it).
                         await self.performRecording(call) { $0.refused(step, message: error.description) }
+                    } catch {
+                        self.logger.warning("a recording step went unanswered", metadata: ["call.id": "\(call)", "error": "\(error)"])
                     }
                 }
                 calls[call]?.requests.append(task)
@@ -197,6 +201,11 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 do {
                     guard let peer = live.peer, let file = live.recordingFile else { throw CallRecordingUnsupported() }
                     try await peer.startCallRecording(to: file.path, layout: file.layout)
+                    // The actor took other events while the recorder started: a stop (or the call's
+                    // end) that came meanwhile found nothing to stop, so it is stopped now.
+                    if calls[call]?.recording.state != .on(here: true), let file = await peer.stopCallRecording() {
+                        eventSink.yield(.recorded(call.uuid, file))
+                    }
                 } catch {
                     logger.error("could not start recording the call", metadata: ["call.id": "\(call)", "error": "\(error)"])
                     await performRecording(call) { $0.recorderFailed("\(error)") }

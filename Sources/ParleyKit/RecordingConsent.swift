@@ -104,7 +104,8 @@ public struct RecordingConsent: Hashable, Sendable {
             return move(to: .off, .declinedThere)
         case (.stopped, .on(here: true)):
             return move(to: .off, .stoppedThere, [.stopRecorder])
-        case (.stopped, .on(here: false)), (.stopped, .asked):
+        case (.stopped, .on(here: false)), (.stopped, .asked), (.stopped, .asking):
+            // (While we ask, the other party may stop instead of declining: the server allows it.)
             return move(to: .off, .stoppedThere)
         default:
             // A step that does not fit (a duplicate after a resume): the server did not take it either.

@@ -144,14 +144,18 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
 
     /// Whether it records, as the GStreamer engine does (the WebRTC framework's does not).
     public var canRecordCalls = true
+    /// How long starting a recording takes (the engine builds and starts a pipeline).
+    public var recordingStartDelay: Duration = .zero
 
     /// The recording running now, as the engine's: one at a time, and only while open.
     public var recordingPath: String? { lock.withLock { recording?.path } }
     /// Every recording started and stopped, in order.
-    public private(set) var recordings: [CallRecordingFile] = []
+    public var recordings: [CallRecordingFile] { lock.withLock { finishedRecordings } }
+    private var finishedRecordings: [CallRecordingFile] = []
     private var recording: (path: String, layout: RecordingLayout, at: Duration)?
 
     public func startCallRecording(to path: String, layout: RecordingLayout) async throws {
+        if recordingStartDelay > .zero { try await Task.sleep(for: recordingStartDelay) }
         try lock.withLock {
             guard !closed else { throw Failure(description: "the peer connection is closed") }
             guard recording == nil else { throw Failure(description: "the call is already being recorded") }
@@ -166,7 +170,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
             let end = ContinuousClock.now - startedAt
             func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
             let file = CallRecordingFile(path: running.path, layout: running.layout, startSeconds: seconds(running.at), endSeconds: seconds(end))
-            recordings.append(file)
+            finishedRecordings.append(file)
             return file
         }
     }

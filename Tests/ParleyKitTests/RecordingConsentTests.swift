@@ -100,6 +100,25 @@ struct RecordingFlowTests {
         try await server.stop()
     }
 
+    /// The actor takes other events while the recorder starts: a stop that comes then must still
+    /// stop it, not leave it recording after consent was withdrawn.
+    @Test func aStopWhileTheRecorderStartsStopsIt() async throws {
+        let server = try await LiveServer.start()
+        let (alice, bob, call) = try await CallFlowTests.connectedCall(server)
+        let alicePeer = try #require(alice.peers.connections.first)
+        alicePeer.recordingStartDelay = .milliseconds(500)
+        try await alice.manager.requestRecording(call, to: "/tmp/slow.ogg")
+        try await eventually("bob is asked") { await bob.manager.recordingState(of: call) == .asked }
+        try await bob.manager.answerRecording(call, consent: true)
+        try await eventually("alice hears yes") { await alice.manager.recordingState(of: call) == .on(here: true) }
+        try await bob.manager.stopRecording(call)
+        try await eventually("alice's recorder stopped after it started") { alicePeer.recordings.count == 1 }
+        #expect(alicePeer.recordingPath == nil)
+        #expect(await alice.manager.recordingState(of: call) == .off)
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+
     @Test func anEngineThatCannotRecordAsksNobody() async throws {
         let server = try await LiveServer.start()
         let (alice, bob, call) = try await CallFlowTests.connectedCall(server)

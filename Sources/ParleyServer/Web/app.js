@@ -340,7 +340,6 @@ class App {
     $('recording-indicator').hidden = true;
     $('recording-request').hidden = true;
     $('recording-status').textContent = '';
-    $('recording-file').hidden = true;
     if (call.direction === 'outgoing') { $('call').hidden = false; $('hangup').focus(); }
     call.addEventListener('state', () => this.callStateChanged(call));
     call.addEventListener('remote-stream', (e) => this.remoteStream(call, e.detail));
@@ -409,11 +408,17 @@ class App {
     if (state === 'asked') $('recording-allow').focus();
   }
 
+  /** Every recording made here stays offered for download, each in its own file. */
   recorded(call, { url, seconds, type }) {
-    $('recording-link').href = url;
-    $('recording-link').download = `parley-call-${call.id.slice(0, 8)}.${type.includes('ogg') ? 'ogg' : 'webm'}`;
-    $('recording-link').textContent = `Download the recording (${seconds.toFixed(1)} s)`;
-    $('recording-file').hidden = false;
+    const link = document.createElement('a');
+    const number = $('recording-files').children.length + 1;
+    link.href = url;
+    link.download = `parley-call-${call.id.slice(0, 8)}-${number}.${type.includes('ogg') ? 'ogg' : 'webm'}`;
+    link.textContent = `Recording of the call with ${call.peer.name ?? call.peer.user} (${seconds.toFixed(1)} s)`;
+    const item = document.createElement('li');
+    item.append(link);
+    $('recording-files').append(item);
+    $('recordings').hidden = false;
   }
 
   toggleRecording() {

@@ -191,7 +191,9 @@ export class Call extends EventTarget {
     if (this.recording.state !== 'asked') return;
     if (consent) this.moveRecording('on', false, 'accepted-here');
     else this.moveRecording('off', false, 'declined-here');
-    this.sendRecording(consent ? 'accepted' : 'declined', () => consent && this.moveRecording('off', false, 'failed'));
+    this.sendRecording(consent ? 'accepted' : 'declined', () => {
+      if (consent && this.recording.state === 'on' && !this.recording.here) this.moveRecording('off', false, 'failed');
+    });
   }
 
   /** Stops the recording (either side may), or withdraws a request. */
@@ -211,14 +213,15 @@ export class Call extends EventTarget {
       this.moveRecording('on', true, 'accepted-there');
       this.startRecorder();
     } else if (step === 'declined' && state === 'asking') this.moveRecording('off', false, 'declined-there');
-    else if (step === 'stopped' && (state === 'on' || state === 'asked')) {
+    else if (step === 'stopped' && (state === 'on' || state === 'asked' || state === 'asking')) {
       if (state === 'on' && here) this.finishRecorder();
       this.moveRecording('off', false, 'stopped-there');
     }
   }
 
+  /** Sends a step; `onRefused` runs when the server refuses it (not when no answer came: it may have taken it). */
   sendRecording(step, onRefused = () => {}) {
-    this.signaling.request('call.update', { call: this.id, recording: step }).catch(onRefused);
+    this.signaling.request('call.update', { call: this.id, recording: step }).catch((error) => { if (error?.code && error.code !== 'timeout') onRefused(error); });
   }
 
   moveRecording(state, here, change) {
@@ -227,10 +230,15 @@ export class Call extends EventTarget {
   }
 
   /** Both voices, mixed in Web Audio, into MediaRecorder (Ogg/Opus where it can, else WebM/Opus). */
-  startRecorder() {
+  async startRecorder() {
+    let context;
     try {
-      const context = new AudioContext();
+      context = new AudioContext();
+      // Started by a network event, not a click: autoplay rules may leave it suspended (and the file silent).
+      await context.resume();
+      if (context.state !== 'running') throw new Error('audio is suspended');
       const destination = context.createMediaStreamDestination();
+      this.recordingMix = { context, destination };
       for (const stream of [this.stream, this.remoteStream]) {
         if (stream?.getAudioTracks().length) context.createMediaStreamSource(new MediaStream(stream.getAudioTracks())).connect(destination);
       }
@@ -241,6 +249,7 @@ export class Call extends EventTarget {
       recorder.ondataavailable = (event) => { if (event.data.size) chunks.push(event.data); };
       recorder.onstop = () => {
         context.close();
+        if (this.recordingMix?.context === context) this.recordingMix = undefined;
         const blob = new Blob(chunks, { type: recorder.mimeType });
         const detail = { blob, url: URL.createObjectURL(blob), type: recorder.mimeType, seconds: (Date.now() - startedAt) / 1000 };
         this.recorded = detail;
@@ -248,9 +257,15 @@ export class Call extends EventTarget {
       };
       recorder.start(1000);
       this.recorder = recorder;
+      // Stopped (or the call ended) while the audio started: stop at once.
+      if (this.recording.state !== 'on' || !this.recording.here || this.state === 'ended') this.finishRecorder();
     } catch (error) {
-      this.sendRecording('stopped');
-      this.moveRecording('off', false, 'failed');
+      context?.close();
+      this.recordingMix = undefined;
+      if (this.recording.state === 'on' && this.recording.here) {
+        this.sendRecording('stopped');
+        this.moveRecording('off', false, 'failed');
+      }
     }
   }
 
@@ -267,6 +282,11 @@ export class Call extends EventTarget {
     if (old) { this.stream.removeTrack(old); old.stop(); }
     this.stream.addTrack(track);
     this.applyLocalTracks();
+    // A recording in progress follows the new microphone.
+    if (track.kind === 'audio' && this.recordingMix) {
+      const { context, destination } = this.recordingMix;
+      context.createMediaStreamSource(new MediaStream([track])).connect(destination);
+    }
   }
 
   async sample() {

@@ -60,7 +60,7 @@ struct BrowserRecordingTests {
             try await lab.signIn(bob, as: "bob")
             let file = lab.directory.appendingPathComponent("linus-call.ogg")
             let caller = try SoftphoneCommandTests.start(["call", "bob", "--server", lab.server.baseURL, "--as", "linus",
-                                                          "--play", "tone:440", "--duration", "7", "--record-call", file.path])
+                                                          "--play", "tone:440", "--duration", "60", "--record-call", file.path])
             defer { if caller.0.isRunning { caller.0.terminate() } }
             try await bob.waitForCall("incoming")
             try await bob.click("#accept")
@@ -74,7 +74,9 @@ struct BrowserRecordingTests {
             try await eventually(timeout: .seconds(5), "the page shows it is on") {
                 try await bob.snapshot()["recordingIndicator"] as? String == "● Recording (linus is recording)"
             }
-            try await bob.waitForCall("ended", timeout: .seconds(20))
+            try await Task.sleep(for: .seconds(3))
+            try await bob.click("#hangup")
+            try await bob.waitForCall("ended")
             let result = await SoftphoneCommandTests.finish(caller)
             #expect(result.status == 0, "\(result.output)\(result.errors)")
             #expect(result.output.contains("bob agreed: recording the call"), "\(result.output)")
