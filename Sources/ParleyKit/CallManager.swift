@@ -380,6 +380,9 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 switch outcome {
                 case .success(let state) where state.state == .ended:
                     await perform(id) { $0.remoteEnded(state.reason ?? .connectionLost) }
+                case .success(let state) where state.recording != nil:
+                    // A restarted server keeps a recording that is on, not a request nobody answered.
+                    await performRecording(id) { $0.server(state.recording!) }
                 case .failure(let error) where error.serverCode == .callNotFound:
                     logger.notice("the server lost a call; ending it", metadata: ["call.id": "\(id)"])
                     await perform(id) { $0.remoteEnded(.serverLostCall) }

@@ -125,6 +125,21 @@ public struct RecordingConsent: Hashable, Sendable {
         }
     }
 
+    /// What the server says after a new session (`call.state`): a request it no longer holds (it
+    /// restarted) is over, and so is a recording it says is off.
+    public mutating func server(_ recording: RecordingState) -> [Action] {
+        switch (recording, state) {
+        case (.off, .asking), (.off, .asked):
+            return move(to: .off, .failed("the server no longer has the request"))
+        case (.off, .on(here: false)):
+            return move(to: .off, .failed("the server no longer has the recording"))
+        case (.off, .on(here: true)):
+            return move(to: .off, .failed("the server no longer has the recording"), [.stopRecorder])
+        default:
+            return []
+        }
+    }
+
     /// The recorder could not start: recording stops for both sides.
     public mutating func recorderFailed(_ message: String) -> [Action] {
         guard state == .on(here: true) else { return [] }

@@ -297,11 +297,14 @@ public struct CallStateResult: Hashable, Sendable, Codable {
     public var call: CallID
     public var state: CallPhase
     public var reason: EndReason?
+    /// Where recording with consent stands, for a call in progress.
+    public var recording: RecordingState?
 
-    public init(call: CallID, state: CallPhase, reason: EndReason? = nil) {
+    public init(call: CallID, state: CallPhase, reason: EndReason? = nil, recording: RecordingState? = nil) {
         self.call = call
         self.state = state
         self.reason = reason
+        self.recording = recording
     }
 }
 

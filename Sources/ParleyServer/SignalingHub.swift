@@ -501,7 +501,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let result: CallStateResult
         if let call = calls[callID] {
             guard call.involves(asker) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
-            result = CallStateResult(call: callID, state: call.phase, reason: call.endReason)
+            result = CallStateResult(call: callID, state: call.phase, reason: call.endReason,
+                                     recording: call.phase == .ended ? nil : call.recordingState)
         } else if let record = try? store.call(callID), record.caller == asker || record.callee == asker {
             result = CallStateResult(call: callID, state: record.endedAt == nil ? .active : .ended, reason: record.reason)
         } else {

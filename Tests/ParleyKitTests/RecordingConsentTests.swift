@@ -43,6 +43,17 @@ struct RecordingConsentTests {
                 "a recorder that cannot start stops it for the other side too")
     }
 
+    @Test func aRestartedServerThatForgotARequestEndsItHere() throws {
+        var asker = RecordingConsent()
+        _ = try asker.request()
+        #expect(asker.server(.requested) == [], "still asked for")
+        #expect(asker.server(.off) == [.notify(.off, .failed("the server no longer has the request"))])
+        _ = try asker.request()
+        _ = asker.remote(.accepted)
+        #expect(asker.server(.on) == [], "kept across the restart")
+        #expect(asker.server(.off) == [.stopRecorder, .notify(.off, .failed("the server no longer has the recording"))])
+    }
+
     @Test func bothAskingAtOnceLeavesOneRequest() throws {
         var consent = RecordingConsent()
         _ = try consent.request()

@@ -73,6 +73,8 @@ struct HubRecordingTests {
         #expect(await step(alice, .accepted).errorCode == .recordingState, "no consent after a refusal")
 
         _ = await step(bob, .requested)
+        let pending = try await alice.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self)
+        #expect(pending.recording == .requested)
         #expect(try state(await step(bob, .stopped)) == .off, "the asker withdraws")
         #expect(told(alice) == [.requested, .stopped])
         #expect(try state(await step(alice, .requested)) == .requested, "and either may ask again")
@@ -117,6 +119,8 @@ struct HubRecordingTests {
         let alice2 = await restarted.device("alice", "a1")
         let bob2 = await restarted.device("bob", "b1")
         _ = (alice, bob2)
+        let asked = try await bob2.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self)
+        #expect(asked.recording == .on, "call.state says so to a client that lost its session")
         #expect(try state(await step(alice2, .stopped)) == .off, "still on after the restart: it can be stopped")
         #expect(told(bob2) == [.stopped])
         await restarted.hub.flushRecords()

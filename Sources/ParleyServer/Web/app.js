@@ -208,6 +208,7 @@ class App {
     try {
       const ack = await this.signaling.request('call.state', { call: call.id });
       if (ack.state === 'ended') this.ended(call, ack.reason ?? 'connection-lost');
+      else if (ack.recording === 'off') call.serverRecording('off');
     } catch (error) {
       // The server no longer knows the call (it restarted without its store): nobody can signal it.
       if (error.code === 'call_not_found') this.ended(call, 'server-lost-call');

@@ -220,6 +220,13 @@ export class Call extends EventTarget {
   }
 
   /** Sends a step; `onRefused` runs when the server refuses it (not when no answer came: it may have taken it). */
+  /** After a new session: a request or recording the (restarted) server no longer holds is over. */
+  serverRecording(state) {
+    if (state !== 'off' || this.recording.state === 'off') return;
+    if (this.recording.state === 'on' && this.recording.here) this.finishRecorder();
+    this.moveRecording('off', false, 'failed');
+  }
+
   sendRecording(step, onRefused = () => {}) {
     this.signaling.request('call.update', { call: this.id, recording: step }).catch((error) => { if (error?.code && error.code !== 'timeout') onRefused(error); });
   }
