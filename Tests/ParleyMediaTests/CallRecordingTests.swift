@@ -9,16 +9,16 @@ import Testing
 /// Recording with consent on real calls: alice sends 440 Hz, bob 660 Hz (`withCall`).
 @Suite("Call recording with consent", .serialized)
 struct CallRecordingTests {
-    /// Every tenth of a second from `start` to `end` of a channel: each of `present` loud (at least a
-    /// third of the 0.3 the tones are sent at), each of `absent` and a frequency of neither faint.
-    /// Answers the tenths that fail, described.
+    /// Every tenth of a second from `start` to `end` of a channel: each of `present` at least `loud`
+    /// (by default a third of the 0.3 the tones are sent at), each of `absent` and a frequency of
+    /// neither at most `faint`. Answers the tenths that fail, described.
     static func tenthsMissing(_ audio: WAV.Audio, channel: Int, present: [Double], absent: [Double] = [],
-                              from start: Double, to end: Double) -> [String] {
+                              from start: Double, to end: Double, loud: Double = 0.1, faint: Double = 0.03) -> [String] {
         stride(from: start, to: end - 0.1, by: 0.1).compactMap { from in
             let samples = audio.channel(channel, from: from, length: 0.1)
             func amplitude(_ hertz: Double) -> Double { AudioAnalysis.toneAmplitude(samples, frequency: hertz, sampleRate: audio.sampleRate) }
-            let weak = present.filter { amplitude($0) < 0.1 }
-            let strong = (absent + [550]).filter { amplitude($0) > 0.03 }
+            let weak = present.filter { amplitude($0) < loud }
+            let strong = (absent + [550]).filter { amplitude($0) > faint }
             guard !weak.isEmpty || !strong.isEmpty else { return nil }
             return String(format: "%.1f s: ", from) + "weak \(weak) strong \(strong)"
         }

@@ -40,7 +40,8 @@ struct BrowserRecordingTests {
             let windows = (analysis["windows"] as? [[Double]]) ?? []
             // Every tenth of a second but the first and last half second: both voices, nothing between.
             let inner = windows.dropFirst(5).dropLast(5)
-            let failing = inner.enumerated().filter { _, w in w.count != 3 || w[0] < 0.05 || w[1] < 0.05 || w[2] > 0.03 }
+            // (The page's own voice goes through Chromium's noise suppression, which fades a steady tone.)
+            let failing = inner.enumerated().filter { _, w in w.count != 3 || w[0] < 0.02 || w[1] < 0.05 || w[2] > 0.01 }
             #expect(!inner.isEmpty && failing.isEmpty, "tenths lacking a voice: \(failing.prefix(5).map { "\($0.offset + 5): \($0.element)" })")
 
             try await alice.click("#hangup")
@@ -84,7 +85,10 @@ struct BrowserRecordingTests {
 
             let audio = try OggOpus.read(file)
             #expect(audio.duration > 2, "\(audio.duration) s")
-            let missing = CallRecordingTests.tenthsMissing(audio, channel: 0, present: [440, 990], from: 0.3, to: audio.duration - 0.3)
+            // Chromium's noise suppression fades a steady tone (from 0.75 to 0.04 in two seconds, as
+            // heard here): the browser's voice counts when it stands well above the floor.
+            let missing = CallRecordingTests.tenthsMissing(audio, channel: 0, present: [440, 990], from: 0.3, to: audio.duration - 0.4,
+                                                           loud: 0.02, faint: 0.01)
             #expect(missing.isEmpty, "both voices throughout: \(missing)")
             let token = try await lab.server.token("bob")
             let record = try await lab.server.http("GET", "/v1/calls", token: token).decode(CallList.self).calls.first
