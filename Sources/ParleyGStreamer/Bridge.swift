@@ -38,6 +38,9 @@ final class Bridge: @unchecked Sendable {
     private var remoteChannels: [DataChannel] = []
     private var taps: [(element: UnsafeMutableRawPointer, probe: UInt)] = []
     private var recorder: CallRecorder?
+    /// The send chain's `sent` element, tapped only while a recording runs.
+    private var sentElement: UnsafeMutableRawPointer?
+    private var sentProbe: UInt?
 
     init(pipeline: UnsafeMutableRawPointer, output: AudioOutputSink, recording: URL?, logger: Logger) {
         self.pipeline = pipeline
@@ -247,11 +250,13 @@ final class Bridge: @unchecked Sendable {
         lock.withLock { finished ? nil : recorder }?.local(bytes, count: count)
     }
 
-    /// Taps a send chain's `sent` element, if it has one, for call recordings.
-    func tapSent(_ bin: UnsafeMutableRawPointer) {
+    /// Keeps the audio send chain's `sent` element, where a call recording taps what is sent.
+    func rememberSendChain(_ bin: UnsafeMutableRawPointer) {
         guard let element = parley_bin_get(bin, "sent") else { return }
-        let probe = parley_pad_tap(element, "src", sentTapCallback, Unmanaged.passUnretained(self).toOpaque())
-        lock.withLock { taps.append((element, probe)) }
+        lock.withLock {
+            if let old = sentElement { parley_object_unref(old) }
+            sentElement = element
+        }
     }
 
     /// Hands both directions to `recorder` from now on; false when one is recording already.
@@ -259,6 +264,10 @@ final class Bridge: @unchecked Sendable {
         lock.withLock {
             guard self.recorder == nil, !finished else { return false }
             self.recorder = recorder
+            // The send side is tapped only while recording: no call pays for it otherwise.
+            if let element = sentElement {
+                sentProbe = parley_pad_tap(element, "src", sentTapCallback, Unmanaged.passUnretained(self).toOpaque())
+            }
             return true
         }
     }
@@ -268,6 +277,8 @@ final class Bridge: @unchecked Sendable {
     /// Stops handing audio to the recorder; answers it, to be finished.
     func stopRecording() -> CallRecorder? {
         lock.withLock {
+            if let element = sentElement, let probe = sentProbe { parley_pad_untap(element, "src", probe) }
+            sentProbe = nil
             defer { recorder = nil }
             return recorder
         }
@@ -293,6 +304,9 @@ final class Bridge: @unchecked Sendable {
         for channel in channels { channel.detach() }
         // A connection dropped without close() still leaves a finished recording file.
         _ = try? stopRecording()?.finish()
+        if let element = lock.withLock({ () -> UnsafeMutableRawPointer? in defer { sentElement = nil }; return sentElement }) {
+            parley_object_unref(element)
+        }
         writer?.close()
         eventSink.yield(.iceConnectionState(.closed))
         eventSink.finish()

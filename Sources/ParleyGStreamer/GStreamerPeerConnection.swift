@@ -182,7 +182,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                parley_capsfilter_add_audio_level(bin, PipelineDescription.audioCaps, PipelineDescription.audioLevelExtensionID) != 0 {
                 throw MediaEngineError(.pipeline, "the audio level extension could not be requested")
             }
-            if chain == chains.first { bridge.tapSent(bin) }
+            if chain == chains.first { bridge.rememberSendChain(bin) }
             guard parley_bin_add_and_link_to(pipeline, bin, webrtc) == 0 else {
                 throw MediaEngineError(.pipeline, "the send chain would not start (is the audio file or device missing?)")
             }

@@ -446,8 +446,12 @@ def main():
                     results.append(result)
                     (out / "results.json").write_text(json.dumps(results, indent=1))
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=10)
+        # Interrupted (^C, SIGTERM), the server may be gone already: the wire and its namespaces go anyway.
+        try:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
         wire.stop()
 
     say("== median PESQ per cell")
