@@ -72,7 +72,8 @@ def write(results, out, docs):
         lines += ["", "† webrtcbin retransmitted lost packets in this call (RTX): the receiver counted less than a "
                   "third of the loss the wire made; see quality.md."]
     lines += ["", "## Recording length against talk time (Parley ↔ Parley)", "",
-              "A recording shorter than the call means lost or late packets were skipped rather than concealed.", "",
+              "A recording shorter than the call means lost or late packets were skipped rather than concealed; "
+              "a longer one, that audio was added (concealment each time the jitter buffer grew).", "",
               "| cell | recorded / talked (caller) | recorded / talked (callee) |", "|---|---|---|"]
     for cell in cells:
         calls = [r for r in results if r["cell"] == cell and r["pair"] == "parley-parley" and not r.get("failed")]
