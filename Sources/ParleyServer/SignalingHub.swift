@@ -304,10 +304,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             return [:]
         case .callUpdate(let change) where change.recording != nil:
-            guard change.muted == nil, change.held == nil, change.video == nil, let step = change.recording else {
-                throw ErrorMessage(code: .badRequest, message: "a recording step goes in a call.update of its own")
-            }
-            return try recordingStep(step, of: change.call, from: key)
+            return try recordingStep(change, from: key)
         case .callUpdate(let change):
             try update(change.call, by: key) { call, _ throws(ErrorMessage) in
                 try call.relay(from: key) { from in
@@ -486,9 +483,15 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     /// A step of recording with consent; its record is saved at once (who consented, and when).
-    private func recordingStep(_ step: RecordingStep, of callID: CallID, from sender: DeviceKey) throws(ErrorMessage) -> [String: JSONValue] {
+    private func recordingStep(_ change: CallUpdate, from sender: DeviceKey) throws(ErrorMessage) -> [String: JSONValue] {
+        let callID = change.call
         var state = RecordingState.off
         try update(callID, by: sender) { call, now throws(ErrorMessage) in
+            // Outsiders learn nothing, not even that the frame was malformed.
+            guard call.involves(sender.user) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
+            guard change.muted == nil, change.held == nil, change.video == nil, let step = change.recording else {
+                throw ErrorMessage(code: .badRequest, message: "a recording step goes in a call.update of its own")
+            }
             let (after, deliveries) = try call.recordingStep(step, from: sender, now: now)
             state = after
             return deliveries

@@ -108,6 +108,8 @@ struct HubRecordingTests {
         #expect(await step(mallory, .requested).errorCode == .callNotFound, "another user's call id")
         let mixed = await alice.request { .callUpdate(CallUpdate(id: $0, call: call, muted: true, recording: .requested)) }
         #expect(mixed.errorCode == .badRequest, "a recording step goes on its own")
+        let mixedByOutsider = await mallory.request { .callUpdate(CallUpdate(id: $0, call: call, muted: true, recording: .requested)) }
+        #expect(mixedByOutsider.errorCode == .callNotFound, "an outsider learns nothing, malformed or not")
     }
 
     @Test func aRecordingInProgressOutlivesARestart() async throws {
