@@ -303,7 +303,11 @@ final class Bridge: @unchecked Sendable {
         }
         for channel in channels { channel.detach() }
         // A connection dropped without close() still leaves a finished recording file.
-        _ = try? stopRecording()?.finish()
+        if let recorder = stopRecording() {
+            do { _ = try recorder.finish() } catch {
+                logger.error("the call recording did not finish", metadata: ["file": "\(recorder.path)", "error": "\(error)"])
+            }
+        }
         if let element = lock.withLock({ () -> UnsafeMutableRawPointer? in defer { sentElement = nil }; return sentElement }) {
             parley_object_unref(element)
         }
