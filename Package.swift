@@ -11,6 +11,7 @@ import PackageDescription
 //   ParleyKit       the client SDK core: signaling client, calls, negotiation, quality; no platform framework
 //   ParleyNIOTransport  the SDK's WebSocket signaling transport on SwiftNIO (Linux, macOS)
 //   ParleyGStreamer the Linux media engine: the SDK's PeerConnection on GStreamer webrtcbin (C shim in CParleyGst)
+//   ParleyAvahi     LAN discovery on Linux: DNS-SD through the Avahi daemon (C API in CAvahi)
 //   ParleySoftphone a headless softphone on the SDK and the GStreamer engine (`parley call/listen/demo`)
 //   ParleyJanus     a Janus client: sessions, handles, transactions, and the typed AudioBridge API
 //   ParleyRooms     a device in an AudioBridge voice room, over any PeerConnectionFactory (Linux and iPhone)
@@ -70,6 +71,7 @@ let package = Package(
         .library(name: "ParleyNIOTransport", targets: ["ParleyNIOTransport"]),
         .library(name: "ParleyGStreamer", targets: ["ParleyGStreamer"]),
         .library(name: "ParleySoftphone", targets: ["ParleySoftphone"]),
+        .library(name: "ParleyAvahi", targets: ["ParleyAvahi"]),
         .library(name: "ParleyJanus", targets: ["ParleyJanus"]),
         .library(name: "ParleyRooms", targets: ["ParleyRooms"]),
         .library(name: "ParleyTesting", targets: ["ParleyTesting"]),
@@ -215,6 +217,16 @@ let package = Package(
             pkgConfig: "gstreamer-webrtc-1.0 gstreamer-sdp-1.0 gstreamer-rtp-1.0 gstreamer-1.0 nice",
             providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev", "libnice-dev"])]
         ),
+        .systemLibrary(
+            name: "CAvahi",
+            pkgConfig: "avahi-client",
+            providers: [.apt(["libavahi-client-dev"])]
+        ),
+        .target(
+            name: "ParleyAvahi",
+            dependencies: ["CAvahi", "ParleyKit", "ParleyProtocol"],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "CParleyGst",
             dependencies: ["CGStreamer"],
@@ -281,6 +293,7 @@ let package = Package(
                 "ParleyNIOTransport",
                 "ParleyGStreamer",
                 "ParleySoftphone",
+                "ParleyAvahi",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

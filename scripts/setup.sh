@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Parley builds and runs with, when they are missing:
-# SQLite for the server, GStreamer with webrtcbin and libnice for the media engine.
+# SQLite for the server, GStreamer with webrtcbin and libnice for the media engine, Avahi's client
+# library for LAN calls (`parley lan`, `call --lan` and `listen --lan` also need avahi-daemon running).
 #   scripts/setup.sh                 what `parley demo`, `call` and `listen` need
 #   scripts/setup.sh --tests         and what the tests start (coturn, Chromium with chromedriver, Janus)
 #   scripts/setup.sh chromium        and any other packages named (the call benchmark adds chromium)
@@ -9,13 +10,14 @@ set -euo pipefail
 extra=()
 for argument in "$@"; do
   case "$argument" in
-    --tests) extra+=(coturn chromium chromium-driver janus iproute2 procps util-linux espeak-ng sox) ;;
+    --tests) extra+=(coturn chromium chromium-driver janus iproute2 procps util-linux espeak-ng sox avahi-daemon dbus-daemon) ;;
     *) extra+=("$argument") ;;
   esac
 done
 
 packages=(
   libsqlite3-dev
+  libavahi-client-dev
   pkg-config
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev libnice-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice

@@ -81,7 +81,9 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
     public func reportIncomingCall(_ report: IncomingCallReport) async throws {
         let update = CXCallUpdate()
         update.remoteHandle = CXHandle(type: .generic, value: report.caller.rawValue)
-        update.localizedCallerName = report.callerName ?? report.caller.rawValue
+        // On a LAN the name is the caller's own choice: the incoming call screen shows where it comes from too.
+        let name = report.callerName ?? report.caller.rawValue
+        update.localizedCallerName = report.callerAddress.map { "\(name) (\($0))" } ?? name
         update.hasVideo = report.video
         update.supportsHolding = true
         update.supportsGrouping = false

@@ -93,7 +93,7 @@ struct BenchCalls: AsyncParsableCommand {
     /// A softphone that answers every call.
     private func answering(_ phone: Softphone) -> Task<Void, Never> {
         Task {
-            for await event in phone.events { if case .incoming(let call, _, _) = event { await phone.answer(call) } }
+            for await event in phone.events { if case .incoming(let call, _, _, _) = event { await phone.answer(call) } }
         }
     }
 

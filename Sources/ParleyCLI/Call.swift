@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import ParleyKit
 import ParleyProtocol
 import ParleySoftphone
 
@@ -9,20 +10,39 @@ struct Call: AsyncParsableCommand {
         discussion: "Example, against `parley serve` on this machine: parley call bob --as alice --play tone:440 --record heard.wav --duration 10"
     )
 
-    @Argument(help: "The user to call.")
+    @Argument(help: "The user to call (with --lan: a user, display name or the name `parley lan` shows in quotes).")
     var callee: String
 
     @OptionGroup var phone: SoftphoneArguments
 
     func validate() throws {
-        guard UserID(rawValue: callee) != nil else { throw ValidationError("'\(callee)' is not a user id") }
+        guard phone.lan || UserID(rawValue: callee) != nil else { throw ValidationError("'\(callee)' is not a user id") }
         guard callee != phone.user else { throw ValidationError("you cannot call yourself (you are '\(phone.user)'; pick another with --as)") }
     }
 
     func run() async throws {
-        let softphone = try await phone.startSoftphone()
-        let callee = UserID(rawValue: self.callee)!
-        Console.say("calling \(callee) as \(phone.user) via \(phone.server)…")
+        let softphone: Softphone
+        let callee: UserID
+        if phone.lan {
+            let listener: LANListener
+            do { listener = try await LAN.find(self.callee, timeout: .seconds(10)) } catch let exit as ExitCode { throw exit } catch { throw fail("\(error)") }
+            guard listener.user.rawValue != phone.user else { throw fail("\(listener.user) is you: call it under another user id (--as)") }
+            var pin = phone.pin
+            if listener.pinRequired, pin == nil {
+                guard Console.interactive else { throw fail("\(listener.user) asks for a PIN: pass --pin") }
+                Console.say("PIN for \(listener.user): ")
+                pin = readLine()?.trimmingCharacters(in: .whitespaces)
+            }
+            var options = phone.options(server: listener.url)
+            options.lan = LANAccess(pin: pin)
+            softphone = try await phone.startSoftphone(options)
+            callee = listener.user
+            Console.say("calling \(listener) as \(phone.user), on the local network…")
+        } else {
+            softphone = try await phone.startSoftphone()
+            callee = UserID(rawValue: self.callee)!
+            Console.say("calling \(callee) as \(phone.user) via \(phone.server)…")
+        }
         let call = await softphone.call(callee, video: phone.video)
         let offline = Task {
             for await event in softphone.events {

@@ -63,7 +63,7 @@ struct Demo: AsyncParsableCommand {
         let call = await alice.call("bob")
         step("alice calls bob")
         for await event in bob.events {
-            if case .incoming(call, _, _) = event { break }
+            if case .incoming(call, _, _, _) = event { break }
         }
         step("bob's phone rings; bob answers")
         await bob.answer(call)

@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import ParleyAvahi
+import ParleyKit
 import ParleyProtocol
 import ParleySoftphone
 
@@ -17,6 +19,9 @@ struct Listen: AsyncParsableCommand {
 
     @Option(help: "auto: answer every call; ask: ask on the terminal (the default when interactive); never: decline.")
     var answer: Answer?
+
+    @Option(name: .customLong("lan-port"), help: "With --lan: the port callers connect to (0: any free one; it is advertised).")
+    var lanPort = 0
 
     @Flag(help: "Exit after the first call.")
     var once = false
@@ -45,6 +50,8 @@ struct Listen: AsyncParsableCommand {
         guard VoIPRegistration.Environment(rawValue: voipEnvironment) != nil else {
             throw ValidationError("--voip-environment is sandbox or production")
         }
+        if phone.lan, voipToken != nil || wokenBy != nil { throw ValidationError("--lan takes calls on the local network: no VoIP pushes there") }
+        guard (0...65535).contains(lanPort) else { throw ValidationError("--lan-port is a port number") }
         if let wokenBy, !FileManager.default.isReadableFile(atPath: wokenBy) { throw ValidationError("--woken-by: cannot read \(wokenBy)") }
     }
 
@@ -61,8 +68,33 @@ struct Listen: AsyncParsableCommand {
             Console.say("registered device \(options.device) of \(phone.user) for VoIP pushes (\(voipEnvironment)); it is offline now: a call to \(phone.user) pushes to it")
             return
         }
+        var lan: (server: EmbeddedServer, advertisement: any LANAdvertisement, discovery: AvahiDiscovery)?
         let softphone: Softphone
-        if let wokenBy {
+        if phone.lan {
+            let user = UserID(rawValue: phone.user)!
+            let discovery: AvahiDiscovery
+            do { discovery = try AvahiDiscovery() } catch { throw fail("\(error)") }
+            let server = try await EmbeddedServer.startLAN(user: user, pin: phone.pin, port: lanPort, logger: phone.logger)
+            let token = try await server.server.mintToken(user: user, name: phone.name, lifetime: .seconds(7 * 24 * 3600))
+            let instance = "\(phone.name ?? phone.user) on \(ProcessInfo.processInfo.hostName)"
+            let advertisement: any LANAdvertisement
+            do {
+                advertisement = try await discovery.advertise(instance: instance, port: server.port,
+                                                              txt: LANService.txt(user: user, name: phone.name, pinRequired: phone.pin != nil))
+            } catch {
+                await server.stop()
+                throw fail("\(error)")
+            }
+            lan = (server, advertisement, discovery)
+            do {
+                softphone = try await phone.startSoftphone(phone.options(server: server.base, token: token))
+            } catch {
+                await advertisement.stop()
+                await server.stop()
+                throw error
+            }
+            Console.say("on the local network as \"\(instance)\", port \(server.port)\(phone.pin == nil ? "" : ", PIN required")")
+        } else if let wokenBy {
             softphone = try Softphone(options: phone.options(), logger: phone.logger)
             Console.say("woken by a VoIP push as \(phone.user) (device \(softphone.options.device))")
             do {
@@ -74,10 +106,10 @@ struct Listen: AsyncParsableCommand {
             softphone = try await phone.startSoftphone()
         }
         let mode = answer ?? (Console.interactive ? .ask : .auto)
-        Console.say("listening as \(phone.user) (device \(softphone.options.device)) on \(phone.server); answer: \(mode.rawValue)")
+        Console.say("listening as \(phone.user) (device \(softphone.options.device)) \(lan == nil ? "on \(phone.server)" : "with no server"); answer: \(mode.rawValue)")
         calls: for await event in softphone.events {
-            guard case .incoming(let call, let caller, let name) = event else { continue }
-            Console.say("incoming call from \(name.map { "\($0) (\(caller))" } ?? caller.rawValue)")
+            guard case .incoming(let call, let caller, let name, let address) = event else { continue }
+            Console.say("incoming call from \(name.map { "\($0) (\(caller))" } ?? caller.rawValue)\(address.map { " at \($0)" } ?? "")")
             switch mode {
             case .auto:
                 await softphone.answer(call)
@@ -102,5 +134,9 @@ struct Listen: AsyncParsableCommand {
             Console.say("listening again")
         }
         await softphone.stop()
+        if let lan {
+            await lan.advertisement.stop()
+            await lan.server.stop()
+        }
     }
 }

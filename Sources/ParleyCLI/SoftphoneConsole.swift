@@ -17,6 +17,15 @@ struct SoftphoneArguments: ParsableArguments {
     @Option(name: .customLong("as"), help: "Your user id, for a development token.")
     var user: String = Serve.env("USER").flatMap { UserID(rawValue: $0) != nil ? $0 : nil } ?? "cli"
 
+    @Option(help: "Your display name, shown to the people you call.")
+    var name: String?
+
+    @Flag(help: "On the local network, with no server: listen advertises this device (DNS-SD, through avahi-daemon); call finds the callee and connects to it.")
+    var lan = false
+
+    @Option(help: "With --lan: the PIN callers must give (listen), or the callee's PIN (call).")
+    var pin: String?
+
     @Option(help: "This device's id (1-64 of A-Z a-z 0-9 . _ - @ :); a new one each run by default.")
     var device: String?
 
@@ -70,6 +79,12 @@ struct SoftphoneArguments: ParsableArguments {
                 throw ValidationError("--record-call: cannot write in \(directory)")
             }
         }
+        if let name, name.isEmpty || name.count > 128 { throw ValidationError("--name is 1 to 128 characters") }
+        if let pin {
+            guard lan else { throw ValidationError("--pin goes with --lan") }
+            guard !pin.isEmpty, pin.utf8.count <= 64 else { throw ValidationError("--pin is 1 to 64 characters") }
+        }
+        if lan, token != nil { throw ValidationError("--lan needs no --token: the device you call gives one") }
         if let device, DeviceID(rawValue: device) == nil { throw ValidationError("--device must be a device id (letters, digits, . _ - @ :)") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
     }
@@ -90,8 +105,8 @@ struct SoftphoneArguments: ParsableArguments {
 
     /// A softphone connected to the server; a server that is down or refuses the token ends the
     /// command with a plain sentence and status 1.
-    func startSoftphone() async throws -> Softphone {
-        let softphone = try Softphone(options: options(), logger: logger)
+    func startSoftphone(_ options: SoftphoneOptions? = nil) async throws -> Softphone {
+        let softphone = try Softphone(options: options ?? self.options(), logger: logger)
         do {
             try await softphone.start()
         } catch {
@@ -100,16 +115,20 @@ struct SoftphoneArguments: ParsableArguments {
         return softphone
     }
 
-    func options() -> SoftphoneOptions {
+    /// - Parameters:
+    ///   - server: where to connect instead of `--server` (a LAN listener, or this device's own hub).
+    ///   - token: a token to use instead of `--token`.
+    func options(server: URL? = nil, token: String? = nil) -> SoftphoneOptions {
         var media = MediaEngineConfiguration()
         let soundCard = FileManager.default.fileExists(atPath: "/dev/snd") || Serve.env("PULSE_SERVER") != nil
         media.input = play.flatMap(AudioInput.init(argument:)) ?? (soundCard ? .device : .tone(hertz: 440))
         media.output = record.map { .file(URL(fileURLWithPath: $0)) } ?? (soundCard ? .device : .null)
         let host = serverURL.host ?? ""
         let loopbackServer = host == "127.0.0.1" || host == "localhost" || host == "::1"
-        media.localAddresses = iceAddresses.isEmpty && loopbackServer ? ["127.0.0.1"] : iceAddresses
-        let token = self.token ?? Serve.env("PARLEY_TOKEN")
-        var options = SoftphoneOptions(server: serverURL, user: UserID(rawValue: user)!, name: nil, token: token,
+        // On a LAN the media goes between the devices: every interface's host candidates.
+        media.localAddresses = iceAddresses.isEmpty && loopbackServer && !lan ? ["127.0.0.1"] : iceAddresses
+        let token = token ?? self.token ?? (lan ? nil : Serve.env("PARLEY_TOKEN"))
+        var options = SoftphoneOptions(server: server ?? serverURL, user: UserID(rawValue: user)!, name: name, token: token,
                                        device: device.flatMap(DeviceID.init(rawValue:)), media: media)
         options.qualityLog = qualityLog.map { URL(fileURLWithPath: $0) }
         return options

@@ -400,6 +400,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 await perform(incoming.call) { $0.signalingInviteArrived() }
             } else {
                 let (machine, actions) = CallStateMachine.incoming(incoming.call, from: incoming.from.user, name: incoming.from.name,
+                                                                   address: incoming.from.address,
                                                                    media: incoming.media, alreadyReported: false)
                 calls[incoming.call] = makeLive(machine)
                 eventSink.yield(.incoming(incoming.call.uuid, from: incoming.from.user, name: incoming.from.name, video: incoming.media.video))
@@ -557,7 +558,8 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             case .reportIncoming:
                 do {
                     try await provider.reportIncomingCall(IncomingCallReport(call: call.uuid, caller: machine.remote,
-                                                                             callerName: machine.remoteName, video: machine.media.video))
+                                                                             callerName: machine.remoteName, video: machine.media.video,
+                                                                             callerAddress: machine.remoteAddress))
                 } catch {
                     // The system refused (Do Not Disturb, blocked caller): decline for the user.
                     await perform(call) { $0.remoteEnded(.declined) }

@@ -55,6 +55,8 @@ public struct CallStateMachine: Sendable {
     public let direction: Direction
     public let remote: UserID
     public let remoteName: String?
+    /// Where an incoming call comes from, when the hub says (a LAN listener's does).
+    public private(set) var remoteAddress: String?
     public let media: MediaSpec
     public private(set) var phase: Phase
     public private(set) var held = false
@@ -84,9 +86,10 @@ public struct CallStateMachine: Sendable {
     }
 
     /// A call arrived: over signaling (`call.incoming`), or from a VoIP push (`alreadyReported`).
-    public static func incoming(_ id: CallID, from remote: UserID, name: String?, media: MediaSpec,
+    public static func incoming(_ id: CallID, from remote: UserID, name: String?, address: String? = nil, media: MediaSpec,
                                 alreadyReported: Bool) -> (CallStateMachine, [Action]) {
-        let call = CallStateMachine(id: id, direction: .incoming, remote: remote, remoteName: name, media: media, phase: .ringing)
+        var call = CallStateMachine(id: id, direction: .incoming, remote: remote, remoteName: name, media: media, phase: .ringing)
+        call.remoteAddress = address
         return (call, alreadyReported ? [] : [.reportIncoming])
     }
 

@@ -44,11 +44,15 @@ public struct IncomingCallReport: Hashable, Sendable {
     public var caller: UserID
     public var callerName: String?
     public var video: Bool
+    /// Where the call comes from, on a LAN without a server (the listener's own hub saw it): show
+    /// it beside the name, which the caller chose.
+    public var callerAddress: String?
 
-    public init(call: UUID, caller: UserID, callerName: String?, video: Bool) {
+    public init(call: UUID, caller: UserID, callerName: String?, video: Bool, callerAddress: String? = nil) {
         self.call = call
         self.caller = caller
         self.callerName = callerName
+        self.callerAddress = callerAddress
         self.video = video
     }
 }

@@ -3,11 +3,15 @@ public struct Party: Hashable, Sendable, Codable {
     public var user: UserID
     public var device: DeviceID
     public var name: String?
+    /// The caller's network address, in `call.incoming` from a LAN listener only: on a shared
+    /// network the callee sees where a call comes from, not just the name the caller chose.
+    public var address: String?
 
-    public init(user: UserID, device: DeviceID, name: String? = nil) {
+    public init(user: UserID, device: DeviceID, name: String? = nil, address: String? = nil) {
         self.user = user
         self.device = device
         self.name = name
+        self.address = address
     }
 }
 

@@ -122,6 +122,20 @@ public struct DevTokenRequest: Hashable, Sendable, Codable {
     }
 }
 
+/// `POST /v1/lan/tokens`: a caller asks a LAN listener (`parley listen --lan`) for a token, under the
+/// user id and display name it chooses, with the listener's PIN when it advertises one.
+public struct LANTokenRequest: Hashable, Sendable, Codable {
+    public var user: UserID
+    public var name: String?
+    public var pin: String?
+
+    public init(user: UserID, name: String? = nil, pin: String? = nil) {
+        self.user = user
+        self.name = name
+        self.pin = pin
+    }
+}
+
 public struct DevTokenResponse: Hashable, Sendable, Codable {
     public var token: String
     /// Unix milliseconds.

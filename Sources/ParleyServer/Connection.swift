@@ -89,13 +89,16 @@ final class BoundedOutbound: ConnectionSink {
 public final class Connection: Sendable {
     public let id: UInt64
     public let identity: Identity
+    /// The peer's IP address, when the transport has one.
+    public let address: String?
     let outbound: any ConnectionSink
     /// When the peer last sent anything, data or control frame, on the hub's timeline.
     let lastActivity: NIOLockedValueBox<Duration>
 
-    public init(id: UInt64, identity: Identity, outbound: any ConnectionSink, now: Duration) {
+    public init(id: UInt64, identity: Identity, outbound: any ConnectionSink, now: Duration, address: String? = nil) {
         self.id = id
         self.identity = identity
+        self.address = address
         self.outbound = outbound
         self.lastActivity = NIOLockedValueBox(now)
     }

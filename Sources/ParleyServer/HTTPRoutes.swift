@@ -14,6 +14,9 @@ struct HTTPRoutes: Sendable {
     /// Whether the server is shutting down: new sessions are refused with 503.
     let isShuttingDown: @Sendable () async -> Bool
     let limiter: AddressRateLimiter
+    /// A LAN listener's PIN tries, per address: `lan.pinAttempts` at once, then one per
+    /// `lockout / pinAttempts`.
+    let pinTries: AddressRateLimiter?
 
     static let maxBody = 64 * 1024
     static let maxCallsLimit = 200
@@ -48,6 +51,7 @@ struct HTTPRoutes: Sendable {
             headers[.accessControlMaxAge] = "600"
             return Response(status: .noContent, headers: headers)
         }
+        router.post("/v1/lan/tokens") { request, context in try await lanToken(request, context: context) }
         // Reached only when the WebSocket upgrade was refused.
         router.get("/v1/signal") { request, _ in
             if await isShuttingDown() { return Self.error(.serviceUnavailable, .unavailable, "the server is shutting down") }
@@ -141,6 +145,35 @@ struct HTTPRoutes: Sendable {
         }
         for field in Self.corsHeaders { response.headers.append(field) }
         return response
+    }
+
+    /// A token for a caller on the local network: any user id but the listener's, with the PIN
+    /// when the listener has one. Tries are limited per address, right or wrong.
+    private func lanToken(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        guard let lan = configuration.lan, let pinTries else { return Self.error(.notFound, .notFound, "not found") }
+        let body: LANTokenRequest
+        switch await Self.decode(LANTokenRequest.self, from: request) {
+        case .failure(let failure): return failure.response
+        case .success(let value): body = value
+        }
+        if let name = body.name, name.count > 128 {
+            return Self.error(.badRequest, .badRequest, "name must be at most 128 characters")
+        }
+        guard body.user != lan.host else {
+            return Self.error(.conflict, .badRequest, "\(lan.host) is the user of the device you are calling; call it under another user id")
+        }
+        if let expected = lan.pin {
+            if let wait = pinTries.admit(context.remoteAddress?.ipAddress ?? "unknown") {
+                let seconds = AddressRateLimiter.retryAfter(wait)
+                var response = Self.error(.tooManyRequests, .rateLimited, "too many PIN tries from this address; retry in \(seconds) s")
+                response.headers[.retryAfter] = "\(seconds)"
+                return response
+            }
+            guard let given = body.pin else { return Self.error(.forbidden, .forbidden, "\(lan.host) asks for a PIN") }
+            guard Self.constantTimeEqual(given, expected) else { return Self.error(.forbidden, .forbidden, "wrong PIN") }
+        }
+        let minted = try await tokens.mint(user: body.user, name: body.name, lifetime: lan.tokenLifetime)
+        return Self.json(DevTokenResponse(token: minted.token, expiresAt: Int64(minted.expiresAt.timeIntervalSince1970 * 1000)))
     }
 
     private func identity(_ request: Request, allowQuery: Bool = false) async -> Identity? {

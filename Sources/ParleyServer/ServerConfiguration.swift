@@ -1,4 +1,5 @@
 import Foundation
+import ParleyProtocol
 
 /// Everything a signaling server can be told. The defaults serve a developer's machine: loopback,
 /// development mode, protocol v1's default limits.
@@ -26,6 +27,9 @@ public struct ServerConfiguration: Sendable {
     public static let developmentSecret = "parley-development-secret-not-for-production"
     /// The shortest HS256 secret a server off loopback accepts (RFC 7518 §3.2: at least the hash size).
     public static let minimumSecretBytes = 32
+    /// A LAN listener's own server (`parley listen --lan`): callers on the network ask
+    /// `POST /v1/lan/tokens` for a token, may call only the listener, and rooms are refused.
+    public var lan: LANSettings?
     /// How long tokens minted by `POST /v1/dev/tokens` live.
     public var devTokenLifetime: Duration = .seconds(24 * 3600)
     public var iceServers = IceServerProvider()
@@ -92,6 +96,12 @@ public struct ServerConfiguration: Sendable {
     /// Refuses what would be unsafe to serve: off loopback, tokens signed with the public development
     /// secret or a secret shorter than 32 bytes (anyone could mint tokens for any user).
     public func validate() throws(ConfigurationError) {
+        if lan != nil, developmentMode {
+            throw ConfigurationError("a LAN listener mints tokens only for callers with its PIN: development mode must be off")
+        }
+        if let pin = lan?.pin, pin.isEmpty || pin.utf8.count > 64 {
+            throw ConfigurationError("a LAN PIN is 1 to 64 characters")
+        }
         guard !isLoopback else { return }
         if case .hs256(let secret) = tokenKey {
             if secret == Self.developmentSecret {
@@ -101,6 +111,25 @@ public struct ServerConfiguration: Sendable {
                 throw ConfigurationError("the token secret must be at least \(Self.minimumSecretBytes) bytes when serving on \(host); it is \(secret.utf8.count)")
             }
         }
+    }
+}
+
+/// The call part of protocol v1 served by a device on a local network, for callers that found it
+/// with DNS-SD (docs/protocol.md, "Calls on a LAN").
+public struct LANSettings: Sendable {
+    /// The listening device's user: the only one callers may call, and a user id no caller may take.
+    public var host: UserID
+    /// The PIN a caller must give, when set.
+    public var pin: String?
+    /// Wrong PINs from one address before it must wait `lockout`.
+    public var pinAttempts: Int = 5
+    public var lockout: Duration = .seconds(60)
+    /// How long a caller's token lives.
+    public var tokenLifetime: Duration = .seconds(12 * 3600)
+
+    public init(host: UserID, pin: String? = nil) {
+        self.host = host
+        self.pin = pin
     }
 }
 

@@ -12,6 +12,8 @@ final class Session {
     let id: String
     let key: DeviceKey
     var name: String?
+    /// The address of the connection that said hello last (shown to a LAN listener's user).
+    var address: String?
     var platform: Platform?
     /// The live connection, or nil while the session is held for resume.
     var connectionID: UInt64?

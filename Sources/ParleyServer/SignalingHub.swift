@@ -225,6 +225,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             resumed = false
         }
         session.name = identity.name
+        session.address = entry.connection.address
         if let platform = hello.client?.platform, Platform.known.contains(platform) { session.platform = platform }
         session.connectionID = entry.connection.id
         held[key] = nil
@@ -359,11 +360,17 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
         }
         guard invite.to != caller.user else { throw ErrorMessage(code: .badRequest, message: "a user cannot call themselves") }
+        if let lan = configuration.lan, invite.to != lan.host {
+            throw ErrorMessage(code: .forbidden, message: "this is \(lan.host)'s device on a local network: it takes calls to \(lan.host) only")
+        }
 
         let now = wallClock()
         let expiresAt = now + Int64(configuration.ringTimeout.components.seconds * 1000)
             + configuration.ringTimeout.components.attoseconds / 1_000_000_000_000_000
-        var call = CallStateMachine(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: session.name),
+        // On a LAN the callee is shown where the call comes from: the name is the caller's own choice.
+        let address = configuration.lan != nil ? session.address : nil
+        var call = CallStateMachine(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: session.name,
+                                                                   address: address),
                                     callee: invite.to, media: invite.media, metadata: invite.metadata,
                                     createdAt: now, expiresAt: expiresAt)
         let online = (devicesByUser[invite.to] ?? []).sorted()
@@ -529,6 +536,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// A device id already in the room under another user is refused, and so is a newcomer to a full room.
     private func checkJoin(_ join: RoomJoin, key: DeviceKey, limit: Int) throws(ErrorMessage) {
+        if configuration.lan != nil {
+            throw ErrorMessage(code: .forbidden, message: "rooms need a Parley server; a device on a local network takes one-to-one calls only")
+        }
         let members = rooms[join.room] ?? []
         if let member = members.first(where: { $0.device == key.device }), member.user != key.user {
             throw ErrorMessage(code: .badRequest, message: "device \(key.device) is already in the room under another user")

@@ -81,7 +81,11 @@ public final class SignalingServer: Sendable {
         let limiter = AddressRateLimiter(rate: configuration.limits.httpRequestsPerSecond, burst: configuration.limits.httpBurst)
         HTTPRoutes(configuration: configuration, store: store, tokens: tokens, metrics: metrics,
                    wallClock: { Int64(Date().timeIntervalSince1970 * 1000) },
-                   isShuttingDown: { [hub] in await hub.isShuttingDown }, limiter: limiter).register(on: router)
+                   isShuttingDown: { [hub] in await hub.isShuttingDown }, limiter: limiter,
+                   pinTries: configuration.lan.map { lan in
+                       AddressRateLimiter(rate: Double(lan.pinAttempts) / max(Double(lan.lockout.components.seconds), 1),
+                                          burst: Double(lan.pinAttempts))
+                   }).register(on: router)
         let openConnections = OpenConnections()
         let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, metrics: metrics, open: openConnections, limiter: limiter, logger: logger)
         let onRunning = self.onRunning

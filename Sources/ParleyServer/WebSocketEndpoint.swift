@@ -110,7 +110,8 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
             logger.notice("closing a connection that reads too slowly", metadata: ["connection.id": "\(id)"])
             metrics.slowConnections.increment()
         }
-        let connection = Connection(id: id, identity: identity, outbound: outboundQueue, now: hub.now())
+        let connection = Connection(id: id, identity: identity, outbound: outboundQueue, now: hub.now(),
+                                    address: channel.remoteAddress?.ipAddress)
         await Self.observeActivity(on: channel) { [hub] in connection.touch(now: hub.now()) }
         await hub.connect(connection)
 

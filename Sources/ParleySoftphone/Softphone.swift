@@ -26,6 +26,9 @@ public struct SoftphoneOptions: Sendable {
     public var name: String?
     /// An access token; nil asks the server for a development token (development mode only).
     public var token: String?
+    /// Calling a LAN listener (`server` is its address): tokens come from it, with its PIN if it
+    /// asks for one, instead of from a server.
+    public var lan: LANAccess?
     public var device: DeviceID
     public var media: MediaEngineConfiguration
     public var statsInterval: Duration = .seconds(1)
@@ -49,6 +52,12 @@ public struct SoftphoneOptions: Sendable {
         self.device = device ?? DeviceID(rawValue: "cli-\(UUID().uuidString.prefix(8).lowercased())")!
         self.media = media
     }
+}
+
+/// How a caller gets into a LAN listener.
+public struct LANAccess: Sendable {
+    public var pin: String?
+    public init(pin: String? = nil) { self.pin = pin }
 }
 
 /// One call's milestones and outcome, for the live status line and the summary.
@@ -85,7 +94,8 @@ public struct CallTimeline: Sendable {
 }
 
 public enum SoftphoneEvent: Hashable, Sendable {
-    case incoming(UUID, from: UserID, name: String?)
+    /// `address`: where it comes from, on a LAN without a server.
+    case incoming(UUID, from: UserID, name: String?, address: String?)
     case phase(UUID, CallStateMachine.Phase)
     case remoteUpdated(UUID, muted: Bool?, held: Bool?)
     /// No device of the callee is online and none could be woken by push.
@@ -177,7 +187,7 @@ public actor Softphone {
         }
     }
 
-    private struct ErrorBody: Decodable {
+    struct ErrorBody: Decodable {
         struct Detail: Decodable { var message: String }
         var error: Detail
     }
@@ -222,12 +232,16 @@ public actor Softphone {
         let server = options.server
         try await Self.retrying(until: deadline) { try await Self.checkReachable(server) }
         let fixedToken = options.token
-        let user = options.user, name = options.name
+        let user = options.user, name = options.name, lan = options.lan
+        let fresh: @Sendable () async throws -> String = {
+            if let lan { return try await Self.lanToken(listener: server, user: user, name: name, pin: lan.pin) }
+            return try await Self.developmentToken(server: server, user: user, name: name)
+        }
         let firstToken: String
         if let fixedToken {
             firstToken = fixedToken
         } else {
-            firstToken = try await Self.retrying(until: deadline) { try await Self.developmentToken(server: server, user: user, name: name) }
+            firstToken = try await Self.retrying(until: deadline) { try await fresh() }
         }
         var configuration = SignalingClient<ContinuousClock>.Configuration(url: Self.signalURL(server), device: options.device,
                                                                           client: ClientInfo(name: "parley-cli", version: "0.1.0"))
@@ -238,7 +252,7 @@ public actor Softphone {
                                         logger: logger) {
             if let token = tokens.takeFirst() { return token }
             if let fixedToken { return fixedToken }
-            return try await Self.developmentToken(server: server, user: user, name: name)
+            return try await fresh()
         }
         var managerConfiguration = CallManager<ContinuousClock>.Configuration()
         managerConfiguration.statsInterval = options.statsInterval
@@ -404,7 +418,7 @@ public actor Softphone {
         switch notice {
         case .incoming(let report):
             timelines[report.call] = CallTimeline(call: report.call, remote: report.caller, outgoing: false, started: .now, ringing: .now)
-            eventSink.yield(.incoming(report.call, from: report.caller, name: report.callerName))
+            eventSink.yield(.incoming(report.call, from: report.caller, name: report.callerName, address: report.callerAddress))
         case .ended:
             break
         }
@@ -455,6 +469,29 @@ public actor Softphone {
         }
         guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
             throw SoftphoneError("the server gives development tokens only in development mode: pass --token (mint one with `parley token`)")
+        }
+        return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
+    }
+}
+
+extension Softphone {
+    /// A token from a LAN listener (`parley listen --lan`), given its PIN when it asks for one.
+    public static func lanToken(listener: URL, user: UserID, name: String?, pin: String?) async throws -> String {
+        var request = URLRequest(url: listener.appendingPathComponent("v1/lan/tokens"))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = try JSONEncoder().encode(LANTokenRequest(user: user, name: name, pin: pin))
+        request.timeoutInterval = 5
+        let data: Data, response: URLResponse
+        do {
+            (data, response) = try await URLSession.shared.data(for: request)
+        } catch {
+            throw SoftphoneError("cannot reach the LAN listener at \(listener.absoluteString)", unreachable: true)
+        }
+        guard let http = response as? HTTPURLResponse else { throw SoftphoneError("no HTTP answer from \(listener.absoluteString)") }
+        guard http.statusCode == 200 else {
+            let message = (try? JSONDecoder().decode(ErrorBody.self, from: data))?.error.message ?? "HTTP \(http.statusCode)"
+            throw SoftphoneError("the LAN listener at \(listener.absoluteString) refused: \(message)")
         }
         return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
     }

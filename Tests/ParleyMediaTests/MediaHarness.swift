@@ -137,7 +137,7 @@ func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, ali
     let aliceLog = EventCollector(alice.events)
     let bobLog = EventCollector(bob.events)
     let id = await alice.call("bob")
-    try await eventually { bobLog.events.contains { if case .incoming(id, from: "alice", _) = $0 { true } else { false } } }
+    try await eventually { bobLog.events.contains { if case .incoming(id, from: "alice", _, _) = $0 { true } else { false } } }
     await bob.answer(id)
     try await eventually(timeout: .seconds(15), "call connected") {
         let aliceHears = await alice.timeline(of: id)?.firstAudio != nil

@@ -124,7 +124,7 @@ struct PushWakeTests {
         let bob = try Setup.bobsPhone(setup.server, setup.directory)
         let bobLog = EventCollector(bob.events)
         try await bob.handleVoIPPush(push.body)
-        try await eventually("the call was reported") { bobLog.events.contains { if case .incoming(call, _, _) = $0 { true } else { false } } }
+        try await eventually("the call was reported") { bobLog.events.contains { if case .incoming(call, _, _, _) = $0 { true } else { false } } }
         try await eventually("and ended") { bobLog.events.contains { if case .phase(call, .ended) = $0 { true } else { false } } }
         // The missed call reaches bob as an ordinary alert.
         try await eventually("the missed-call alert") { setup.apns.delivered.contains { $0.pushType == "alert" } }

@@ -63,7 +63,7 @@ extension BrowserTests {
                 try await alice.type("#dial-user", "linus")
                 try await alice.click("#dial-button")
                 try await eventually("linus is called") { linusLog.events.contains { if case .incoming = $0 { true } else { false } } }
-                let call = try #require(linusLog.events.lazy.compactMap { if case .incoming(let id, _, _) = $0 { id } else { nil } }.first)
+                let call = try #require(linusLog.events.lazy.compactMap { if case .incoming(let id, _, _, _) = $0 { id } else { nil } }.first)
                 await linus.answer(call)
                 try await alice.waitForCall("active")
                 try await alice.waitForRemoteTone(440)
