@@ -1,0 +1,114 @@
+import Foundation
+import ParleyProtocol
+import ParleyServerTesting
+@testable import ParleyServer
+import Testing
+
+/// A LAN listener's own hub (`parley listen --lan`): who gets a token, whom a caller may call, and
+/// what the listener's user sees of a caller.
+@Suite("LAN listener hub")
+struct LANHubTests {
+    let call: CallID = "3a0e5d52-7a51-4f7e-9d3c-52b1e0c8a111"
+
+    static func start(pin: String?) async throws -> LiveServer {
+        try await LiveServer.start {
+            $0.developmentMode = false
+            $0.lan = LANSettings(host: "bob", pin: pin)
+            $0.tokenKey = .hs256(secret: String(repeating: "k", count: 40))
+        }
+    }
+
+    func lanToken(_ server: LiveServer, _ body: String) async throws -> LiveServer.HTTPResult {
+        try await server.http("POST", "/v1/lan/tokens", json: body)
+    }
+
+    @Test func aCallerWithThePINGetsATokenAndCallsTheListenerWhoSeesItsAddress() async throws {
+        let server = try await Self.start(pin: "4321")
+        let answer = try await lanToken(server, #"{"user": "alice", "name": "Alice", "pin": "4321"}"#)
+        #expect(answer.status == 200)
+        let token = try answer.decode(DevTokenResponse.self).token
+        let bob = try await server.device("bob", "listener")
+        let alice = try await WSTestClient.connect(url: server.signalURL, token: token)
+        #expect(try await alice.hello(device: "a1").user == "alice")
+
+        #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+        let incoming = try await bob.expect { if case .callIncoming(let m) = $0.message { m } else { nil } }
+        #expect(incoming.from.user == "alice")
+        #expect(incoming.from.name == "Alice")
+        #expect(incoming.from.address == "127.0.0.1")
+        #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+        _ = try await alice.expect { if case .callAccepted = $0.message { true } else { nil } }
+        try await server.stop()
+    }
+
+    @Test func aWrongOrMissingPINAndTheListenersOwnUserGetNoToken() async throws {
+        let server = try await Self.start(pin: "4321")
+        let wrong = try await lanToken(server, #"{"user": "alice", "pin": "1111"}"#)
+        #expect(wrong.status == 403)
+        #expect(String(decoding: wrong.body, as: UTF8.self).contains("wrong PIN"))
+        let missing = try await lanToken(server, #"{"user": "alice"}"#)
+        #expect(missing.status == 403)
+        #expect(String(decoding: missing.body, as: UTF8.self).contains("asks for a PIN"))
+        // Nobody may pose as the listener's user: its calls and its history are the listener's own.
+        let impostor = try await lanToken(server, #"{"user": "bob", "pin": "4321"}"#)
+        #expect(impostor.status == 409)
+        let malformed = try await lanToken(server, #"{"user": "not a user id!", "pin": "4321"}"#)
+        #expect(malformed.status == 400)
+        try await server.stop()
+    }
+
+    @Test func pinTriesFromOneAddressAreLimited() async throws {
+        let server = try await Self.start(pin: "4321")
+        for attempt in 1...5 {
+            let answer = try await lanToken(server, #"{"user": "mallory", "pin": "\#(1000 + attempt)"}"#)
+            #expect(answer.status == 403)
+        }
+        // The sixth try is refused before its PIN is looked at, the right one included.
+        let limited = try await lanToken(server, #"{"user": "mallory", "pin": "4321"}"#)
+        #expect(limited.status == 429)
+        #expect(Int(limited.headers["retry-after"] ?? "") ?? 0 >= 1)
+        try await server.stop()
+    }
+
+    @Test func withoutAPINAnyCallerGetsATokenButMayCallOnlyTheListener() async throws {
+        let server = try await Self.start(pin: nil)
+        let token = try await lanToken(server, #"{"user": "alice"}"#).decode(DevTokenResponse.self).token
+        let carol = try await WSTestClient.connect(url: server.signalURL,
+                                                   token: try await lanToken(server, #"{"user": "carol"}"#).decode(DevTokenResponse.self).token)
+        _ = try await carol.hello(device: "c1")
+        let alice = try await WSTestClient.connect(url: server.signalURL, token: token)
+        _ = try await alice.hello(device: "a1")
+        // Another caller connected to the same listener is not reachable through it.
+        let relayed = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "carol")) }
+        guard case .failure(let error) = relayed else { Issue.record("an invite to another caller was accepted"); return }
+        #expect(error.code == .forbidden)
+        let room = try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby")) }
+        guard case .failure(let refused) = room else { Issue.record("a room was joined on a LAN listener"); return }
+        #expect(refused.code == .forbidden)
+        // A LAN listener is no development server.
+        #expect(try await server.http("POST", "/v1/dev/tokens", json: #"{"user": "alice"}"#).status == 404)
+        try await server.stop()
+    }
+
+    @Test func anOrdinaryServerHasNoLANTokensAndNoAddressInInvites() async throws {
+        let server = try await LiveServer.start()
+        #expect(try await lanToken(server, #"{"user": "alice"}"#).status == 404)
+        let alice = try await server.device("alice", "a1")
+        let bob = try await server.device("bob", "b1")
+        #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+        let incoming = try await bob.expect { if case .callIncoming(let m) = $0.message { m } else { nil } }
+        #expect(incoming.from.address == nil)
+        try await server.stop()
+    }
+
+    @Test func aLANConfigurationIsRefusedInDevelopmentModeOrWithAnEmptyPIN() {
+        var configuration = ServerConfiguration()
+        configuration.lan = LANSettings(host: "bob")
+        #expect(throws: ConfigurationError.self) { try configuration.validate() }
+        configuration.developmentMode = false
+        configuration.lan?.pin = ""
+        #expect(throws: ConfigurationError.self) { try configuration.validate() }
+        configuration.lan?.pin = "1234"
+        #expect(throws: Never.self) { try configuration.validate() }
+    }
+}
