@@ -392,14 +392,46 @@ static gboolean number(const GstStructure *s, const char *field, double *out) {
     return ok;
 }
 
-static gboolean is_audio(const GstStructure *s) {
-    // 1.22 names the kind on RTP stream stats; its codec entries for received streams are empty.
+// 1.22 with audio and video bundled on one transport labels every RTP stream with the kind of
+// one of them ("video" for the audio stream too), so the kind is judged by the stream's clock
+// rate (48 kHz Opus, 90 kHz video), which the nested RTP source statistics carry: a first pass
+// collects each SSRC's rate from wherever a source's statistics appear.
+typedef struct {
+    GHashTable *rates;  // SSRC -> clock rate
+    parley_stats *out;
+} stats_pass;
+
+static void note_source_rate(GHashTable *rates, const GstStructure *s) {
+    const GstStructure *source = NULL;
+    const GValue *value = gst_structure_get_value(s, "gst-rtpsource-stats");
+    if (value && GST_VALUE_HOLDS_STRUCTURE(value)) source = gst_value_get_structure(value);
+    if (!source) return;
+    guint ssrc = 0;
+    gint rate = 0;
+    if (gst_structure_get_uint(source, "ssrc", &ssrc) && gst_structure_get_int(source, "clock-rate", &rate) && rate > 0) {
+        g_hash_table_insert(rates, GUINT_TO_POINTER(ssrc), GINT_TO_POINTER(rate));
+    }
+}
+
+static gboolean collect_rates(GQuark field, const GValue *value, gpointer data) {
+    (void)field;
+    if (GST_VALUE_HOLDS_STRUCTURE(value)) note_source_rate(((stats_pass *)data)->rates, gst_value_get_structure(value));
+    return TRUE;
+}
+
+static gboolean is_audio(const GstStructure *s, GHashTable *rates) {
+    guint ssrc = 0;
+    if (gst_structure_get_uint(s, "ssrc", &ssrc) && g_hash_table_contains(rates, GUINT_TO_POINTER(ssrc))) {
+        return GPOINTER_TO_INT(g_hash_table_lookup(rates, GUINT_TO_POINTER(ssrc))) == 48000;
+    }
     const gchar *kind = gst_structure_get_string(s, "kind");
     return kind == NULL || g_strcmp0(kind, "audio") == 0;
 }
 
 static gboolean collect_stats(GQuark field, const GValue *value, gpointer data) {
-    parley_stats *out = data;
+    (void)field;
+    stats_pass *pass = data;
+    parley_stats *out = pass->out;
     if (!GST_VALUE_HOLDS_STRUCTURE(value)) return TRUE;
     const GstStructure *s = gst_value_get_structure(value);
     GstWebRTCStatsType type = 0;
@@ -407,7 +439,7 @@ static gboolean collect_stats(GQuark field, const GValue *value, gpointer data) 
     double x;
     switch (type) {
     case GST_WEBRTC_STATS_INBOUND_RTP:
-        if (!is_audio(s)) break;
+        if (!is_audio(s, pass->rates)) break;
         if (number(s, "packets-received", &x)) out->packets_received += (uint64_t)x;
         if (number(s, "packets-lost", &x)) out->packets_lost += (int64_t)x;
         if (number(s, "bytes-received", &x)) out->bytes_received += (uint64_t)x;
@@ -415,13 +447,13 @@ static gboolean collect_stats(GQuark field, const GValue *value, gpointer data) 
         if (number(s, "jitter", &x) && x * 1000.0 > out->jitter_ms) out->jitter_ms = x * 1000.0;
         break;
     case GST_WEBRTC_STATS_OUTBOUND_RTP:
-        if (!is_audio(s)) break;
+        if (!is_audio(s, pass->rates)) break;
         if (number(s, "bytes-sent", &x)) out->bytes_sent += (uint64_t)x;
         if (number(s, "packets-sent", &x)) out->packets_sent += (uint64_t)x;
         break;
     case GST_WEBRTC_STATS_REMOTE_INBOUND_RTP:
         // 1.22's candidate-pair carries no RTT; the remote report's round trip does.
-        if (!is_audio(s)) break;
+        if (!is_audio(s, pass->rates)) break;
         if (number(s, "round-trip-time", &x) && x > 0) out->round_trip_time_ms = x * 1000.0;
         if (number(s, "fraction-lost", &x) && x >= 0 && x > out->remote_fraction_lost) out->remote_fraction_lost = x;
         break;
@@ -437,7 +469,10 @@ void parley_stats_read(void *reply, parley_stats *out) {
     out->jitter_ms = -1;
     out->remote_fraction_lost = -1;
     if (!reply) return;
-    gst_structure_foreach((GstStructure *)reply, collect_stats, out);
+    stats_pass pass = { g_hash_table_new(g_direct_hash, g_direct_equal), out };
+    gst_structure_foreach((GstStructure *)reply, collect_rates, &pass);
+    gst_structure_foreach((GstStructure *)reply, collect_stats, &pass);
+    g_hash_table_destroy(pass.rates);
 }
 
 // MARK: Receive jitter buffers

@@ -167,6 +167,12 @@ struct EngineTests {
             call.b.receivedVideoColor.map { $0.isClose(to: orange) } == true && call.a.receivedVideoColor.map { $0.isClose(to: teal) } == true
         }
         #expect(call.a.receivedVideoColor.map { $0.isClose(to: orange) } == false)
+        // The audio's statistics are found beside video: GStreamer 1.22 labels every bundled
+        // stream "video", and a quality report of zeros once hid that.
+        try await eventually(timeout: .seconds(5), "the audio's statistics") {
+            guard let stats = try? await call.a.statistics() else { return false }
+            return stats.packetsReceived > 50 && stats.packetsSent > 50 && stats.jitterMs != nil
+        }
         await call.close()
         #expect(try tone(call.recordings().b) == 440)
     }
