@@ -44,7 +44,8 @@ public final class BonjourDiscovery: LANDiscovery {
     /// running the call part of protocol v1 — the call hub `parley listen --lan` runs for itself —
     /// inside the app, and that is not built for the iPhone. An iPhone finds LAN listeners with
     /// ``browse()`` and calls them.
-    public func advertise(instance: String, port: Int, txt: [String: String]) async throws -> any LANAdvertisement {
+    public func advertise(instance: String, port: Int, txt: [String: String],
+                          lost: @escaping @Sendable (any Error) -> Void) async throws -> any LANAdvertisement {
         throw BonjourDiscoveryError.listeningUnsupported
     }
 

@@ -16,10 +16,15 @@ public struct AvahiError: Error, CustomStringConvertible {
 /// library, over D-Bus). One client on its own event thread serves every advertisement and browse.
 ///
 /// Avahi calls its callbacks on that thread with the poll's lock held; every call into Avahi from
-/// elsewhere takes the same lock (`locked`), as `avahi_threaded_poll_lock` asks.
+/// elsewhere takes the same lock (`locked`), as `avahi_threaded_poll_lock` asks, and nothing that
+/// runs on Avahi's thread takes it again.
+///
+/// IPv4 only: listeners serve on IPv4 (`0.0.0.0`), and an IPv6 link-local address resolved
+/// without its interface would be no use to a caller.
 public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
     private let poll: OpaquePointer
     private var client: OpaquePointer?
+    private var started = false
     /// Callback contexts, kept alive while Avahi may call them.
     private var browses: [ObjectIdentifier: Browse] = [:]
     private var advertisements: [ObjectIdentifier: Advertisement] = [:]
@@ -29,6 +34,7 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
     public init() throws {
         guard let poll = avahi_threaded_poll_new() else { throw AvahiError("cannot start Avahi's event thread") }
         self.poll = poll
+        // From here on a throw runs deinit, which frees what was made: nothing is freed here.
         var code: Int32 = 0
         let context = Unmanaged.passUnretained(self).toOpaque()
         client = avahi_client_new(avahi_threaded_poll_get(poll), AvahiClientFlags(0), { _, state, context in
@@ -36,50 +42,58 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
             Unmanaged<AvahiDiscovery>.fromOpaque(context).takeUnretainedValue().clientFailed()
         }, context, &code)
         guard client != nil else {
-            avahi_threaded_poll_free(poll)
             if code == Int32(AVAHI_ERR_NO_DAEMON) {
                 throw AvahiError("the Avahi daemon is not running: LAN discovery needs avahi-daemon (Debian: apt-get install avahi-daemon)")
             }
             throw AvahiError("cannot connect to the Avahi daemon", code: code)
         }
-        guard avahi_threaded_poll_start(poll) == 0 else {
-            avahi_client_free(client)
-            avahi_threaded_poll_free(poll)
-            throw AvahiError("cannot start Avahi's event thread")
-        }
+        guard avahi_threaded_poll_start(poll) == 0 else { throw AvahiError("cannot start Avahi's event thread") }
+        started = true
     }
 
     deinit {
-        avahi_threaded_poll_stop(poll)
+        if started { avahi_threaded_poll_stop(poll) }
+        let closed = AvahiError("the LAN discovery was closed")
+        for browse in browses.values { browse.finish(throwing: closed) }
+        for advertisement in advertisements.values { advertisement.settle(.failure(closed)) }
         // Frees every entry group, browser and resolver of the client too, withdrawing what was advertised.
         if let client { avahi_client_free(client) }
         avahi_threaded_poll_free(poll)
     }
 
-    private func locked<T>(_ body: () throws -> T) rethrows -> T {
+    fileprivate func locked<T>(_ body: () throws -> T) rethrows -> T {
         avahi_threaded_poll_lock(poll)
         defer { avahi_threaded_poll_unlock(poll) }
         return try body()
     }
 
-    /// The daemon went away (stopped, restarted): every browse ends with an error.
+    /// On Avahi's thread: the daemon went away (stopped, restarted). Every browse ends with an
+    /// error and every advertisement says it is lost.
     private func clientFailed() {
         let code = client.map { avahi_client_errno($0) } ?? Int32(AVAHI_ERR_DISCONNECTED)
         let error = AvahiError("the Avahi daemon went away", code: code)
         failure = error
         for browse in browses.values { browse.finish(throwing: error) }
-        browses = [:]
+        for advertisement in advertisements.values { advertisement.lost(error) }
     }
 
     // MARK: Advertising
 
-    public func advertise(instance: String, port: Int, txt: [String: String]) async throws -> any LANAdvertisement {
+    public func advertise(instance: String, port: Int, txt: [String: String],
+                          lost: @escaping @Sendable (any Error) -> Void) async throws -> any LANAdvertisement {
         guard (1...65535).contains(port) else { throw AvahiError("cannot advertise port \(port)") }
-        let advertisement = Advertisement(owner: self, instance: instance, port: UInt16(port), txt: txt)
+        let advertisement = Advertisement(owner: self, instance: LANService.instanceName(instance), port: UInt16(port), txt: txt,
+                                          lost: lost)
         try locked {
             if let failure { throw failure }
             advertisements[ObjectIdentifier(advertisement)] = advertisement
-            try advertisement.register(client: client)
+            do {
+                try advertisement.register(client: client)
+            } catch {
+                advertisement.free()
+                advertisements[ObjectIdentifier(advertisement)] = nil
+                throw error
+            }
         }
         do {
             try await advertisement.established()
@@ -100,21 +114,26 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
     /// One service registration: an entry group, renamed on a name conflict as Avahi suggests.
     final class Advertisement: LANAdvertisement, @unchecked Sendable {
         private weak var owner: AvahiDiscovery?
-        private(set) var instance: String
+        /// Changed only on Avahi's thread or under its lock.
+        private var name: String
         private let port: UInt16
         private let txt: [String: String]
+        private let onLost: @Sendable (any Error) -> Void
         private var group: OpaquePointer?
         private var waiter: CheckedContinuation<Void, any Error>?
         private var outcome: Result<Void, AvahiError>?
 
-        init(owner: AvahiDiscovery, instance: String, port: UInt16, txt: [String: String]) {
+        init(owner: AvahiDiscovery, instance: String, port: UInt16, txt: [String: String], lost: @escaping @Sendable (any Error) -> Void) {
             self.owner = owner
-            self.instance = instance
+            self.name = instance
             self.port = port
             self.txt = txt
+            self.onLost = lost
         }
 
-        /// Called with the poll's lock held.
+        var instance: String { owner?.locked { name } ?? name }
+
+        /// With the poll's lock held, or on Avahi's thread.
         func register(client: OpaquePointer?) throws {
             let context = Unmanaged.passUnretained(self).toOpaque()
             if group == nil {
@@ -128,23 +147,24 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
             for (key, value) in txt.sorted(by: { $0.key < $1.key }) { list = avahi_string_list_add(list, "\(key)=\(value)") }
             defer { avahi_string_list_free(list) }
             while true {
-                let code = avahi_entry_group_add_service_strlst(group, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(0),
-                                                                instance, LANService.type, nil, nil, port, list)
+                let code = avahi_entry_group_add_service_strlst(group, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_INET),
+                                                                AvahiPublishFlags(0), name, LANService.type, nil, nil, port, list)
                 if code == Int32(AVAHI_ERR_COLLISION) {
-                    rename()
+                    guard rename() else { throw AvahiError("cannot advertise \(name): the name is taken", code: code) }
                     continue
                 }
-                guard code == 0 else { throw AvahiError("cannot advertise \(instance)", code: code) }
+                guard code == 0 else { throw AvahiError("cannot advertise \(name)", code: code) }
                 break
             }
             let code = avahi_entry_group_commit(group)
-            guard code == 0 else { throw AvahiError("cannot advertise \(instance)", code: code) }
+            guard code == 0 else { throw AvahiError("cannot advertise \(name)", code: code) }
         }
 
-        private func rename() {
-            guard let alternative = avahi_alternative_service_name(instance) else { return }
-            instance = String(cString: alternative)
+        private func rename() -> Bool {
+            guard let alternative = avahi_alternative_service_name(name) else { return false }
+            name = String(cString: alternative)
             avahi_free(alternative)
+            return true
         }
 
         /// On Avahi's thread.
@@ -154,7 +174,7 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
                 settle(.success(()))
             case AVAHI_ENTRY_GROUP_COLLISION:
                 // Another device took the name first: take the next one (`bob #2`) and advertise again.
-                rename()
+                guard rename() else { return settle(.failure(AvahiError("cannot advertise \(name): the name is taken"))) }
                 avahi_entry_group_reset(group)
                 do {
                     try register(client: avahi_entry_group_get_client(group))
@@ -162,21 +182,32 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
                     settle(.failure(error as? AvahiError ?? AvahiError("\(error)")))
                 }
             case AVAHI_ENTRY_GROUP_FAILURE:
-                settle(.failure(AvahiError("advertising \(instance) failed", code: avahi_client_errno(avahi_entry_group_get_client(group)))))
+                let error = AvahiError("advertising \(name) failed", code: avahi_client_errno(avahi_entry_group_get_client(group)))
+                if outcome == nil { settle(.failure(error)) } else { onLost(error) }
             default:
                 break
             }
         }
 
-        private func settle(_ result: Result<Void, AvahiError>) {
+        /// On Avahi's thread or under its lock: the first outcome is the one `established` answers.
+        func settle(_ result: Result<Void, AvahiError>) {
             if outcome == nil { outcome = result }
             waiter?.resume(with: result.mapError { $0 as any Error })
             waiter = nil
         }
 
+        /// The daemon went away.
+        func lost(_ error: AvahiError) {
+            if outcome == nil {
+                settle(.failure(error))
+            } else {
+                onLost(error)
+            }
+        }
+
         func established() async throws {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                guard let owner else { return continuation.resume(throwing: AvahiError("the discovery was closed")) }
+                guard let owner else { return continuation.resume(throwing: AvahiError("the LAN discovery was closed")) }
                 owner.locked {
                     if let outcome {
                         continuation.resume(with: outcome.mapError { $0 as any Error })
@@ -187,7 +218,7 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
             }
         }
 
-        /// Called with the poll's lock held.
+        /// Under the poll's lock.
         func free() {
             if let group { avahi_entry_group_free(group) }
             group = nil
@@ -205,25 +236,8 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
     public func browse() -> AsyncThrowingStream<LANDiscoveryEvent, any Error> {
         let (stream, continuation) = AsyncThrowingStream<LANDiscoveryEvent, any Error>.makeStream()
         let browse = Browse(continuation: continuation)
-        let started: AvahiError? = locked {
-            if let failure { return failure }
-            let context = Unmanaged.passUnretained(browse).toOpaque()
-            browse.browser = avahi_service_browser_new(
-                client, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), LANService.type, nil, AvahiLookupFlags(0),
-                { browser, interface, proto, event, name, type, domain, _, context in
-                    guard let context else { return }
-                    Unmanaged<Browse>.fromOpaque(context).takeUnretainedValue()
-                        .browsed(browser, interface: interface, protocol: proto, event: event, name: name, type: type, domain: domain)
-                }, context)
-            guard browse.browser != nil else { return AvahiError("cannot browse for \(LANService.type)", code: avahi_client_errno(client)) }
-            browses[ObjectIdentifier(browse)] = browse
-            return nil
-        }
-        if let started {
-            continuation.finish(throwing: started)
-            return stream
-        }
-        // The stream may end on Avahi's own thread (a failure), where its lock must not be taken again.
+        // Set before the browser exists, so a stream that ends at once still frees it. The stream
+        // may end on Avahi's own thread (a failure), where its lock must not be taken again.
         continuation.onTermination = { [weak self] _ in
             DispatchQueue.global().async { [weak self] in
                 guard let self else { return }
@@ -233,11 +247,27 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
                 }
             }
         }
+        let refused: AvahiError? = locked {
+            if let failure { return failure }
+            browses[ObjectIdentifier(browse)] = browse
+            let context = Unmanaged.passUnretained(browse).toOpaque()
+            browse.browser = avahi_service_browser_new(
+                client, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_INET), LANService.type, nil, AvahiLookupFlags(0),
+                { browser, interface, proto, event, name, type, domain, _, context in
+                    guard let context else { return }
+                    Unmanaged<Browse>.fromOpaque(context).takeUnretainedValue()
+                        .browsed(browser, interface: interface, protocol: proto, event: event, name: name, type: type, domain: domain)
+                }, context)
+            guard browse.browser != nil else { return AvahiError("cannot browse for \(LANService.type)", code: avahi_client_errno(client)) }
+            return nil
+        }
+        if let refused { continuation.finish(throwing: refused) }
         return stream
     }
 
-    /// One browse: a service browser, a resolver per record seen, and which interfaces and address
-    /// families each instance is seen on (it is lost when the last one goes).
+    /// One browse: a service browser, a resolver per record seen, and which interfaces each
+    /// instance is seen on (it is lost when the last one goes). Each listener is reported once,
+    /// and again only when what it says changes.
     final class Browse: @unchecked Sendable {
         struct Sighting: Hashable {
             var interface: AvahiIfIndex
@@ -248,7 +278,7 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
         private let continuation: AsyncThrowingStream<LANDiscoveryEvent, any Error>.Continuation
         private var seen: [String: Set<Sighting>] = [:]
         private var resolvers: Set<OpaquePointer> = []
-        private var found: Set<String> = []
+        private var found: [String: LANListener] = [:]
 
         init(continuation: AsyncThrowingStream<LANDiscoveryEvent, any Error>.Continuation) {
             self.continuation = continuation
@@ -263,7 +293,8 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
                 seen[String(cString: name), default: []].insert(Sighting(interface: interface, proto: proto))
                 let context = Unmanaged.passUnretained(self).toOpaque()
                 let resolver = avahi_service_resolver_new(
-                    avahi_service_browser_get_client(browser), interface, proto, name, type, domain, AvahiProtocol(AVAHI_PROTO_UNSPEC), AvahiLookupFlags(0),
+                    avahi_service_browser_get_client(browser), interface, proto, name, type, domain, AvahiProtocol(AVAHI_PROTO_INET),
+                    AvahiLookupFlags(0),
                     { resolver, _, _, event, name, _, _, _, address, port, txt, _, context in
                         guard let context else { return }
                         Unmanaged<Browse>.fromOpaque(context).takeUnretainedValue()
@@ -276,7 +307,7 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
                 seen[instance]?.remove(Sighting(interface: interface, proto: proto))
                 if seen[instance]?.isEmpty ?? true {
                     seen[instance] = nil
-                    if found.remove(instance) != nil { continuation.yield(.lost(instance: instance)) }
+                    if found.removeValue(forKey: instance) != nil { continuation.yield(.lost(instance: instance)) }
                 }
             case AVAHI_BROWSER_FAILURE:
                 let code = avahi_client_errno(avahi_service_browser_get_client(browser))
@@ -292,15 +323,16 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
             defer {
                 if let resolver, resolvers.remove(resolver) != nil { avahi_service_resolver_free(resolver) }
             }
-            guard event == AVAHI_RESOLVER_FOUND, let name, let address else { return }
+            guard event == AVAHI_RESOLVER_FOUND, let name, let address, address.pointee.proto == AvahiProtocol(AVAHI_PROTO_INET) else { return }
             let instance = String(cString: name)
             // Resolved after it left: nothing to report.
             guard seen[instance] != nil else { return }
             var text = [CChar](repeating: 0, count: Int(AVAHI_ADDRESS_STR_MAX))
             avahi_address_snprint(&text, text.count, address)
             let host = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            guard let listener = LANService.listener(instance: instance, host: host, port: Int(port), txt: Self.pairs(txt)) else { return }
-            found.insert(instance)
+            guard let listener = LANService.listener(instance: instance, host: host, port: Int(port), txt: Self.pairs(txt)),
+                  found[instance] != listener else { return }
+            found[instance] = listener
             continuation.yield(.found(listener))
         }
 
@@ -321,12 +353,11 @@ public final class AvahiDiscovery: LANDiscovery, @unchecked Sendable {
             return pairs
         }
 
-        /// With the poll's lock held (or on its thread).
         func finish(throwing error: AvahiError) {
             continuation.finish(throwing: error)
         }
 
-        /// With the poll's lock held.
+        /// Under the poll's lock.
         func free() {
             for resolver in resolvers { avahi_service_resolver_free(resolver) }
             resolvers = []

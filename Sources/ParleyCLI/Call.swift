@@ -27,6 +27,8 @@ struct Call: AsyncParsableCommand {
             let listener: LANListener
             do { listener = try await LAN.find(self.callee, timeout: .seconds(10)) } catch let exit as ExitCode { throw exit } catch { throw fail("\(error)") }
             guard listener.user.rawValue != phone.user else { throw fail("\(listener.user) is you: call it under another user id (--as)") }
+            // Where the call and the PIN go, said before either does.
+            Console.say("found \(LAN.line(listener))")
             var pin = phone.pin
             if listener.pinRequired, pin == nil {
                 guard Console.interactive else { throw fail("\(listener.user) asks for a PIN: pass --pin") }

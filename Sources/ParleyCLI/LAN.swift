@@ -55,21 +55,18 @@ struct LAN: AsyncParsableCommand {
         for listener in directory.sorted { Console.say(Self.line(listener)) }
     }
 
+    /// A listener on one line; what it advertises is printed without control characters, so no
+    /// record can rewrite the terminal.
     static func line(_ listener: LANListener) -> String {
-        "\(listener.user)\(listener.name.map { " (\($0))" } ?? "")  \"\(listener.instance)\"  \(listener.host):\(listener.port)"
-            + (listener.pinRequired ? "  PIN" : "")
+        "\(listener.user)\(listener.name.map { " (\(LANService.plainText($0)))" } ?? "")  \"\(LANService.plainText(listener.instance))\""
+            + "  \(listener.host):\(listener.port)" + (listener.pinRequired ? "  PIN" : "")
     }
 
-    /// Applies a browse's events until `deadline`, or until `done` says the directory has what is wanted.
+    /// Applies a browse's events until the deadline `until` answers for what has been seen so far
+    /// (it may move it closer, or later).
     static func collect(_ events: AsyncThrowingStream<LANDiscoveryEvent, any Error>, into directory: inout LANDirectory,
-                        until deadline: ContinuousClock.Instant, done: (LANDirectory) -> Bool = { _ in false }) async throws {
-        let (timer, tick) = AsyncStream<Void>.makeStream()
-        let sleeper = Task {
-            try? await Task.sleep(until: deadline)
-            tick.finish()
-        }
-        defer { sleeper.cancel() }
-        // Events and the deadline, merged: whichever comes first.
+                        until deadline: (LANDirectory) -> ContinuousClock.Instant) async throws {
+        // Events and a tick every 100 ms, merged: the deadline is looked at on either.
         let merged = AsyncThrowingStream<LANDiscoveryEvent?, any Error> { continuation in
             let reader = Task {
                 do {
@@ -79,33 +76,46 @@ struct LAN: AsyncParsableCommand {
                     continuation.finish(throwing: error)
                 }
             }
-            let waiter = Task {
-                for await _ in timer {}
-                continuation.yield(nil)
+            let ticker = Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(100))
+                    continuation.yield(nil)
+                }
             }
-            continuation.onTermination = { _ in reader.cancel(); waiter.cancel() }
+            continuation.onTermination = { _ in reader.cancel(); ticker.cancel() }
         }
         for try await event in merged {
-            guard let event else { return }
-            directory.apply(event)
-            if done(directory) { return }
+            if let event { directory.apply(event) }
+            if ContinuousClock.now >= deadline(directory) { return }
         }
     }
 
+    static func collect(_ events: AsyncThrowingStream<LANDiscoveryEvent, any Error>, into directory: inout LANDirectory,
+                        until deadline: ContinuousClock.Instant) async throws {
+        try await collect(events, into: &directory) { _ in deadline }
+    }
+
     /// The listener to call: the one advertised for `callee` (a user id, display name or instance
-    /// name), looked for up to `timeout`.
+    /// name), looked for up to `timeout`, and then a second longer, in case another answers to the
+    /// same name: anyone on the network can advertise "bob", so two are not told apart by guessing.
     static func find(_ callee: String, timeout: Duration) async throws -> LANListener {
         let discovery = try AvahiDiscovery()
         var directory = LANDirectory()
-        try await collect(discovery.browse(), into: &directory, until: .now + timeout) { !$0.matching(callee).isEmpty }
+        let giveUp = ContinuousClock.now + timeout
+        var firstSeen: ContinuousClock.Instant?
+        try await collect(discovery.browse(), into: &directory) { directory in
+            if firstSeen == nil, !directory.matching(callee).isEmpty { firstSeen = .now }
+            return firstSeen.map { $0 + .seconds(1) } ?? giveUp
+        }
         let matches = directory.matching(callee)
         guard let first = matches.first else {
             let others = directory.sorted.map { $0.user.rawValue }
             throw fail("nobody called \(callee) is listening on this network"
                        + (others.isEmpty ? " (nobody is: parley listen --lan starts one)" : " (listening: \(others.joined(separator: ", ")))"))
         }
-        if matches.count > 1 {
-            Console.say("\(matches.count) devices listen as \(callee); calling \"\(first.instance)\" (name another with its quoted name)")
+        guard matches.count == 1 else {
+            throw fail("\(matches.count) devices answer to \(callee) on this network; call one by the name in quotes:\n"
+                       + matches.map { "  " + line($0) }.joined(separator: "\n"))
         }
         return first
     }

@@ -52,6 +52,7 @@ struct Listen: AsyncParsableCommand {
         }
         if phone.lan, voipToken != nil || wokenBy != nil { throw ValidationError("--lan takes calls on the local network: no VoIP pushes there") }
         guard (0...65535).contains(lanPort) else { throw ValidationError("--lan-port is a port number") }
+        if lanPort != 0, !phone.lan { throw ValidationError("--lan-port goes with --lan") }
         if let wokenBy, !FileManager.default.isReadableFile(atPath: wokenBy) { throw ValidationError("--woken-by: cannot read \(wokenBy)") }
     }
 
@@ -75,25 +76,30 @@ struct Listen: AsyncParsableCommand {
             let discovery: AvahiDiscovery
             do { discovery = try AvahiDiscovery() } catch { throw fail("\(error)") }
             let server = try await EmbeddedServer.startLAN(user: user, pin: phone.pin, port: lanPort, logger: phone.logger)
-            let token = try await server.server.mintToken(user: user, name: phone.name, lifetime: .seconds(7 * 24 * 3600))
-            let instance = "\(phone.name ?? phone.user) on \(ProcessInfo.processInfo.hostName)"
+            // The softphone is up before the device is advertised: nobody finds it and gets "offline".
+            let token = try await server.server.mintToken(user: user, name: phone.name, lifetime: .seconds(365 * 24 * 3600))
+            do {
+                softphone = try await phone.startSoftphone(phone.options(server: server.base, token: token))
+            } catch {
+                await server.stop()
+                throw error
+            }
+            let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "this computer"
             let advertisement: any LANAdvertisement
             do {
-                advertisement = try await discovery.advertise(instance: instance, port: server.port,
-                                                              txt: LANService.txt(user: user, name: phone.name, pinRequired: phone.pin != nil))
+                advertisement = try await discovery.advertise(
+                    instance: "\(phone.name ?? phone.user) on \(host)", port: server.port,
+                    txt: LANService.txt(user: user, name: phone.name, pinRequired: phone.pin != nil)
+                ) { error in
+                    try? FileHandle.standardError.write(contentsOf: Data("parley: \(error); this device can no longer be found on the network\n".utf8))
+                }
             } catch {
+                await softphone.stop()
                 await server.stop()
                 throw fail("\(error)")
             }
             lan = (server, advertisement, discovery)
-            do {
-                softphone = try await phone.startSoftphone(phone.options(server: server.base, token: token))
-            } catch {
-                await advertisement.stop()
-                await server.stop()
-                throw error
-            }
-            Console.say("on the local network as \"\(instance)\", port \(server.port)\(phone.pin == nil ? "" : ", PIN required")")
+            Console.say("on the local network as \"\(advertisement.instance)\", port \(server.port)\(phone.pin == nil ? "" : ", PIN required")")
         } else if let wokenBy {
             softphone = try Softphone(options: phone.options(), logger: phone.logger)
             Console.say("woken by a VoIP push as \(phone.user) (device \(softphone.options.device))")
@@ -105,7 +111,11 @@ struct Listen: AsyncParsableCommand {
         } else {
             softphone = try await phone.startSoftphone()
         }
-        let mode = answer ?? (Console.interactive ? .ask : .auto)
+        // On a LAN anyone may call: without a terminal to ask on, nobody is answered unless told.
+        let mode = answer ?? (Console.interactive ? .ask : lan == nil ? .auto : .never)
+        if lan != nil, answer == nil, !Console.interactive {
+            Console.say("no terminal to ask on: every call is declined (pass --answer auto to answer every caller on this network)")
+        }
         Console.say("listening as \(phone.user) (device \(softphone.options.device)) \(lan == nil ? "on \(phone.server)" : "with no server"); answer: \(mode.rawValue)")
         calls: for await event in softphone.events {
             guard case .incoming(let call, let caller, let name, let address) = event else { continue }

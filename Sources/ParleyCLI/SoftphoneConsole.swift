@@ -23,8 +23,11 @@ struct SoftphoneArguments: ParsableArguments {
     @Flag(help: "On the local network, with no server: listen advertises this device (DNS-SD, through avahi-daemon); call finds the callee and connects to it.")
     var lan = false
 
-    @Option(help: "With --lan: the PIN callers must give (listen), or the callee's PIN (call).")
-    var pin: String?
+    @Option(name: .customLong("pin"), help: "With --lan: the PIN callers must give (listen), or the callee's PIN (call); 4 to 64 characters. [PARLEY_PIN]")
+    var pinOption: String?
+
+    /// `--pin`, or with `--lan` the environment's `PARLEY_PIN` (kept out of `ps`).
+    var pin: String? { pinOption ?? (lan ? Serve.env("PARLEY_PIN") : nil) }
 
     @Option(help: "This device's id (1-64 of A-Z a-z 0-9 . _ - @ :); a new one each run by default.")
     var device: String?
@@ -80,11 +83,11 @@ struct SoftphoneArguments: ParsableArguments {
             }
         }
         if let name, name.isEmpty || name.count > 128 { throw ValidationError("--name is 1 to 128 characters") }
+        if pinOption != nil, !lan { throw ValidationError("--pin goes with --lan") }
         if let pin {
-            guard lan else { throw ValidationError("--pin goes with --lan") }
-            guard !pin.isEmpty, pin.utf8.count <= 64 else { throw ValidationError("--pin is 1 to 64 characters") }
+            guard pin.count >= 4, pin.utf8.count <= 64 else { throw ValidationError("--pin is 4 to 64 characters") }
         }
-        if lan, token != nil { throw ValidationError("--lan needs no --token: the device you call gives one") }
+        if lan, token != nil { throw ValidationError("--lan takes no --token: a LAN listener makes its own") }
         if let device, DeviceID(rawValue: device) == nil { throw ValidationError("--device must be a device id (letters, digits, . _ - @ :)") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
     }

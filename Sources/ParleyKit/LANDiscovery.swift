@@ -23,12 +23,32 @@ public enum LANService {
         return txt
     }
 
+    /// A DNS-SD instance name from what a person reads (`Bob on laptop`): control and format
+    /// characters dropped, at most 63 bytes (DNS's label limit), cut on a character boundary.
+    public static func instanceName(_ wanted: String) -> String {
+        var name = ""
+        for character in plainText(wanted) {
+            guard name.utf8.count + String(character).utf8.count <= 63 else { break }
+            name.append(character)
+        }
+        return name.isEmpty ? "Parley" : name
+    }
+
+    /// Text from the network made safe to print: no control or format characters (terminal escapes,
+    /// new lines, bidirectional overrides), which could forge what a person reads beside it.
+    public static func plainText(_ text: String) -> String {
+        String(String.UnicodeScalarView(text.unicodeScalars.filter {
+            !($0.properties.generalCategory == .control || $0.properties.generalCategory == .format
+              || $0.properties.generalCategory == .lineSeparator || $0.properties.generalCategory == .paragraphSeparator)
+        }))
+    }
+
     /// A listener from a resolved record; nil when the record is not a Parley listener's (another
     /// version, no valid user id, no port).
     public static func listener(instance: String, host: String, port: Int, txt: [String: String]) -> LANListener? {
         guard txt["v"] == version, let user = txt["user"].flatMap(UserID.init(rawValue:)), (1...65535).contains(port),
               !host.isEmpty else { return nil }
-        let name = txt["name"].flatMap { $0.isEmpty ? nil : $0 }
+        let name = txt["name"].map(plainText).flatMap { $0.isEmpty ? nil : $0 }
         return LANListener(instance: instance, user: user, name: name, host: host, port: port, pinRequired: txt["pin"] == "1")
     }
 }
@@ -76,14 +96,20 @@ public enum LANDiscoveryEvent: Hashable, Sendable {
 
 /// An advertisement in progress; it is withdrawn by `stop()` (and when the process ends).
 public protocol LANAdvertisement: Sendable {
+    /// The name it is registered under: the one asked for, or after a conflict on the network
+    /// the next free one (`Bob on laptop #2`).
+    var instance: String { get }
     func stop() async
 }
 
 /// The platform's DNS-SD service.
 public protocol LANDiscovery: Sendable {
-    /// Advertises a listener on `port` as `instance`; throws when the platform's service is missing
-    /// or refuses. The name actually registered may differ after a conflict (`instance #2`).
-    func advertise(instance: String, port: Int, txt: [String: String]) async throws -> any LANAdvertisement
+    /// Advertises a listener on `port` as `instance` (at most 63 bytes: `instanceName(_:)`); throws
+    /// when the platform's service is missing or refuses. The name actually registered may differ
+    /// after a conflict (`instance #2`). `lost` is told if the service goes away later (the
+    /// daemon stopped): the device can no longer be found.
+    func advertise(instance: String, port: Int, txt: [String: String],
+                   lost: @escaping @Sendable (any Error) -> Void) async throws -> any LANAdvertisement
     /// Parley listeners as they appear and leave, resolved to an address, until the stream is
     /// dropped; it fails when the platform's service is missing or goes away.
     func browse() -> AsyncThrowingStream<LANDiscoveryEvent, any Error>

@@ -14,9 +14,10 @@ struct HTTPRoutes: Sendable {
     /// Whether the server is shutting down: new sessions are refused with 503.
     let isShuttingDown: @Sendable () async -> Bool
     let limiter: AddressRateLimiter
-    /// A LAN listener's PIN tries, per address: `lan.pinAttempts` at once, then one per
-    /// `lockout / pinAttempts`.
-    let pinTries: AddressRateLimiter?
+    /// Whether a device of this user is connected or held for resume.
+    let isPresent: @Sendable (UserID) async -> Bool
+    /// A LAN listener's PIN tries and who may take a token.
+    let lanGate: LANGate?
 
     static let maxBody = 64 * 1024
     static let maxCallsLimit = 200
@@ -41,7 +42,6 @@ struct HTTPRoutes: Sendable {
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                             body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
         }
-        BrowserClient.register(on: router, janusURL: configuration.janus?.clientURL)
         router.post("/v1/dev/tokens") { request, context in try await devToken(request, context: context) }
         router.on("/v1/dev/tokens", method: .options) { request, _ in
             guard configuration.developmentMode else { return Self.error(.notFound, .notFound, "not found") }
@@ -60,6 +60,10 @@ struct HTTPRoutes: Sendable {
             }
             return Self.error(.upgradeRequired, .badRequest, "this endpoint speaks WebSocket (protocol v1)")
         }
+        // A LAN listener serves calls to its user and nothing else: callers choose their own user
+        // ids there, so no history, devices or pages are served under them.
+        guard configuration.lan == nil else { return }
+        BrowserClient.register(on: router, janusURL: configuration.janus?.clientURL)
         router.get("/v1/ice-servers") { request, _ in
             guard let identity = await identity(request) else { return Self.unauthorized }
             return Self.json(IceServersResponse(iceServers: configuration.iceServers.iceServers(for: identity.user),
@@ -150,27 +154,43 @@ struct HTTPRoutes: Sendable {
     /// A token for a caller on the local network: any user id but the listener's, with the PIN
     /// when the listener has one. Tries are limited per address, right or wrong.
     private func lanToken(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        guard let lan = configuration.lan, let pinTries else { return Self.error(.notFound, .notFound, "not found") }
+        guard let lan = configuration.lan, let lanGate else { return Self.error(.notFound, .notFound, "not found") }
         let body: LANTokenRequest
         switch await Self.decode(LANTokenRequest.self, from: request) {
         case .failure(let failure): return failure.response
         case .success(let value): body = value
         }
-        if let name = body.name, name.count > 128 {
-            return Self.error(.badRequest, .badRequest, "name must be at most 128 characters")
+        if let name = body.name {
+            guard name.count <= 128 else { return Self.error(.badRequest, .badRequest, "name must be at most 128 characters") }
+            // The listener's user reads it beside the caller's address: nothing may rewrite that line.
+            guard !LANGate.hasControlCharacters(name) else {
+                return Self.error(.badRequest, .badRequest, "name may not hold control or formatting characters")
+            }
         }
         guard body.user != lan.host else {
             return Self.error(.conflict, .badRequest, "\(lan.host) is the user of the device you are calling; call it under another user id")
         }
         if let expected = lan.pin {
-            if let wait = pinTries.admit(context.remoteAddress?.ipAddress ?? "unknown") {
+            switch lanGate.admit(address: context.remoteAddress?.ipAddress ?? "unknown") {
+            case .admitted:
+                break
+            case .wait(let wait, let everyone):
                 let seconds = AddressRateLimiter.retryAfter(wait)
-                var response = Self.error(.tooManyRequests, .rateLimited, "too many PIN tries from this address; retry in \(seconds) s")
+                var response = Self.error(.tooManyRequests, .rateLimited, everyone
+                    ? "too many wrong PINs from this network; \(lan.host) takes none for \(seconds) s"
+                    : "too many PIN tries from this address; retry in \(seconds) s")
                 response.headers[.retryAfter] = "\(seconds)"
                 return response
             }
             guard let given = body.pin else { return Self.error(.forbidden, .forbidden, "\(lan.host) asks for a PIN") }
-            guard Self.constantTimeEqual(given, expected) else { return Self.error(.forbidden, .forbidden, "wrong PIN") }
+            guard Self.constantTimeEqual(given, expected) else {
+                lanGate.failed()
+                return Self.error(.forbidden, .forbidden, "wrong PIN")
+            }
+        }
+        // One user id, one caller: a second would take over the first's session and calls.
+        guard await !isPresent(body.user) else {
+            return Self.error(.conflict, .badRequest, "\(body.user) is already connected here; call under another user id")
         }
         let minted = try await tokens.mint(user: body.user, name: body.name, lifetime: lan.tokenLifetime)
         return Self.json(DevTokenResponse(token: minted.token, expiresAt: Int64(minted.expiresAt.timeIntervalSince1970 * 1000)))

@@ -99,8 +99,8 @@ public struct ServerConfiguration: Sendable {
         if lan != nil, developmentMode {
             throw ConfigurationError("a LAN listener mints tokens only for callers with its PIN: development mode must be off")
         }
-        if let pin = lan?.pin, pin.isEmpty || pin.utf8.count > 64 {
-            throw ConfigurationError("a LAN PIN is 1 to 64 characters")
+        if let pin = lan?.pin, pin.count < 4 || pin.utf8.count > 64 {
+            throw ConfigurationError("a LAN PIN is 4 to 64 characters")
         }
         guard !isLoopback else { return }
         if case .hs256(let secret) = tokenKey {

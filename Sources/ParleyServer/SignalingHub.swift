@@ -360,8 +360,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
         }
         guard invite.to != caller.user else { throw ErrorMessage(code: .badRequest, message: "a user cannot call themselves") }
-        if let lan = configuration.lan, invite.to != lan.host {
-            throw ErrorMessage(code: .forbidden, message: "this is \(lan.host)'s device on a local network: it takes calls to \(lan.host) only")
+        if let lan = configuration.lan {
+            guard invite.to == lan.host else {
+                throw ErrorMessage(code: .forbidden, message: "this is \(lan.host)'s device on a local network: it takes calls to \(lan.host) only")
+            }
+            // Strangers on the network do not get to ring it over and over at once.
+            if (liveCallsByUser[lan.host] ?? []).contains(where: { calls[$0]?.phase == .ringing }) {
+                throw ErrorMessage(code: .rateLimited, message: "\(lan.host) is being called already; try again in a moment")
+            }
         }
 
         let now = wallClock()
@@ -720,5 +726,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     public var connectionCount: Int { connections.count }
     public var isShuttingDown: Bool { shuttingDown }
+
+    /// Whether a device of `user` is connected or held for resume.
+    public func isPresent(_ user: UserID) -> Bool { !(devicesByUser[user]?.isEmpty ?? true) }
     public var sessionCount: Int { sessions.count }
 }

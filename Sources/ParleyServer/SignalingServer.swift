@@ -82,10 +82,8 @@ public final class SignalingServer: Sendable {
         HTTPRoutes(configuration: configuration, store: store, tokens: tokens, metrics: metrics,
                    wallClock: { Int64(Date().timeIntervalSince1970 * 1000) },
                    isShuttingDown: { [hub] in await hub.isShuttingDown }, limiter: limiter,
-                   pinTries: configuration.lan.map { lan in
-                       AddressRateLimiter(rate: Double(lan.pinAttempts) / max(Double(lan.lockout.components.seconds), 1),
-                                          burst: Double(lan.pinAttempts))
-                   }).register(on: router)
+                   isPresent: { [hub] user in await hub.isPresent(user) },
+                   lanGate: configuration.lan.map { LANGate(settings: $0, logger: logger) }).register(on: router)
         let openConnections = OpenConnections()
         let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, metrics: metrics, open: openConnections, limiter: limiter, logger: logger)
         let onRunning = self.onRunning

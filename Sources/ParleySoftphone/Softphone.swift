@@ -233,8 +233,16 @@ public actor Softphone {
         try await Self.retrying(until: deadline) { try await Self.checkReachable(server) }
         let fixedToken = options.token
         let user = options.user, name = options.name, lan = options.lan
+        // A LAN listener's token is kept for reconnects: asking again spends a PIN try each time,
+        // and the listener refuses a second token for a user id that is still connected.
+        let lanTokens = LANTokenCache()
         let fresh: @Sendable () async throws -> String = {
-            if let lan { return try await Self.lanToken(listener: server, user: user, name: name, pin: lan.pin) }
+            if let lan {
+                if let token = lanTokens.valid() { return token }
+                let token = try await Self.lanToken(listener: server, user: user, name: name, pin: lan.pin)
+                lanTokens.keep(token, for: .seconds(11 * 3600))
+                return token
+            }
             return try await Self.developmentToken(server: server, user: user, name: name)
         }
         let firstToken: String
@@ -486,7 +494,7 @@ extension Softphone {
         do {
             (data, response) = try await URLSession.shared.data(for: request)
         } catch {
-            throw SoftphoneError("cannot reach the LAN listener at \(listener.absoluteString)", unreachable: true)
+            throw SoftphoneError("cannot reach the LAN listener at \(listener.absoluteString) (has it left the network?)", unreachable: true)
         }
         guard let http = response as? HTTPURLResponse else { throw SoftphoneError("no HTTP answer from \(listener.absoluteString)") }
         guard http.statusCode == 200 else {
@@ -495,6 +503,14 @@ extension Softphone {
         }
         return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
     }
+}
+
+/// A LAN listener's token, until shortly before it expires.
+private final class LANTokenCache: @unchecked Sendable {
+    private let lock = NSLock()
+    private var token: (value: String, until: ContinuousClock.Instant)?
+    func valid() -> String? { lock.withLock { token.flatMap { ContinuousClock.now < $0.until ? $0.value : nil } } }
+    func keep(_ value: String, for lifetime: Duration) { lock.withLock { token = (value, .now + lifetime) } }
 }
 
 /// Hands out the token fetched at start once, then defers to fresh ones.

@@ -162,7 +162,7 @@ struct BonjourDiscoveryTests {
         let discovery = BonjourDiscovery()
         await #expect(throws: BonjourDiscoveryError.listeningUnsupported) {
             _ = try await discovery.advertise(instance: "alice on iphone", port: 8443,
-                                              txt: LANService.txt(user: "alice", name: nil, pinRequired: false))
+                                              txt: LANService.txt(user: "alice", name: nil, pinRequired: false), lost: { _ in })
         }
         #expect(BonjourDiscoveryError.listeningUnsupported.description.contains("call hub"))
         #expect(NWBrowser.standInBrowsing == 0)

@@ -243,7 +243,7 @@ private func addCloseFrom(_ actions: UnsafeMutablePointer<posix_spawn_file_actio
 
 /// Calls on a local network with no server: discovery through Avahi, the listener's own hub, real
 /// media between two namespaces.
-@Suite("LAN calls without a server", .serialized)
+@Suite("LAN calls without a server", .serialized, .timeLimit(.minutes(3)))
 struct LANCallTests {
     @Test func aListenerIsFoundWithItsNameAndAddressAndDisappearsWhenItLeaves() async throws {
         let lab = try await LANLab.make(devices: 2)
@@ -295,9 +295,12 @@ struct LANCallTests {
 
         let call = try await lab.run(on: 2, ["call", "bob", "--lan", "--as", "alice", "--name", "Alice", "--pin", "2468",
                                              "--play", "tone:440", "--record", heardByAlice.path, "--duration", "4"], output: "call.txt")
+        try #require(call.status == 0, "\(call.output)")
+        // The listener (--once) ends with the call.
+        try await lab.output(listener.output, contains: "call with alice ended")
         await LANLab.wait(for: listener.process)
         let listened = try String(contentsOf: listener.output, encoding: .utf8)
-        #expect(call.status == 0, "\(call.output)")
+        #expect(call.output.contains("found bob (Bob)  \"Bob on "), "\(call.output)")
         #expect(call.output.contains("calling Bob (bob) at 198.51.100.61:"), "\(call.output)")
         #expect(call.output.contains("call with bob ended: hung up"), "\(call.output)")
         // The callee sees who calls, under the name they chose, and from where.
@@ -312,6 +315,28 @@ struct LANCallTests {
             let missing = CallRecordingTests.tenthsMissing(audio, channel: 0, present: [present], absent: [absent],
                                                            from: 1.0, to: seconds - 0.3)
             #expect(missing.isEmpty, "\(file.lastPathComponent): \(missing)")
+        }
+    }
+
+    @Test func twoListenersUnderOneNameAreBothFoundAndNotToldApartByGuessing() async throws {
+        let lab = try await LANLab.make(devices: 3)
+        defer { lab.stop() }
+        var outputs: [URL] = []
+        for device in [1, 3] {
+            let listener = try lab.start(on: device, ["listen", "--lan", "--as", "bob", "--name", "Bob", "--play", "silence", "--answer", "never"],
+                                         output: "listen\(device).txt")
+            try await lab.output(listener.output, contains: "on the local network as")
+            outputs.append(listener.output)
+        }
+        // Both asked for "Bob on <host>" (one host name here): the second got the next free name.
+        let names = try outputs.map { try String(contentsOf: $0, encoding: .utf8) }
+        #expect(names.contains { $0.contains(#"#2""#) }, "\(names)")
+        let call = try await lab.run(on: 2, ["call", "bob", "--lan", "--as", "alice", "--play", "silence"], output: "call.txt")
+        #expect(call.status == 1)
+        #expect(call.output.contains("2 devices answer to bob on this network"), "\(call.output)")
+        #expect(call.output.contains("198.51.100.61:") && call.output.contains("198.51.100.63:"), "\(call.output)")
+        for output in outputs {
+            #expect(!((try? String(contentsOf: output, encoding: .utf8)) ?? "").contains("incoming call"))
         }
     }
 }

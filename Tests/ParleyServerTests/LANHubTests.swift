@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import ParleyProtocol
 import ParleyServerTesting
 @testable import ParleyServer
@@ -110,5 +111,67 @@ struct LANHubTests {
         #expect(throws: ConfigurationError.self) { try configuration.validate() }
         configuration.lan?.pin = "1234"
         #expect(throws: Never.self) { try configuration.validate() }
+    }
+
+    @Test func aCallerCannotTakeAnotherCallersUserIdOrReadAnythingUnderIt() async throws {
+        let server = try await Self.start(pin: nil)
+        let token = try await lanToken(server, #"{"user": "alice"}"#).decode(DevTokenResponse.self).token
+        let alice = try await WSTestClient.connect(url: server.signalURL, token: token)
+        _ = try await alice.hello(device: "a1")
+        // While alice is there, nobody else gets a token as alice (it would take over her session).
+        let second = try await lanToken(server, #"{"user": "alice"}"#)
+        #expect(second.status == 409)
+        #expect(String(decoding: second.body, as: UTF8.self).contains("already connected"))
+        // No history, devices, ICE servers or pages under any user id on a LAN listener.
+        for (method, path) in [("GET", "/v1/calls"), ("PUT", "/v1/devices/a1"), ("GET", "/v1/ice-servers"), ("GET", "/")] {
+            let answer = try await server.http(method, path, token: token, json: method == "PUT" ? #"{"platform": "linux"}"# : nil)
+            #expect(answer.status == 404, "\(method) \(path) answered \(answer.status)")
+        }
+        try await server.stop()
+    }
+
+    @Test func aNameThatCouldRewriteTheCalleesScreenIsRefused() async throws {
+        let server = try await Self.start(pin: nil)
+        for name in ["Alice\u{1B}[2K at 10.0.0.1", "Alice\nat 10.0.0.1", "Alice\u{202E}1.0.0.01 ta"] {
+            let body = String(decoding: try JSONEncoder().encode(LANTokenRequest(user: "alice", name: name)), as: UTF8.self)
+            #expect(try await lanToken(server, body).status == 400, "\(name.debugDescription)")
+        }
+        #expect(try await lanToken(server, #"{"user": "alice", "name": "Alice Liddell ✨"}"#).status == 200)
+        try await server.stop()
+    }
+
+    @Test func oneCallRingsTheListenerAtATime() async throws {
+        let server = try await Self.start(pin: nil)
+        _ = try await server.device("bob", "listener")
+        var callers: [WSTestClient] = []
+        for user in ["alice", "carol"] {
+            let token = try await lanToken(server, #"{"user": "\#(user)"}"#).decode(DevTokenResponse.self).token
+            let client = try await WSTestClient.connect(url: server.signalURL, token: token)
+            _ = try await client.hello(device: DeviceID(rawValue: "d-\(user)")!)
+            callers.append(client)
+        }
+        #expect(try await callers[0].request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+        let second = try await callers[1].request { .callInvite(CallInvite(id: $0, call: "9b7f0b8e-1c2d-4e5f-8a9b-0c1d2e3f4a5b", to: "bob")) }
+        guard case .failure(let busy) = second else { Issue.record("a second caller rang the listener at once"); return }
+        #expect(busy.code == .rateLimited)
+        try await server.stop()
+    }
+
+    @Test func wrongPINsFromManyAddressesLockTheWholeNetworkOut() {
+        var settings = LANSettings(host: "bob", pin: "4321")
+        settings.lockout = .seconds(60)
+        let gate = LANGate(settings: settings, logger: Logger(label: "test"))
+        let start = ContinuousClock.now
+        for index in 0..<LANGate.networkFailures {
+            #expect(gate.admit(address: "198.51.100.\(index)", now: start) == .admitted)
+            gate.failed(now: start)
+        }
+        guard case .wait(let wait, everyone: true) = gate.admit(address: "203.0.113.9", now: start + .seconds(1)) else {
+            Issue.record("a fresh address was let try after \(LANGate.networkFailures) wrong PINs")
+            return
+        }
+        #expect(wait > .seconds(500))
+        // The window passes: tries are taken again.
+        #expect(gate.admit(address: "203.0.113.9", now: start + .seconds(601)) == .admitted)
     }
 }
