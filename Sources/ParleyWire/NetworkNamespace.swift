@@ -66,7 +66,8 @@ public struct NetworkNamespace: Hashable, Sendable {
         return try box.result!.get()
     }
 
-    static func runIP(_ arguments: [String]) throws {
+    /// Runs `ip` with `arguments` to its end, throwing with its error output when it fails.
+    public static func runIP(_ arguments: [String]) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["ip"] + arguments

@@ -224,15 +224,7 @@ final class LANLab: @unchecked Sendable {
     }
 
     static func ip(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["ip"] + arguments
-        let errors = Pipe()
-        process.standardError = errors
-        try process.run()
-        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw TestFailure("ip \(arguments.joined(separator: " ")) failed: \(message)") }
+        try NetworkNamespace.runIP(arguments)
     }
 }
 
