@@ -31,7 +31,7 @@ import ParleyKit
 /// attaches to it (`192.168.1.20%en0` becomes `192.168.1.20`).
 ///
 /// **Listening.** An iPhone finds LAN listeners and calls them; it does not listen:
-/// ``advertise(instance:port:txt:)`` throws.
+/// ``advertise(instance:port:txt:lost:)`` throws.
 public final class BonjourDiscovery: LANDiscovery {
     /// How long a listener's address may take to resolve before the listener is left out.
     public let resolveTimeout: Duration
@@ -71,7 +71,7 @@ public enum BonjourDiscoveryError: Error, Equatable, CustomStringConvertible {
     case localNetworkDenied
     /// The browser failed otherwise; the system's error, as it describes itself.
     case browserFailed(String)
-    /// ``BonjourDiscovery/advertise(instance:port:txt:)``: an iPhone does not listen for LAN calls.
+    /// ``BonjourDiscovery/advertise(instance:port:txt:lost:)``: an iPhone does not listen for LAN calls.
     case listeningUnsupported
 
     public var description: String {

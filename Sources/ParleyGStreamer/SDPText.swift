@@ -49,8 +49,15 @@ package enum SDPText {
         return lines(sdp).filter { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }
     }
 
+    /// Lines end in CRLF, or LF. Every carriage return at a line's end goes with it: dropping just
+    /// one made a rewrite change a line that ended in several (the fuzzer's find), since the rewrite
+    /// ends each line in CRLF again.
     private static func lines(_ sdp: String) -> [String] {
         sdp.split(omittingEmptySubsequences: true, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
-            .map { $0.hasSuffix("\r") ? String($0.dropLast()) : String($0) }
+            .map { line in
+                var line = Substring(line)
+                while line.hasSuffix("\r") { line = line.dropLast() }
+                return String(line)
+            }
     }
 }

@@ -382,7 +382,7 @@ public actor Softphone {
             eventSink.yield(.phase(call, phase))
         case .quality(let call, let report):
             timelines[call]?.quality = report
-            logQuality(call, #""mos":\#(report.mos),"listeningMos":\#(report.listeningMos),"rttMs":\#(report.rttMs),"jitterMs":\#(report.jitterMs),"lossPct":\#(report.lossPct),"remoteLossPct":\#(report.remoteLossPct.map { String($0) } ?? "null"),"receivedKbps":\#(report.bitrateKbps),"burstRatio":\#(report.burstRatio),"codecKbps":\#(report.codecKbps)"#)
+            logQuality(call, #""mos":\#(report.mos),"listeningMos":\#(report.listeningMos),"rttMs":\#(report.rttMs),"jitterMs":\#(report.jitterMs),"lossPct":\#(report.lossPct),"remoteLossPct":\#(report.remoteLossPct.map { String($0) } ?? "null"),"receivedKbps":\#(report.bitrateKbps),"burstRatio":\#(report.burstRatio),"codecKbps":\#(report.codecKbps),"receiveLatencyMs":\#(peers[call].map { String($0.receiveLatencyMs) } ?? "null")"#)
         case .bitrate(let call, let setting):
             timelines[call]?.bitrate = setting
             logQuality(call, #""bitrateKbps":\#(setting.bitrateKbps),"fec":\#(setting.fec),"expectedLossPct":\#(setting.expectedLossPct),"frameMs":\#(setting.frameMs)"#)
