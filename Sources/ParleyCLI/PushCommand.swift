@@ -89,7 +89,7 @@ struct PushTest: AsyncParsableCommand {
             throw ValidationError("no database at \(database): pass the server's --database (PARLEY_DATABASE)")
         }
         let userID = UserID(rawValue: user)!
-        let devices = try SQLiteStore(path: database).devices(of: userID)
+        let devices = try await SQLiteStore(path: database).devices(of: userID)
         guard !devices.isEmpty else {
             print("\(user) has no registered device: the app registers one with PUT /v1/devices/{device} after sign-in")
             throw ExitCode(1)

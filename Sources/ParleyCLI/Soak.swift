@@ -148,7 +148,8 @@ struct BenchSoak: AsyncParsableCommand {
 
         // Check.
         let store = try SQLiteStore(path: database)
-        let records = try names.flatMap { try store.calls(of: $0, limit: 100_000) }
+        var records: [CallRecord] = []
+        for name in names { records += try await store.calls(of: name, limit: 100_000) }
         var unique: [CallID: CallRecord] = [:]
         for record in records { unique[record.call] = record }
         let summary = await ledger.summary()

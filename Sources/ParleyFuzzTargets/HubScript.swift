@@ -353,7 +353,7 @@ final class HubWorld {
     func finish() async -> String? {
         await hub.flushRecords()
         for call in endedCalls.sorted(by: { $0.rawValue < $1.rawValue }) {
-            guard let record = try? store.call(call) else {
+            guard let record = try? await store.call(call) else {
                 await hub.shutdown()
                 return "call \(call) ended but is not in the store"
             }

@@ -5,7 +5,7 @@ import ParleyProtocol
 
 /// Writes the hub's calls to the store off the hub's path.
 ///
-/// The hub hands over a call each time it changes (`save`) and goes on at once; a thread of the
+/// The hub hands over a call each time it changes (`save`) and goes on at once; a task of the
 /// writer's own writes what has gathered, one transaction a batch, so a slow or locked database
 /// delays records, never signaling. Only the newest state of a call is written: a call that rang,
 /// was answered and ended while the previous batch was being written is one row in the next.
@@ -74,14 +74,11 @@ public final class CallRecordWriter: Sendable {
     }
 
     private func startWriting() {
-        // A thread of its own: the store blocks (a locked SQLite file waits up to its busy timeout),
-        // and blocking the cooperative pool would stall every connection.
-        let thread = Thread { [self] in writeUntilDrained() }
-        thread.name = "parley.records"
-        thread.start()
+        // Detached: the hub's actor hands over and goes on; the writes never run on it.
+        Task.detached { [self] in await writeUntilDrained() }
     }
 
-    private func writeUntilDrained() {
+    private func writeUntilDrained() async {
         var backoff = Duration.milliseconds(50)
         while true {
             let batch: [StoredCall] = state.withLockedValue { state in
@@ -105,7 +102,7 @@ public final class CallRecordWriter: Sendable {
                 return
             }
             do {
-                try store.saveCalls(batch)
+                try await store.saveCalls(batch)
                 backoff = .milliseconds(50)
                 state.withLockedValue { $0.inFlight = [] }
             } catch {
@@ -117,7 +114,8 @@ public final class CallRecordWriter: Sendable {
                         state.order.append(call.record.call)
                     }
                 }
-                Thread.sleep(forTimeInterval: Double(backoff.components.seconds) + Double(backoff.components.attoseconds) / 1e18)
+                // Not cancellable: the writer ends only when everything is written.
+                try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, maxBackoff)
             }
         }

@@ -93,14 +93,14 @@ struct HTTPRoutes: Sendable {
             }
             let limit = configuration.limits.devicesPerUser
             do {
-                let known = try store.devices(of: identity.user)
+                let known = try await store.devices(of: identity.user)
                 if known.count >= limit, !known.contains(where: { $0.device == device }) {
                     return Self.error(.conflict, .badRequest, "\(identity.user) has \(known.count) devices, the most one user may register; remove one (DELETE /v1/devices/{device}) first")
                 }
             } catch { return Self.error(.internalServerError, .internal, "the devices could not be read") }
             let record = DeviceRecord(user: identity.user, device: device, platform: registration.platform,
                                       voip: registration.voip, alerts: registration.alerts, updatedAt: wallClock())
-            do { try store.upsertDevice(record) } catch { return Self.error(.internalServerError, .internal, "the device could not be stored") }
+            do { try await store.upsertDevice(record) } catch { return Self.error(.internalServerError, .internal, "the device could not be stored") }
             return Self.json(record)
         }
         router.delete("/v1/devices/:device") { request, context in
@@ -109,7 +109,7 @@ struct HTTPRoutes: Sendable {
                 return Self.error(.notFound, .notFound, "no such device")
             }
             do {
-                guard try store.deleteDevice(user: identity.user, device: device) else {
+                guard try await store.deleteDevice(user: identity.user, device: device) else {
                     return Self.error(.notFound, .notFound, "no such device")
                 }
             } catch { return Self.error(.internalServerError, .internal, "the device could not be removed") }
@@ -125,7 +125,7 @@ struct HTTPRoutes: Sendable {
                 limit = value
             }
             do {
-                return Self.json(CallList(calls: try store.calls(of: identity.user, limit: limit)))
+                return Self.json(CallList(calls: try await store.calls(of: identity.user, limit: limit)))
             } catch {
                 return Self.error(.internalServerError, .internal, "the call history could not be read")
             }

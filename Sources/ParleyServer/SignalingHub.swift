@@ -151,7 +151,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         send(.error(ErrorMessage(re: requestID, code: code, message: message)), on: entry)
     }
 
-    public func receive(_ connectionID: UInt64, _ message: ClientMessage) {
+    public func receive(_ connectionID: UInt64, _ message: ClientMessage) async {
         guard let entry = connections[connectionID] else { return }
         metrics.framesIn.increment()
         guard let key = entry.session, let session = sessions[key] else {
@@ -181,7 +181,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             let answer: ServerMessage
             do throws(ErrorMessage) {
-                answer = .ack(Ack(re: requestID, result: try execute(message, requestID: requestID, from: session)))
+                // Requests that read the store suspend here, and frames of other connections run
+                // meanwhile: what they read about calls is checked again after each read.
+                session.inFlight.insert(requestID)
+                defer { session.inFlight.remove(requestID) }
+                answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: session)))
             } catch {
                 answer = .error(ErrorMessage(re: requestID, code: error.code, message: error.message))
             }
@@ -276,48 +280,48 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     // MARK: Requests
 
-    private func execute(_ message: ClientMessage, requestID: String, from session: Session) throws(ErrorMessage) -> [String: JSONValue] {
+    private func execute(_ message: ClientMessage, requestID: String, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
         let key = session.key
         switch message {
         case .ping:
             return [:]
         case .callInvite(let invite):
-            return try startCall(invite, from: session)
+            return try await startCall(invite, from: session)
         case .callRinging(let request):
-            try update(request.call, by: key) { call, _ throws(ErrorMessage) in try call.ringing(from: key) }
+            try await update(request.call, by: key) { call, _ throws(ErrorMessage) in try call.ringing(from: key) }
             return [:]
         case .callAccept(let request):
-            try update(request.call, by: key) { call, now throws(ErrorMessage) in try call.accept(from: key, now: now) }
+            try await update(request.call, by: key) { call, now throws(ErrorMessage) in try call.accept(from: key, now: now) }
             return [:]
         case .callDecline(let decline):
-            try update(decline.call, by: key) { call, now throws(ErrorMessage) in
+            try await update(decline.call, by: key) { call, now throws(ErrorMessage) in
                 try call.decline(from: key, reason: decline.reason ?? .declined, now: now)
             }
             return [:]
         case .callHangup(let hangup):
-            try update(hangup.call, by: key) { call, now throws(ErrorMessage) in
+            try await update(hangup.call, by: key) { call, now throws(ErrorMessage) in
                 try call.hangup(from: key, detail: hangup.reason, now: now)
             }
             return [:]
         case .callSignal(let signal):
-            try update(signal.call, by: key) { call, _ throws(ErrorMessage) in
+            try await update(signal.call, by: key) { call, _ throws(ErrorMessage) in
                 try call.relay(from: key) { from in .callSignal(CallSignalled(call: signal.call, from: from, signal: signal.signal)) }
             }
             return [:]
         case .callUpdate(let change) where change.recording != nil:
-            return try recordingStep(change, from: key)
+            return try await recordingStep(change, from: key)
         case .callUpdate(let change):
-            try update(change.call, by: key) { call, _ throws(ErrorMessage) in
+            try await update(change.call, by: key) { call, _ throws(ErrorMessage) in
                 try call.relay(from: key) { from in
                     .callUpdated(CallUpdated(call: change.call, from: from, muted: change.muted, held: change.held, video: change.video))
                 }
             }
             return [:]
         case .callReport(let report):
-            try self.report(report, from: key)
+            try await self.report(report, from: key)
             return [:]
         case .callState(let request):
-            return try callState(request.call, asker: key.user)
+            return try await callState(request.call, asker: key.user)
         case .roomJoin(let join):
             return try joinRoom(join, key: key)
         case .roomLeave(let leave):
@@ -334,23 +338,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
     }
 
-    private func startCall(_ invite: CallInvite, from session: Session) throws(ErrorMessage) -> [String: JSONValue] {
+    private func startCall(_ invite: CallInvite, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
         let caller = session.key
-        if let existing = calls[invite.call] {
-            guard existing.involves(caller.user) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
-            // The same invite again from the device that made it: a retry whose answer was lost (a
-            // server restart forgets request ids). It is answered as the first was, and rings no one again.
-            if existing.caller.user == caller.user, existing.caller.device == caller.device, existing.callee == invite.to,
-               existing.phase != .ended {
-                let result = CallInviteResult(call: invite.call, devices: existing.rungDevices.count, pushed: 0, expiresAt: existing.expiresAt)
-                return (try? JSONValue.fields(of: result)) ?? [:]
-            }
-            if existing.phase == .ended, existing.caller.user == caller.user {
-                throw ErrorMessage(code: .callEnded, message: "call \(invite.call) has ended")
-            }
-            throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
-        }
-        if let record = try? store.call(invite.call) {
+        if let result = try answerToKnownCall(invite, from: caller) { return result }
+        if let record = try? await store.call(invite.call) {
             guard record.caller == caller.user || record.callee == caller.user else {
                 throw ErrorMessage(code: .callNotFound, message: "no such call")
             }
@@ -359,6 +350,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
         }
+        // The same id may have been invited while the store was read.
+        if let result = try answerToKnownCall(invite, from: caller) { return result }
         guard invite.to != caller.user else { throw ErrorMessage(code: .badRequest, message: "a user cannot call themselves") }
         if let lan = configuration.lan {
             guard invite.to == lan.host else {
@@ -390,22 +383,42 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         for device in online {
             deliver(.callIncoming(call.incoming), to: DeviceKey(user: invite.to, device: device))
         }
-        let pushed = sendPushes(for: call)
+        let pushed = await sendPushes(for: invite.call)
         logger.debug("call invited", metadata: ["call.id": "\(invite.call)", "peer.device": "\(caller)", "call.devices": "\(online.count)"])
         let result = CallInviteResult(call: invite.call, devices: online.count, pushed: pushed, expiresAt: expiresAt)
         return (try? JSONValue.fields(of: result)) ?? [:]
     }
 
-    /// VoIP pushes go to the callee's devices with a token and no live connection.
-    private func sendPushes(for call: CallStateMachine) -> Int {
-        guard let pushes else { return 0 }
+    /// The answer to an invite whose call id the hub holds already: the same invite again from the
+    /// device that made it (a retry whose answer was lost: a server restart forgets request ids) is
+    /// answered as the first was and rings no one again; any other use of the id is refused. Nil for
+    /// an id the hub does not hold.
+    private func answerToKnownCall(_ invite: CallInvite, from caller: DeviceKey) throws(ErrorMessage) -> [String: JSONValue]? {
+        guard let existing = calls[invite.call] else { return nil }
+        guard existing.involves(caller.user) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
+        if existing.caller.user == caller.user, existing.caller.device == caller.device, existing.callee == invite.to,
+           existing.phase != .ended {
+            let result = CallInviteResult(call: invite.call, devices: existing.rungDevices.count, pushed: 0, expiresAt: existing.expiresAt)
+            return (try? JSONValue.fields(of: result)) ?? [:]
+        }
+        if existing.phase == .ended, existing.caller.user == caller.user {
+            throw ErrorMessage(code: .callEnded, message: "call \(invite.call) has ended")
+        }
+        throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
+    }
+
+    /// VoIP pushes go to the callee's devices with a token and no live connection, while the call
+    /// still rings once they are read.
+    private func sendPushes(for callID: CallID) async -> Int {
+        guard let pushes, let callee = calls[callID]?.callee else { return 0 }
         let devices: [DeviceRecord]
         do {
-            devices = try store.devices(of: call.callee)
+            devices = try await store.devices(of: callee)
         } catch {
             logger.error("could not read devices for push", metadata: ["error": "\(error)"])
             return 0
         }
+        guard let call = calls[callID], call.phase == .ringing else { return 0 }
         var sent: [DeviceRecord] = []
         for device in devices {
             guard let voip = device.voip else { continue }
@@ -435,10 +448,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// Runs one event on a call and performs what it says: deliveries, the record, the end.
     private func update(_ callID: CallID, by sender: DeviceKey,
-                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [CallStateMachine.Delivery]) throws(ErrorMessage) {
+                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [CallStateMachine.Delivery]) async throws(ErrorMessage) {
         guard calls[callID] != nil else {
             // Not in memory: an old call (its record says whether it ended) or no call at all.
-            if let record = try? store.call(callID), record.caller == sender.user || record.callee == sender.user {
+            if let record = try? await store.call(callID), record.caller == sender.user || record.callee == sender.user {
                 throw ErrorMessage(code: .callEnded, message: "the call has ended (\(record.reason?.rawValue ?? "ended"))")
             }
             throw ErrorMessage(code: .callNotFound, message: "no such call")
@@ -474,17 +487,17 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         try? update(callID) { (call: inout CallStateMachine, now: Int64) throws(ErrorMessage) in event(&call, now) }
     }
 
-    private func report(_ report: CallReport, from sender: DeviceKey) throws(ErrorMessage) {
+    private func report(_ report: CallReport, from sender: DeviceKey) async throws(ErrorMessage) {
         let window = Int64(configuration.endedCallRetention.components.seconds * 1000)
         if calls[report.call] != nil {
-            try update(report.call, by: sender) { call, now throws(ErrorMessage) in
+            try await update(report.call, by: sender) { call, now throws(ErrorMessage) in
                 try call.report(report.quality, from: sender, now: now, window: window)
                 return []
             }
             if let call = calls[report.call] { records.save(call.stored) }
             return
         }
-        guard var record = try? store.call(report.call), record.caller == sender.user || record.callee == sender.user else {
+        guard var record = try? await store.call(report.call), record.caller == sender.user || record.callee == sender.user else {
             throw ErrorMessage(code: .callNotFound, message: "no such call")
         }
         guard let endedAt = record.endedAt, wallClock() - endedAt <= window else {
@@ -496,10 +509,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     /// A step of recording with consent; its record is saved at once (who consented, and when).
-    private func recordingStep(_ change: CallUpdate, from sender: DeviceKey) throws(ErrorMessage) -> [String: JSONValue] {
+    private func recordingStep(_ change: CallUpdate, from sender: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
         let callID = change.call
         var state = RecordingState.off
-        try update(callID, by: sender) { call, now throws(ErrorMessage) in
+        try await update(callID, by: sender) { call, now throws(ErrorMessage) in
             // Outsiders learn nothing, not even that the frame was malformed.
             guard call.involves(sender.user) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
             guard change.muted == nil, change.held == nil, change.video == nil, let step = change.recording else {
@@ -513,13 +526,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         return (try? JSONValue.fields(of: RecordingStepResult(recording: state))) ?? [:]
     }
 
-    private func callState(_ callID: CallID, asker: UserID) throws(ErrorMessage) -> [String: JSONValue] {
+    private func callState(_ callID: CallID, asker: UserID) async throws(ErrorMessage) -> [String: JSONValue] {
         let result: CallStateResult
         if let call = calls[callID] {
             guard call.involves(asker) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
             result = CallStateResult(call: callID, state: call.phase, reason: call.endReason,
                                      recording: call.phase == .ended ? nil : call.recordingState)
-        } else if let record = try? store.call(callID), record.caller == asker || record.callee == asker {
+        } else if let record = try? await store.call(callID), record.caller == asker || record.callee == asker {
             result = CallStateResult(call: callID, state: record.endedAt == nil ? .active : .ended, reason: record.reason)
         } else {
             throw ErrorMessage(code: .callNotFound, message: "no such call")

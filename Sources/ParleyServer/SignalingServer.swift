@@ -43,7 +43,7 @@ public final class SignalingServer: Sendable {
         self.logger = logger
         let store = try store ?? SQLiteStore(path: configuration.databasePath)
         self.store = store
-        let unfinished = try store.unfinishedCalls()
+        let unfinished = try await store.unfinishedCalls()
         let metrics = ServerMetrics()
         self.metrics = metrics
         self.tokens = try await TokenAuthority(key: configuration.tokenKey)
@@ -200,7 +200,7 @@ struct PushService: Service {
                                                      "apns.push_type": "\(push.pushType)"])
         case .tokenInvalid(let reason, let since):
             do {
-                if try store.removePushToken(push.isVoIP ? .voip : .alert, user: push.user, device: push.device,
+                if try await store.removePushToken(push.isVoIP ? .voip : .alert, user: push.user, device: push.device,
                                              token: push.registration.token, registeredBefore: since) {
                     metrics.pushTokensRemoved.increment()
                     logger.notice("APNs rejected a push token; forgot it", metadata: ["peer.device": device, "apns.reason": "\(reason)"])

@@ -28,27 +28,26 @@ public enum PushTokenKind: Sendable, Equatable {
 /// Where the server keeps what must outlive a process: devices, call records, and the calls that
 /// have not ended (restored after a restart, so a restart ends no call).
 ///
-/// SQLite (`SQLiteStore`) is the embedded default; a shared store such as PostgreSQL lets several
-/// nodes serve one deployment. Methods are synchronous and may block: the hub never calls the
-/// writing ones itself but hands calls to a `CallRecordWriter`, which writes them in batches on a
-/// thread of its own.
+/// SQLite (`SQLiteStore`) is the embedded default; PostgreSQL (`PostgresStore`) is shared by
+/// several nodes of one deployment. The hub never writes itself: it hands calls to a
+/// `CallRecordWriter`, which writes them in batches off its path.
 public protocol SignalingStore: Sendable {
-    func upsertDevice(_ device: DeviceRecord) throws
+    func upsertDevice(_ device: DeviceRecord) async throws
     /// Removes a device; answers whether it existed.
-    func deleteDevice(user: UserID, device: DeviceID) throws -> Bool
-    func devices(of user: UserID) throws -> [DeviceRecord]
+    func deleteDevice(user: UserID, device: DeviceID) async throws -> Bool
+    func devices(of user: UserID) async throws -> [DeviceRecord]
     /// Drops a device's push token that APNs rejected (its VoIP or its alert token): only if the
     /// device still has that token and did not register after `registeredBefore` (APNs' time of a
     /// 410, Unix milliseconds; nil for `BadDeviceToken`). Answers whether the token was dropped.
-    func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool
+    func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) async throws -> Bool
 
     /// Inserts calls, or updates what can change of them (answer, end, quality), in one transaction.
-    func saveCalls(_ calls: [StoredCall]) throws
-    func call(_ id: CallID) throws -> CallRecord?
+    func saveCalls(_ calls: [StoredCall]) async throws
+    func call(_ id: CallID) async throws -> CallRecord?
     /// The user's calls as caller or callee, newest first.
-    func calls(of user: UserID, limit: Int) throws -> [CallRecord]
+    func calls(of user: UserID, limit: Int) async throws -> [CallRecord]
     /// Every call that has not ended (ringing or active), oldest first.
-    func unfinishedCalls() throws -> [StoredCall]
+    func unfinishedCalls() async throws -> [StoredCall]
 }
 
 /// The embedded store: one SQLite file (or memory, for tests), migrated on open.
@@ -123,8 +122,8 @@ public final class SQLiteStore: SignalingStore {
         return migrator
     }
 
-    public func upsertDevice(_ device: DeviceRecord) throws {
-        try database.write { db in
+    public func upsertDevice(_ device: DeviceRecord) async throws {
+        try await database.write { db in
             // A token belongs to one installation: whoever had it before (another user signed in on the
             // same phone) must not be woken by it any more.
             if let token = device.voip?.token {
@@ -152,23 +151,23 @@ public final class SQLiteStore: SignalingStore {
         }
     }
 
-    public func deleteDevice(user: UserID, device: DeviceID) throws -> Bool {
-        try database.write { db in
+    public func deleteDevice(user: UserID, device: DeviceID) async throws -> Bool {
+        try await database.write { db in
             try db.execute(sql: "DELETE FROM device WHERE user = ? AND device = ?", arguments: [user.rawValue, device.rawValue])
             return db.changesCount > 0
         }
     }
 
-    public func devices(of user: UserID) throws -> [DeviceRecord] {
-        try database.read { db in
+    public func devices(of user: UserID) async throws -> [DeviceRecord] {
+        try await database.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM device WHERE user = ? ORDER BY device", arguments: [user.rawValue])
                 .compactMap(Self.deviceRecord)
         }
     }
 
-    public func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool {
+    public func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) async throws -> Bool {
         let column = kind == .voip ? "voip" : "alert"
-        return try database.write { db in
+        return try await database.write { db in
             try db.execute(sql: """
                 UPDATE device SET \(column)Token = NULL, \(column)Topic = NULL, \(column)Environment = NULL
                 WHERE user = ? AND device = ? AND \(column)Token = ? AND (? IS NULL OR updatedAt <= ?)
@@ -177,7 +176,7 @@ public final class SQLiteStore: SignalingStore {
         }
     }
 
-    public func saveCalls(_ calls: [StoredCall]) throws {
+    public func saveCalls(_ calls: [StoredCall]) async throws {
         let encoder = JSONEncoder()
         func json(_ value: (some Encodable)?) throws -> String? {
             try value.map { String(decoding: try encoder.encode($0), as: UTF8.self) }
@@ -185,7 +184,7 @@ public final class SQLiteStore: SignalingStore {
         let rows = try calls.map { stored in
             (stored, try json(stored.record.quality), try json(stored.metadata), try json(stored.record.recordings))
         }
-        try database.write { db in
+        try await database.write { db in
             // Cached: this runs several times per call, and compiling the statement cost more than running it.
             let statement = try db.cachedStatement(sql: """
                 INSERT INTO call (call, caller, callee, callerDevice, calleeDevice, audio, video, createdAt,
@@ -206,22 +205,22 @@ public final class SQLiteStore: SignalingStore {
         }
     }
 
-    public func call(_ id: CallID) throws -> CallRecord? {
-        try database.read { db in
+    public func call(_ id: CallID) async throws -> CallRecord? {
+        try await database.read { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM call WHERE call = ?"), arguments: [id.rawValue]).flatMap(Self.callRecord)
         }
     }
 
-    public func calls(of user: UserID, limit: Int) throws -> [CallRecord] {
-        try database.read { db in
+    public func calls(of user: UserID, limit: Int) async throws -> [CallRecord] {
+        try await database.read { db in
             try Row.fetchAll(db, sql: """
                 SELECT * FROM call WHERE caller = ? OR callee = ? ORDER BY createdAt DESC, rowid DESC LIMIT ?
                 """, arguments: [user.rawValue, user.rawValue, limit]).compactMap(Self.callRecord)
         }
     }
 
-    public func unfinishedCalls() throws -> [StoredCall] {
-        try database.read { db in
+    public func unfinishedCalls() async throws -> [StoredCall] {
+        try await database.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM call WHERE endedAt IS NULL ORDER BY createdAt, rowid").compactMap { row in
                 guard let record = Self.callRecord(row) else { return nil }
                 let metadata = (row["metadata"] as String?).flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) }

@@ -102,18 +102,18 @@ struct HTTPEndpointTests {
         #expect(put.status == 200)
         let record = try put.decode(DeviceRecord.self)
         #expect(record.voip == VoIPRegistration(token: "a1b2c3d4", topic: "net.parley.app", environment: .sandbox))
-        #expect(try server.server.store.devices(of: "alice").map(\.device) == ["iphone-1"])
+        #expect(try await server.server.store.devices(of: "alice").map(\.device) == ["iphone-1"])
 
         #expect(try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: #"{"platform":"symbian"}"#).status == 400)
         #expect(try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: #"{"platform":"ios","voip":{"token":"zz","topic":"x","environment":"sandbox"}}"#).status == 400)
         #expect(try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: #"{"platform":"ios","voip":{"token":"ab","topic":"x","environment":"staging"}}"#).status == 400)
         #expect(try await server.http("PUT", "/v1/devices/iphone-1", json: body).status == 401)
-        #expect(try server.server.store.devices(of: "alice").first?.voip?.token == "a1b2c3d4", "bad input lost nothing")
+        #expect(try await server.server.store.devices(of: "alice").first?.voip?.token == "a1b2c3d4", "bad input lost nothing")
 
         let bob = try await server.token("bob")
         #expect(try await server.http("DELETE", "/v1/devices/iphone-1", token: bob).status == 404, "another user's device")
         #expect(try await server.http("DELETE", "/v1/devices/iphone-1", token: alice).status == 204)
-        #expect(try server.server.store.devices(of: "alice").isEmpty)
+        #expect(try await server.server.store.devices(of: "alice").isEmpty)
         try await server.stop()
     }
 

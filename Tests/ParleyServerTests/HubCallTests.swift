@@ -65,7 +65,7 @@ struct HubCallTests {
         #expect(laptop.events().map(\.endReason) == [.declinedElsewhere])
         #expect(await laptop.request { .callAccept(CallRequest(id: $0, call: call)) }.errorCode == .callEnded)
         await h.hub.flushRecords()
-        #expect(try h.store.call(call)?.reason == .busy)
+        #expect(try await h.store.call(call)?.reason == .busy)
     }
 
     @Test func hangupBeforeAcceptCancelsOrDeclines() async throws {
@@ -154,7 +154,7 @@ struct HubCallTests {
         let quality = CallQuality(mos: 4.3, rttMs: 12, jitterMs: 3, lossPct: 0.1, bitrateKbps: 32)
         #expect(await alice.request { .callReport(CallReport(id: $0, call: call, quality: quality)) }.isSuccess)
         await h.hub.flushRecords()
-        let record = try #require(try h.store.calls(of: "bob", limit: 10).first)
+        let record = try #require(try await h.store.calls(of: "bob", limit: 10).first)
         #expect(record.call == call)
         #expect(record.calleeDevice == "b1")
         #expect(record.answeredAt == h.clock.wallOrigin + 3000)
@@ -208,7 +208,7 @@ struct HubCallTests {
         await h.advance(.seconds(1))
         #expect(alice.events().map(\.endReason) == [.connectionLost])
         await h.hub.flushRecords()
-        #expect(try h.store.call(call)?.reason == .connectionLost)
+        #expect(try await h.store.call(call)?.reason == .connectionLost)
     }
 
     @Test func shutdownClosesWith1001AndEndsNoCall() async throws {
@@ -222,7 +222,7 @@ struct HubCallTests {
         #expect(bob.events().isEmpty)
         #expect(alice.sink.closeCode == .goingAway)
         await h.hub.flushRecords()
-        #expect(try h.store.unfinishedCalls().map(\.record.call) == [call], "kept for the next start")
+        #expect(try await h.store.unfinishedCalls().map(\.record.call) == [call], "kept for the next start")
     }
 
     @Test func aUserCannotCallThemselvesOrReuseACallID() async throws {

@@ -42,7 +42,7 @@ struct HubRecordingTests {
         #expect(await step(alice, .requested).errorCode == .recordingState, "one request at a time")
         #expect(await step(other, .accepted).errorCode == .forbidden, "a device of bob's that is not in the call")
         await h.hub.flushRecords()
-        #expect(try h.store.call(call)?.recordings == nil, "a request records nothing")
+        #expect(try await h.store.call(call)?.recordings == nil, "a request records nothing")
 
         await h.advance(.seconds(4))
         #expect(try state(await step(bob, .accepted)) == .on)
@@ -54,7 +54,7 @@ struct HubRecordingTests {
         #expect(other.events().isEmpty, "a device outside the call hears nothing")
 
         await h.hub.flushRecords()
-        let stretches = try #require(try h.store.call(call)?.recordings)
+        let stretches = try #require(try await h.store.call(call)?.recordings)
         #expect(stretches.count == 1)
         #expect(stretches.first?.requestedBy == Party(user: "alice", device: "a1"))
         #expect(stretches.first?.consentedBy == Party(user: "bob", device: "b1"))
@@ -79,7 +79,7 @@ struct HubRecordingTests {
         #expect(told(alice) == [.requested, .stopped])
         #expect(try state(await step(alice, .requested)) == .requested, "and either may ask again")
         await h.hub.flushRecords()
-        #expect(try h.store.call(call)?.recordings == nil)
+        #expect(try await h.store.call(call)?.recordings == nil)
     }
 
     @Test func theCallsEndEndsTheRecordingInTheRecord() async throws {
@@ -91,10 +91,10 @@ struct HubRecordingTests {
         #expect(await alice.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
         #expect(await step(bob, .stopped).errorCode == .callEnded)
         await h.hub.flushRecords()
-        let stretch = try #require(try h.store.call(call)?.recordings?.first)
+        let stretch = try #require(try await h.store.call(call)?.recordings?.first)
         #expect(stretch.endedAt == h.clock.wallNow, "ended with the call")
         #expect(stretch.stoppedBy == nil)
-        let listed = try #require(try h.store.calls(of: "bob", limit: 5).first)
+        let listed = try #require(try await h.store.calls(of: "bob", limit: 5).first)
         #expect(listed.recordings?.count == 1, "GET /v1/calls lists it")
     }
 
@@ -126,6 +126,6 @@ struct HubRecordingTests {
         #expect(try state(await step(alice2, .stopped)) == .off, "still on after the restart: it can be stopped")
         #expect(told(bob2) == [.stopped])
         await restarted.hub.flushRecords()
-        #expect(try restarted.store.call(call)?.recordings?.first?.stoppedBy == Party(user: "alice", device: "a1"))
+        #expect(try await restarted.store.call(call)?.recordings?.first?.stoppedBy == Party(user: "alice", device: "a1"))
     }
 }

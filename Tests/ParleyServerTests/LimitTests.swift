@@ -97,7 +97,7 @@ struct LimitTests {
         let refused = try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: big)
         #expect(refused.status == 413)
         #expect(try refused.decode(HTTPErrorBody.self).error.code == .payloadTooLarge)
-        #expect(try server.server.store.devices(of: "alice").isEmpty)
+        #expect(try await server.server.store.devices(of: "alice").isEmpty)
         #expect(try await server.http("POST", "/v1/dev/tokens", json: #"{"user":"alice","name":""# + padding + #""}"#).status == 413)
         try await server.stop()
     }
@@ -113,7 +113,7 @@ struct LimitTests {
         #expect(refused.status == 409)
         #expect(try refused.decode(HTTPErrorBody.self).error.message.contains("remove one"))
         #expect(try await server.http("PUT", "/v1/devices/d2", token: alice, json: #"{"platform":"web"}"#).status == 200, "an update is not a new device")
-        #expect(try server.server.store.devices(of: "alice").count == 3)
+        #expect(try await server.server.store.devices(of: "alice").count == 3)
         #expect(try await server.http("PUT", "/v1/devices/d1", token: try await server.token("bob"), json: body).status == 200)
         #expect(try await server.http("DELETE", "/v1/devices/d1", token: alice).status == 204)
         #expect(try await server.http("PUT", "/v1/devices/d4", token: alice, json: body).status == 200, "room again once one is removed")

@@ -72,7 +72,7 @@ struct PersistenceTests {
         }
         await writer.flush()
         #expect(!writer.isPending(call))
-        #expect(try store.call(call)?.answeredAt == 99)
+        #expect(try await store.call(call)?.answeredAt == 99)
     }
 }
 

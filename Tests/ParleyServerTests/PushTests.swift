@@ -36,8 +36,8 @@ struct PushHarness {
         if let alerts { apns.addDevice(token: alerts, topic: Self.topic, pushType: "alert") }
     }
 
-    func token(of user: UserID, _ device: DeviceID) throws -> String? {
-        try server.server.store.devices(of: user).first { $0.device == device }?.voip?.token
+    func token(of user: UserID, _ device: DeviceID) async throws -> String? {
+        try await server.server.store.devices(of: user).first { $0.device == device }?.voip?.token
     }
 
     /// Waits until `/metrics` shows `line` (a push's outcome is counted once its answer is read).
@@ -91,8 +91,8 @@ struct PushTests {
         #expect(!String(decoding: delivered.body, as: UTF8.self).contains("device"), "the push body's from carries no device")
 
         // APNs said 410 for the old phone, after its registration: the token is gone, the others stay.
-        try await eventually { try push.token(of: "bob", "old-iphone") == nil }
-        #expect(try push.token(of: "bob", "sleeping-iphone") == Self.sleeping)
+        try await eventually { try await push.token(of: "bob", "old-iphone") == nil }
+        #expect(try await push.token(of: "bob", "sleeping-iphone") == Self.sleeping)
         await push.expectMetric(#"parley_pushes_total{type="voip",outcome="delivered"} 1"#)
         await push.expectMetric(#"parley_pushes_total{type="voip",outcome="token_invalid"} 1"#)
         await push.expectMetric("parley_push_tokens_removed_total 1")
@@ -176,9 +176,9 @@ struct PushTests {
         // Every answer handled (bob's and carol's rejections, dave's failure): then look at the store.
         await push.expectMetric(#"parley_pushes_total{type="voip",outcome="token_invalid"} 2"#)
         await push.expectMetric(#"parley_pushes_total{type="voip",outcome="failed"} 1"#)
-        #expect(try push.token(of: "bob", "bad") == nil)
-        #expect(try push.token(of: "carol", "reinstalled") == Self.removed)
-        #expect(try push.token(of: "dave", "iphone") == Self.online)
+        #expect(try await push.token(of: "bob", "bad") == nil)
+        #expect(try await push.token(of: "carol", "reinstalled") == Self.removed)
+        #expect(try await push.token(of: "dave", "iphone") == Self.online)
         await push.expectMetric("parley_push_tokens_removed_total 1")
         try await push.stop()
     }
@@ -199,7 +199,7 @@ struct PushTests {
         await push.expectMetric(#"parley_apns_responses_total{status="403"} 1"#)
         await push.expectMetric(#"parley_apns_responses_total{status="503"} 1"#)
         await push.expectMetric(#"parley_apns_responses_total{status="429"} 1"#)
-        #expect(try push.token(of: "bob", "sleeping-iphone") == Self.sleeping)
+        #expect(try await push.token(of: "bob", "sleeping-iphone") == Self.sleeping)
         try await push.stop()
     }
 
@@ -208,9 +208,9 @@ struct PushTests {
         try await push.register("bob", "family-iphone", token: Self.sleeping, alerts: Self.alerts)
         // Carol signs in on the same phone: its tokens are hers now, and bob's calls must not ring it.
         try await push.register("carol", "family-iphone", token: Self.sleeping, alerts: Self.alerts)
-        #expect(try push.token(of: "bob", "family-iphone") == nil)
-        #expect(try push.server.server.store.devices(of: "bob").first?.alerts == nil)
-        #expect(try push.token(of: "carol", "family-iphone") == Self.sleeping)
+        #expect(try await push.token(of: "bob", "family-iphone") == nil)
+        #expect(try await push.server.server.store.devices(of: "bob").first?.alerts == nil)
+        #expect(try await push.token(of: "carol", "family-iphone") == Self.sleeping)
         let alice = try await push.server.device("alice", "a1")
         let ack = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "bob")) }.get()
         #expect(ack.result["pushed"] == .number(0))

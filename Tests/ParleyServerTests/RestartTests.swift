@@ -38,7 +38,7 @@ struct HubRestartTests {
         #expect(await bob.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
         #expect(alice.events().map(\.endReason) == [.hangup])
         await restarted.hub.flushRecords()
-        let records = try restarted.store.calls(of: "alice", limit: 10)
+        let records = try await restarted.store.calls(of: "alice", limit: 10)
         #expect(records.count == 1, "one call, not one per server run")
         #expect(records.first?.reason == .hangup)
         #expect(records.first?.duration == 18, "10 s before the crash, 3 s down, 5 s after")
@@ -102,7 +102,7 @@ struct HubRestartTests {
         _ = await alice.request { .callHangup(CallHangup(id: $0, call: call)) }
         let restarted = try await h.restarted()
         let aliceAgain = await restarted.device("alice", "a1")
-        #expect(try restarted.store.unfinishedCalls().isEmpty)
+        #expect(try await restarted.store.unfinishedCalls().isEmpty)
         let state = try await aliceAgain.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self)
         #expect(state.state == .ended)
     }
