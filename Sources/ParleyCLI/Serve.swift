@@ -17,7 +17,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one. [PARLEY_PORT]")
     var port: Int = env("PARLEY_PORT").flatMap(Int.init) ?? 8080
 
-    @Option(help: "SQLite file for devices and call records; ':memory:' keeps nothing. [PARLEY_DATABASE]")
+    @Option(help: "Where devices and calls are kept: a SQLite file, ':memory:' for nothing kept, or PostgreSQL (postgres://user:password@host:port/database, or postgres://user@/database?host=/socket/dir), which several nodes can share. [PARLEY_DATABASE]")
     var database: String = env("PARLEY_DATABASE") ?? "parley.sqlite"
 
     @Option(help: "Development mode serves POST /v1/dev/tokens: on by default on loopback, off elsewhere. [PARLEY_DEV]")
@@ -101,7 +101,9 @@ struct Serve: AsyncParsableCommand {
                                                      turnSecret: turnSecret ?? Self.env("PARLEY_TURN_SECRET"))
 
         let host = self.host
-        let databaseLabel = configuration.databasePath ?? "in memory"
+        let databaseLabel = configuration.databasePath.map { path in
+            (try? PostgresLocation(url: path)).map { "PostgreSQL \($0)" } ?? "SQLite \(path)"
+        } ?? "in memory"
         let janusLabel = configuration.janus?.url
         let pushLabel = configuration.apns.map(APNsOptions.describe) ?? "no pushes (no APNs key: see --apns-key-file)"
         let server: SignalingServer

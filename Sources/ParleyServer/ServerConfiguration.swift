@@ -17,7 +17,8 @@ public struct ServerConfiguration: Sendable {
     public var trustedProxies: [String] = []
     /// 0 picks a free port (tests).
     public var port: Int = 8080
-    /// The SQLite file; `nil` keeps everything in memory.
+    /// Where devices and calls are kept: a SQLite file's path, a PostgreSQL URL
+    /// (`postgres://user@host/database`, see `PostgresLocation`), or `nil` for memory.
     public var databasePath: String? = "parley.sqlite"
     /// Development mode serves `POST /v1/dev/tokens`.
     public var developmentMode: Bool = true
@@ -102,6 +103,7 @@ public struct ServerConfiguration: Sendable {
         if let pin = lan?.pin, pin.count < 4 || pin.utf8.count > 64 {
             throw ConfigurationError("a LAN PIN is 4 to 64 characters")
         }
+        if let database = databasePath, PostgresLocation.isURL(database) { _ = try PostgresLocation(url: database) }
         guard !isLoopback else { return }
         if case .hs256(let secret) = tokenKey {
             if secret == Self.developmentSecret {

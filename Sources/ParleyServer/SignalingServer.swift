@@ -17,6 +17,8 @@ import UnixSignals
 public final class SignalingServer: Sendable {
     public let configuration: ServerConfiguration
     public let store: any SignalingStore
+    /// Whether the server opened the store (and closes it when it stops).
+    private let ownsStore: Bool
     public let metrics: ServerMetrics
     public let hub: SignalingHub<ContinuousClock>
     let tokens: TokenAuthority
@@ -28,7 +30,8 @@ public final class SignalingServer: Sendable {
     private let onRunning: @Sendable (Int) async -> Void
 
     /// - Parameters:
-    ///   - store: where devices and call records live; by default the SQLite file of the configuration.
+    ///   - store: where devices and call records live; by default the one `databasePath` names
+    ///     (`openStore`), which the server closes when it stops. A store given here stays open.
     ///   - pushSender: sends pushes; by default APNs when the configuration has `apns`, else none
     ///     (pushes are logged and dropped).
     ///   - onRunning: told the port the server listens on, once it does.
@@ -41,21 +44,36 @@ public final class SignalingServer: Sendable {
         }
         self.configuration = configuration
         self.logger = logger
-        let store = try store ?? SQLiteStore(path: configuration.databasePath)
+        // What can fail without a database, first: a store opened is a store to close.
+        self.tokens = try await TokenAuthority(key: configuration.tokenKey)
+        self.apns = pushSender == nil ? try configuration.apns?.clientConfiguration() : nil
+        ownsStore = store == nil
+        let store = if let store { store } else { try await Self.openStore(configuration.databasePath, logger: logger) }
         self.store = store
-        let unfinished = try await store.unfinishedCalls()
+        let unfinished: [StoredCall]
+        do {
+            unfinished = try await store.unfinishedCalls()
+        } catch {
+            if ownsStore { await store.close() }
+            throw error
+        }
         let metrics = ServerMetrics()
         self.metrics = metrics
-        self.tokens = try await TokenAuthority(key: configuration.tokenKey)
         let (pushes, pushContinuation) = AsyncStream<Push>.makeStream()
         self.pushes = pushes
         self.pushSender = pushSender
-        self.apns = pushSender == nil ? try configuration.apns?.clientConfiguration() : nil
         self.onRunning = onRunning
         self.hub = SignalingHub(configuration: configuration, store: store, metrics: metrics, clock: ContinuousClock(),
                                 logger: logger, pushes: pushContinuation)
         // Before the first connection: a restart, graceful or a crash, ends no call.
         await hub.restore(unfinished)
+    }
+
+    /// Opens the store a database setting names: a `postgres://` URL (`PostgresStore`, shared by
+    /// several nodes), a SQLite file's path, or nil for SQLite in memory.
+    public static func openStore(_ database: String?, logger: Logger) async throws -> any SignalingStore {
+        guard let database, PostgresLocation.isURL(database) else { return try SQLiteStore(path: database) }
+        return try await PostgresStore.open(try PostgresLocation(url: database), logger: logger)
     }
 
     /// Mints an access token this server accepts (with the configured key).
@@ -100,12 +118,24 @@ public final class SignalingServer: Sendable {
         )
         // Graceful shutdown runs in reverse: the hub first (1001 to clients, calls stored), then
         // the push queue drains, then the HTTP server stops.
-        let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: app),
             .init(service: PushService(pushes: pushes, sender: pushSender, apns: apns, store: store, metrics: metrics, logger: logger)),
             .init(service: HubService(hub: hub, open: openConnections)),
         ]
+        // First in the list, so the last to stop: after the hub has written every call.
+        if ownsStore { services.insert(.init(service: StoreService(store: store)), at: 0) }
         return ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: signals, logger: logger))
+    }
+}
+
+/// Closes the store when the server stops.
+struct StoreService: Service {
+    let store: any SignalingStore
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        await store.close()
     }
 }
 

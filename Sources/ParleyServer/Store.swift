@@ -48,6 +48,12 @@ public protocol SignalingStore: Sendable {
     func calls(of user: UserID, limit: Int) async throws -> [CallRecord]
     /// Every call that has not ended (ringing or active), oldest first.
     func unfinishedCalls() async throws -> [StoredCall]
+    /// Lets go of connections and files; nothing may be asked after it.
+    func close() async
+}
+
+extension SignalingStore {
+    public func close() async {}
 }
 
 /// The embedded store: one SQLite file (or memory, for tests), migrated on open.

@@ -88,7 +88,7 @@ struct AppleAdapterTests {
         // PushKit hands over the token: the core registers it, in hex, for the sandbox.
         bob.pushes.registry.standInUpdateCredentials(token: Data([0xAB, 0x01, 0xFF, 0x10]))
         try await eventually("the token is registered") {
-            try server.server.store.devices(of: "bob").first { $0.device == "bob-iphone" }?.voip
+            try await server.server.store.devices(of: "bob").first { $0.device == "bob-iphone" }?.voip
                 == VoIPRegistration(token: "ab01ff10", topic: "net.parley.app", environment: .sandbox)
         }
 
@@ -108,7 +108,7 @@ struct AppleAdapterTests {
         #expect(bob.incoming.count == 3)
         // Signing out: the server forgets the phone's tokens, so the next user's calls do not reach this account.
         await bob.phone.signOut()
-        #expect(try server.server.store.devices(of: "bob").first { $0.device == "bob-iphone" }?.voip == nil)
+        #expect(try await server.server.store.devices(of: "bob").first { $0.device == "bob-iphone" }?.voip == nil)
         try await Self.finish(server, bob, alice)
     }
 

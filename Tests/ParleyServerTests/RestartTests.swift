@@ -112,9 +112,12 @@ struct HubRestartTests {
 struct LiveRestartTests {
     let call: CallID = "0b8a5f3e-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 
-    @Test func aGracefulStopClosesWith1001EndsNoCallAndTheNextStartGoesOnWithIt() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-\(UUID().uuidString).sqlite").path
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+    @Test(arguments: StoreKind.allCases)
+    func aGracefulStopClosesWith1001EndsNoCallAndTheNextStartGoesOnWithIt(_ kind: StoreKind) async throws {
+        guard TestDatabase.canRun(kind, "restart tests") else { return }
+        let database = try await TestDatabase(kind)
+        defer { database.close() }
+        let path = database.setting
         let server = try await LiveServer.start(databasePath: path)
         let alice = try await server.device("alice", "a1")
         let bob = try await server.device("bob", "b1")

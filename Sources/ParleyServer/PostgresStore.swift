@@ -1,0 +1,342 @@
+import Foundation
+import Logging
+import NIOSSL
+import ParleyProtocol
+import PostgresNIO
+
+/// The store several nodes share: PostgreSQL, through a pool of postgres-nio connections.
+///
+/// `open` migrates the schema first (versioned, in one transaction under an advisory lock, so
+/// nodes that start together migrate once) and refuses a schema newer than it knows. Rows mean
+/// what `SQLiteStore`'s rows mean; the tests run one suite against both.
+public final class PostgresStore: SignalingStore {
+    private let client: PostgresClient
+    private let running: Task<Void, Never>
+    private let logger: Logger
+    public let location: PostgresLocation
+
+    /// Connects, migrates, and answers the store; throws `StoreError` when the server cannot be
+    /// reached within `timeout`, refuses the login, or holds a schema from a newer Parley.
+    public static func open(_ location: PostgresLocation, logger: Logger, connections: Int = 8,
+                            timeout: Duration = .seconds(15)) async throws(StoreError) -> PostgresStore {
+        do {
+            // One connection alone first: the pool retries quietly, and whoever starts a server wants
+            // the reason (no such socket, refused, wrong password) at once.
+            try await withDeadline(timeout, "no answer") { try await probe(location, logger: logger) }
+        } catch {
+            throw StoreError("could not open \(location): \(Self.explain(error))")
+        }
+        let store = PostgresStore(location: location, logger: logger, connections: connections)
+        do {
+            try await withDeadline(timeout, "no answer") { try await store.migrate() }
+        } catch {
+            await store.close()
+            throw StoreError("could not open \(location): \(Self.explain(error))")
+        }
+        return store
+    }
+
+    private static func probe(_ location: PostgresLocation, logger: Logger) async throws {
+        let configuration: PostgresConnection.Configuration
+        switch location.endpoint {
+        case .tcp(let host, let port):
+            let tls: PostgresConnection.Configuration.TLS = switch location.tls {
+            case .disable: .disable
+            case .prefer: .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+            case .require: .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+            }
+            configuration = .init(host: host, port: port, username: location.user, password: location.password,
+                                  database: location.database, tls: tls)
+        case .socket(let path):
+            configuration = .init(unixSocketPath: path, username: location.user, password: location.password,
+                                  database: location.database)
+        }
+        let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+        try await connection.close()
+    }
+
+    private init(location: PostgresLocation, logger: Logger, connections: Int) {
+        var configuration: PostgresClient.Configuration
+        switch location.endpoint {
+        case .tcp(let host, let port):
+            let tls: PostgresClient.Configuration.TLS = switch location.tls {
+            case .disable: .disable
+            case .prefer: .prefer(.makeClientConfiguration())
+            case .require: .require(.makeClientConfiguration())
+            }
+            configuration = .init(host: host, port: port, username: location.user, password: location.password,
+                                  database: location.database, tls: tls)
+        case .socket(let path):
+            configuration = .init(unixSocketPath: path, username: location.user, password: location.password,
+                                  database: location.database)
+        }
+        configuration.options.maximumConnections = connections
+        configuration.options.connectTimeout = .seconds(5)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        self.location = location
+        self.logger = logger
+        running = Task { await client.run() }
+    }
+
+    /// Closes the pool; queries after it fail.
+    public func close() async {
+        running.cancel()
+        await running.value
+    }
+
+    // MARK: Schema
+
+    private struct Migration {
+        var version: Int
+        var description: String
+        var statements: [String]
+    }
+
+    /// Applied in order, each once; a released version's statements never change.
+    private static let migrations = [
+        Migration(version: 1, description: "devices, and calls with what a restart needs", statements: [
+            """
+            CREATE TABLE device (
+              user_id TEXT NOT NULL, device_id TEXT NOT NULL, platform TEXT NOT NULL,
+              voip_token TEXT, voip_topic TEXT, voip_environment TEXT,
+              alert_token TEXT, alert_topic TEXT, alert_environment TEXT,
+              updated_at BIGINT NOT NULL,
+              PRIMARY KEY (user_id, device_id))
+            """,
+            "CREATE INDEX device_voip_token ON device (voip_token) WHERE voip_token IS NOT NULL",
+            "CREATE INDEX device_alert_token ON device (alert_token) WHERE alert_token IS NOT NULL",
+            """
+            CREATE TABLE call (
+              call_id TEXT PRIMARY KEY,
+              seq BIGINT GENERATED ALWAYS AS IDENTITY,
+              caller TEXT NOT NULL, callee TEXT NOT NULL, caller_device TEXT NOT NULL, callee_device TEXT,
+              audio BOOLEAN NOT NULL, video BOOLEAN NOT NULL,
+              created_at BIGINT NOT NULL, answered_at BIGINT, ended_at BIGINT, reason TEXT, duration DOUBLE PRECISION,
+              quality JSONB, recordings JSONB,
+              expires_at BIGINT NOT NULL, caller_name TEXT, metadata JSONB)
+            """,
+            "CREATE INDEX call_caller ON call (caller, created_at DESC)",
+            "CREATE INDEX call_callee ON call (callee, created_at DESC)",
+            "CREATE INDEX call_unfinished ON call (created_at) WHERE ended_at IS NULL",
+        ]),
+    ]
+
+    /// Any constant shared by every node: the lock that makes them migrate one at a time.
+    private static let migrationLock: Int64 = 0x7061_726C_6579   // "parley"
+
+    private func migrate() async throws {
+        let logger = self.logger
+        try await client.withTransaction(logger: logger) { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+            try await connection.query("""
+                CREATE TABLE IF NOT EXISTS parley_migration (
+                  version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
+                """, logger: logger)
+            var applied: Set<Int> = []
+            for try await version in try await connection.query("SELECT version FROM parley_migration", logger: logger).decode(Int.self) {
+                applied.insert(version)
+            }
+            let known = Self.migrations.last?.version ?? 0
+            if let newest = applied.max(), newest > known {
+                throw StoreError("the database's schema is version \(newest), from a newer Parley; this one knows up to \(known)")
+            }
+            for migration in Self.migrations where !applied.contains(migration.version) {
+                for statement in migration.statements {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                try await connection.query("""
+                    INSERT INTO parley_migration (version, description) VALUES (\(migration.version), \(migration.description))
+                    """, logger: logger)
+                logger.notice("migrated the database", metadata: ["db.version": "\(migration.version)",
+                                                                  "db.migration": "\(migration.description)"])
+            }
+        }
+    }
+
+    // MARK: Devices
+
+    public func upsertDevice(_ device: DeviceRecord) async throws {
+        let logger = self.logger
+        let user = device.user.rawValue, id = device.device.rawValue
+        try await client.withTransaction(logger: logger) { connection in
+            // A token belongs to one installation: whoever had it before (another user signed in on the
+            // same phone) must not be woken by it any more.
+            if let token = device.voip?.token {
+                try await connection.query("""
+                    UPDATE device SET voip_token = NULL, voip_topic = NULL, voip_environment = NULL
+                    WHERE voip_token = \(token) AND NOT (user_id = \(user) AND device_id = \(id))
+                    """, logger: logger)
+            }
+            if let token = device.alerts?.token {
+                try await connection.query("""
+                    UPDATE device SET alert_token = NULL, alert_topic = NULL, alert_environment = NULL
+                    WHERE alert_token = \(token) AND NOT (user_id = \(user) AND device_id = \(id))
+                    """, logger: logger)
+            }
+            try await connection.query("""
+                INSERT INTO device (user_id, device_id, platform, voip_token, voip_topic, voip_environment,
+                                    alert_token, alert_topic, alert_environment, updated_at)
+                VALUES (\(user), \(id), \(device.platform.rawValue), \(device.voip?.token), \(device.voip?.topic),
+                        \(device.voip?.environment.rawValue), \(device.alerts?.token), \(device.alerts?.topic),
+                        \(device.alerts?.environment.rawValue), \(device.updatedAt))
+                ON CONFLICT (user_id, device_id) DO UPDATE SET platform = excluded.platform, voip_token = excluded.voip_token,
+                  voip_topic = excluded.voip_topic, voip_environment = excluded.voip_environment,
+                  alert_token = excluded.alert_token, alert_topic = excluded.alert_topic,
+                  alert_environment = excluded.alert_environment, updated_at = excluded.updated_at
+                """, logger: logger)
+        }
+    }
+
+    public func deleteDevice(user: UserID, device: DeviceID) async throws -> Bool {
+        let rows = try await client.query("""
+            DELETE FROM device WHERE user_id = \(user.rawValue) AND device_id = \(device.rawValue) RETURNING device_id
+            """, logger: logger)
+        return try await rows.collect().count > 0
+    }
+
+    public func devices(of user: UserID) async throws -> [DeviceRecord] {
+        let rows = try await client.query("""
+            SELECT user_id, device_id, platform, voip_token, voip_topic, voip_environment,
+                   alert_token, alert_topic, alert_environment, updated_at
+            FROM device WHERE user_id = \(user.rawValue) ORDER BY device_id
+            """, logger: logger)
+        var devices: [DeviceRecord] = []
+        for try await row in rows.decode((String, String, String, String?, String?, String?, String?, String?, String?, Int64).self) {
+            func registration(_ token: String?, _ topic: String?, _ environment: String?) -> VoIPRegistration? {
+                guard let token, let topic, let environment = environment.flatMap(VoIPRegistration.Environment.init(rawValue:)) else {
+                    return nil
+                }
+                return VoIPRegistration(token: token, topic: topic, environment: environment)
+            }
+            guard let user = UserID(rawValue: row.0), let device = DeviceID(rawValue: row.1) else { continue }
+            devices.append(DeviceRecord(user: user, device: device, platform: Platform(rawValue: row.2),
+                                        voip: registration(row.3, row.4, row.5), alerts: registration(row.6, row.7, row.8),
+                                        updatedAt: row.9))
+        }
+        return devices
+    }
+
+    public func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String,
+                                registeredBefore: Int64?) async throws -> Bool {
+        let column = kind == .voip ? "voip" : "alert"
+        let rows = try await client.query("""
+            UPDATE device SET \(unescaped: column)_token = NULL, \(unescaped: column)_topic = NULL, \(unescaped: column)_environment = NULL
+            WHERE user_id = \(user.rawValue) AND device_id = \(device.rawValue) AND \(unescaped: column)_token = \(token)
+              AND (\(registeredBefore)::BIGINT IS NULL OR updated_at <= \(registeredBefore))
+            RETURNING device_id
+            """, logger: logger)
+        return try await rows.collect().count > 0
+    }
+
+    // MARK: Calls
+
+    public func saveCalls(_ calls: [StoredCall]) async throws {
+        let encoder = JSONEncoder()
+        func json(_ value: (some Encodable)?) throws -> String? {
+            try value.map { String(decoding: try encoder.encode($0), as: UTF8.self) }
+        }
+        let rows = try calls.map { stored in
+            (stored, try json(stored.record.quality), try json(stored.metadata), try json(stored.record.recordings))
+        }
+        let logger = self.logger
+        try await client.withTransaction(logger: logger) { connection in
+            for (stored, quality, metadata, recordings) in rows {
+                let record = stored.record
+                try await connection.query("""
+                    INSERT INTO call (call_id, caller, callee, caller_device, callee_device, audio, video, created_at,
+                      answered_at, ended_at, reason, duration, quality, recordings, expires_at, caller_name, metadata)
+                    VALUES (\(record.call.rawValue), \(record.caller.rawValue), \(record.callee.rawValue),
+                      \(record.callerDevice.rawValue), \(record.calleeDevice?.rawValue), \(record.media.audio), \(record.media.video),
+                      \(record.createdAt), \(record.answeredAt), \(record.endedAt), \(record.reason?.rawValue), \(record.duration),
+                      \(quality)::JSONB, \(recordings)::JSONB, \(stored.expiresAt), \(stored.callerName), \(metadata)::JSONB)
+                    ON CONFLICT (call_id) DO UPDATE SET callee_device = excluded.callee_device, answered_at = excluded.answered_at,
+                      ended_at = excluded.ended_at, reason = excluded.reason, duration = excluded.duration,
+                      quality = excluded.quality, recordings = excluded.recordings
+                    """, logger: logger)
+            }
+        }
+    }
+
+    private static let callColumns = """
+        call_id, caller, callee, caller_device, callee_device, audio, video, created_at, answered_at, ended_at, reason,
+        duration, quality::TEXT, recordings::TEXT, expires_at, caller_name, metadata::TEXT
+        """
+
+    private typealias CallRow = (String, String, String, String, String?, Bool, Bool, Int64, Int64?, Int64?, String?,
+                                 Double?, String?, String?, Int64, String?, String?)
+
+    public func call(_ id: CallID) async throws -> CallRecord? {
+        try await storedCalls("SELECT \(unescaped: Self.callColumns) FROM call WHERE call_id = \(id.rawValue)").first?.record
+    }
+
+    public func calls(of user: UserID, limit: Int) async throws -> [CallRecord] {
+        try await storedCalls("""
+            SELECT \(unescaped: Self.callColumns) FROM call WHERE caller = \(user.rawValue) OR callee = \(user.rawValue)
+            ORDER BY created_at DESC, seq DESC LIMIT \(limit)
+            """).map(\.record)
+    }
+
+    public func unfinishedCalls() async throws -> [StoredCall] {
+        try await storedCalls("SELECT \(unescaped: Self.callColumns) FROM call WHERE ended_at IS NULL ORDER BY created_at, seq")
+    }
+
+    private func storedCalls(_ query: PostgresQuery) async throws -> [StoredCall] {
+        let decoder = JSONDecoder()
+        func decoded<T: Decodable>(_ type: T.Type, _ text: String?) -> T? {
+            text.flatMap { try? decoder.decode(type, from: Data($0.utf8)) }
+        }
+        var calls: [StoredCall] = []
+        for try await row in try await client.query(query, logger: logger).decode(CallRow.self) {
+            guard let call = CallID(rawValue: row.0), let caller = UserID(rawValue: row.1), let callee = UserID(rawValue: row.2),
+                  let callerDevice = DeviceID(rawValue: row.3) else { continue }
+            let record = CallRecord(call: call, caller: caller, callee: callee, callerDevice: callerDevice,
+                                    calleeDevice: row.4.flatMap(DeviceID.init(rawValue:)), media: MediaSpec(audio: row.5, video: row.6),
+                                    createdAt: row.7, answeredAt: row.8, endedAt: row.9, reason: row.10.map(EndReason.init(rawValue:)),
+                                    duration: row.11, quality: decoded(CallQuality.self, row.12),
+                                    recordings: decoded([RecordingRecord].self, row.13))
+            calls.append(StoredCall(record: record, expiresAt: row.14, callerName: row.15, metadata: decoded(JSONValue.self, row.16)))
+        }
+        return calls
+    }
+
+    // MARK: Errors
+
+    /// What went wrong, readably: postgres-nio's errors describe themselves in a fixed sentence (so
+    /// that a log never shows a query's values); the server's SQLSTATE and message say it all here.
+    static func explain(_ error: any Error) -> String {
+        if let error = error as? PostgresTransactionError {
+            return [error.beginError, error.closureError, error.rollbackError, error.commitError]
+                .compactMap { $0 }.first.map(explain) ?? "a transaction failed"
+        }
+        guard let error = error as? PSQLError else { return "\(error)" }
+        if let info = error.serverInfo, let message = info[.message] {
+            return "\(message) (SQLSTATE \(info[.sqlState] ?? "?"))"
+        }
+        if let underlying = error.underlying { return "\(underlying)" }
+        return "\(error.code)"
+    }
+}
+
+/// A store that could not be opened or used, in words for the person running the server.
+public struct StoreError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Runs `work`, throwing `StoreError(message)` if it has not finished within `limit`.
+func withDeadline<T: Sendable>(_ limit: Duration, _ message: String,
+                               _ work: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await work() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else {
+            throw StoreError("\(message) within \(limit)")
+        }
+        return value
+    }
+}
