@@ -10,7 +10,7 @@ import PostgresNIO
 /// nodes that start together migrate once) and refuses a schema newer than it knows. Rows mean
 /// what `SQLiteStore`'s rows mean; the tests run one suite against both.
 public final class PostgresStore: SignalingStore {
-    private let client: PostgresClient
+    let client: PostgresClient
     private let running: Task<Void, Never>
     private let logger: Logger
     public let location: PostgresLocation
@@ -22,7 +22,7 @@ public final class PostgresStore: SignalingStore {
         do {
             // One connection alone first: the pool retries quietly, and whoever starts a server wants
             // the reason (no such socket, refused, wrong password) at once.
-            try await withDeadline(timeout, "no answer") { try await probe(location, logger: logger) }
+            try await withDeadline(timeout, "no answer") { try await connect(location, logger: logger).close() }
         } catch {
             throw StoreError("could not open \(location): \(Self.explain(error))")
         }
@@ -36,8 +36,9 @@ public final class PostgresStore: SignalingStore {
         return store
     }
 
-    private static func probe(_ location: PostgresLocation, logger: Logger) async throws {
-        let configuration: PostgresConnection.Configuration
+    /// One connection of its own (a cluster's listener names itself with `application`).
+    static func connect(_ location: PostgresLocation, logger: Logger, application: String? = nil) async throws -> PostgresConnection {
+        var configuration: PostgresConnection.Configuration
         switch location.endpoint {
         case .tcp(let host, let port):
             let tls: PostgresConnection.Configuration.TLS = switch location.tls {
@@ -51,8 +52,8 @@ public final class PostgresStore: SignalingStore {
             configuration = .init(unixSocketPath: path, username: location.user, password: location.password,
                                   database: location.database)
         }
-        let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
-        try await connection.close()
+        if let application { configuration.options.additionalStartupParameters = [("application_name", application)] }
+        return try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
     }
 
     private init(location: PostgresLocation, logger: Logger, connections: Int) {
@@ -119,6 +120,21 @@ public final class PostgresStore: SignalingStore {
             "CREATE INDEX call_caller ON call (caller, created_at DESC)",
             "CREATE INDEX call_callee ON call (callee, created_at DESC)",
             "CREATE INDEX call_unfinished ON call (created_at) WHERE ended_at IS NULL",
+        ]),
+        Migration(version: 2, description: "several nodes: who holds which device, who runs which call", statements: [
+            "ALTER TABLE call ADD COLUMN owner_node TEXT",
+            "CREATE INDEX call_owner ON call (owner_node) WHERE ended_at IS NULL",
+            """
+            CREATE TABLE cluster_device (
+              user_id TEXT NOT NULL, device_id TEXT NOT NULL, node_id TEXT NOT NULL,
+              PRIMARY KEY (user_id, device_id))
+            """,
+            "CREATE INDEX cluster_device_node ON cluster_device (node_id)",
+            """
+            CREATE TABLE cluster_message (
+              id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload TEXT NOT NULL,
+              created_at TIMESTAMPTZ NOT NULL DEFAULT now())
+            """,
         ]),
     ]
 
@@ -245,11 +261,12 @@ public final class PostgresStore: SignalingStore {
                 let record = stored.record
                 try await connection.query("""
                     INSERT INTO call (call_id, caller, callee, caller_device, callee_device, audio, video, created_at,
-                      answered_at, ended_at, reason, duration, quality, recordings, expires_at, caller_name, metadata)
+                      answered_at, ended_at, reason, duration, quality, recordings, expires_at, caller_name, metadata, owner_node)
                     VALUES (\(record.call.rawValue), \(record.caller.rawValue), \(record.callee.rawValue),
                       \(record.callerDevice.rawValue), \(record.calleeDevice?.rawValue), \(record.media.audio), \(record.media.video),
                       \(record.createdAt), \(record.answeredAt), \(record.endedAt), \(record.reason?.rawValue), \(record.duration),
-                      \(quality)::JSONB, \(recordings)::JSONB, \(stored.expiresAt), \(stored.callerName), \(metadata)::JSONB)
+                      \(quality)::JSONB, \(recordings)::JSONB, \(stored.expiresAt), \(stored.callerName), \(metadata)::JSONB,
+                      \(stored.owner))
                     ON CONFLICT (call_id) DO UPDATE SET callee_device = excluded.callee_device, answered_at = excluded.answered_at,
                       ended_at = excluded.ended_at, reason = excluded.reason, duration = excluded.duration,
                       quality = excluded.quality, recordings = excluded.recordings
@@ -258,7 +275,7 @@ public final class PostgresStore: SignalingStore {
         }
     }
 
-    private static let callColumns = """
+    static let callColumns = """
         call_id, caller, callee, caller_device, callee_device, audio, video, created_at, answered_at, ended_at, reason,
         duration, quality::TEXT, recordings::TEXT, expires_at, caller_name, metadata::TEXT
         """
@@ -281,7 +298,7 @@ public final class PostgresStore: SignalingStore {
         try await storedCalls("SELECT \(unescaped: Self.callColumns) FROM call WHERE ended_at IS NULL ORDER BY created_at, seq")
     }
 
-    private func storedCalls(_ query: PostgresQuery) async throws -> [StoredCall] {
+    func storedCalls(_ query: PostgresQuery) async throws -> [StoredCall] {
         let decoder = JSONDecoder()
         func decoded<T: Decodable>(_ type: T.Type, _ text: String?) -> T? {
             text.flatMap { try? decoder.decode(type, from: Data($0.utf8)) }

@@ -46,11 +46,20 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private let audioBridge: AudioBridgeRooms?
     private var shuttingDown = false
 
+    /// The other nodes of the deployment, if there are any (`ClusterLink`).
+    private let cluster: (any ClusterLink)?
+    /// Devices held by other nodes, as heard, and by which.
+    private var remoteHolders = RemoteHolders()
+    /// Requests forwarded to the nodes that run their calls, waiting for the answer.
+    private var forwarded: [UInt64: CheckedContinuation<Result<[String: JSONValue], ErrorMessage>, Never>] = [:]
+    private var nextForward: UInt64 = 0
+
     /// - Parameters:
     ///   - wallClock: Unix milliseconds, for call records and expiry times on the wire.
     ///   - pushes: where pushes for offline devices go (nil: none are sent).
+    ///   - cluster: the other nodes sharing the store, if any.
     public init(configuration: ServerConfiguration, store: any SignalingStore, metrics: ServerMetrics = ServerMetrics(),
-                clock: C, logger: Logger, pushes: AsyncStream<Push>.Continuation? = nil,
+                clock: C, logger: Logger, pushes: AsyncStream<Push>.Continuation? = nil, cluster: (any ClusterLink)? = nil,
                 wallClock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
         self.configuration = configuration
         self.store = store
@@ -62,16 +71,24 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         self.pushes = pushes
         self.wallClock = wallClock
         self.audioBridge = configuration.janus.map { AudioBridgeRooms(settings: $0, logger: logger) }
+        self.cluster = cluster
     }
 
     /// The hub's monotonic time: the duration since it was created.
     public nonisolated func now() -> Duration { origin.duration(to: clock.now) }
 
-    /// Runs the timeouts until cancelled.
+    /// Runs the timeouts, and hears the other nodes, until cancelled.
     public func run(interval: Duration = .seconds(1)) async {
-        while !Task.isCancelled {
-            do { try await clock.sleep(for: interval) } catch { return }
-            sweep()
+        await withTaskGroup(of: Void.self) { group in
+            if let cluster {
+                group.addTask { for await message in cluster.messages { await self.hear(message) } }
+                group.addTask { for await node in cluster.departures { await self.nodeLeft(node) } }
+            }
+            while !Task.isCancelled {
+                do { try await clock.sleep(for: interval) } catch { break }
+                sweep()
+            }
+            group.cancelAll()
         }
     }
 
@@ -91,7 +108,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             liveCallsByUser[call.callee, default: []].insert(call.id)
             metrics.callsRestored.increment()
             if call.phase == .active { metrics.activeCalls.increment() } else { metrics.ringingCalls.increment() }
-            for key in call.participants where sessions[key] == nil {
+            for key in call.participants where sessions[key] == nil && remoteHolders[key] == nil {
                 let session = Session(id: Self.newSessionID(), key: key, bufferLimit: configuration.limits.resumeBufferFrames,
                                       answerLimit: configuration.limits.rememberedRequests)
                 sessions[key] = session
@@ -241,6 +258,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: .welcome(welcome)))))
         metrics.framesOut.increment()
         logger.debug("session started", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)", "session.resumed": "\(resumed)"])
+        if let cluster {
+            remoteHolders[key] = nil
+            cluster.holds(key, true)
+            cluster.send(.claimed(key, by: cluster.node), to: nil)
+        }
 
         if resumed, let lastSeq = hello.resume?.lastSeq {
             for frame in session.frames(after: lastSeq) {
@@ -265,6 +287,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         devicesByUser[key.user]?.remove(key.device)
         if devicesByUser[key.user]?.isEmpty == true { devicesByUser[key.user] = nil }
         logger.debug("session expired", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)"])
+        if let cluster {
+            cluster.holds(key, false)
+            cluster.send(.released(key, by: cluster.node), to: nil)
+        }
         for callID in liveCallsByUser[key.user] ?? [] {
             update(callID) { call, now in call.connectionLost(key, now: now) }
         }
@@ -281,6 +307,22 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     // MARK: Requests
 
     private func execute(_ message: ClientMessage, requestID: String, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
+        let key = session.key
+        if cluster != nil, let callID = message.aboutCall, calls[callID] == nil, let runner = await owner(of: callID) {
+            do {
+                return try await forward(message, from: key, to: runner)
+            } catch where error.code == .unavailable {
+                // The owner went silent: if it is gone, the call is taken over here (or by a third node).
+                guard calls[callID] == nil else { return try await execute(message, from: session) }
+                guard let next = await owner(of: callID) else { return try await execute(message, from: session) }
+                guard next != runner else { throw error }
+                return try await forward(message, from: key, to: next)
+            }
+        }
+        return try await execute(message, from: session)
+    }
+
+    private func execute(_ message: ClientMessage, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
         let key = session.key
         switch message {
         case .ping:
@@ -350,6 +392,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
         }
+        // Devices of the callee on other nodes ring too.
+        if let cluster, invite.to != caller.user {
+            do {
+                for (key, node) in try await cluster.remoteDevices(of: invite.to) where sessions[key] == nil { remoteHolders[key] = node }
+            } catch {
+                logger.error("could not read the callee's devices on other nodes", metadata: ["error": "\(error)"])
+            }
+        }
         // The same id may have been invited while the store was read.
         if let result = try answerToKnownCall(invite, from: caller) { return result }
         guard invite.to != caller.user else { throw ErrorMessage(code: .badRequest, message: "a user cannot call themselves") }
@@ -372,14 +422,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                                                                    address: address),
                                     callee: invite.to, media: invite.media, metadata: invite.metadata,
                                     createdAt: now, expiresAt: expiresAt)
-        let online = (devicesByUser[invite.to] ?? []).sorted()
+        let online = (devicesByUser[invite.to] ?? []).union(remoteHolders.devices(of: invite.to)).sorted()
         for device in online { call.rang(device) }
         calls[invite.call] = call
         liveCallsByUser[caller.user, default: []].insert(invite.call)
         liveCallsByUser[invite.to, default: []].insert(invite.call)
         metrics.callsStarted.increment()
         metrics.ringingCalls.increment()
-        records.save(call.stored)
+        save(call)
         for device in online {
             deliver(.callIncoming(call.incoming), to: DeviceKey(user: invite.to, device: device))
         }
@@ -422,7 +472,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         var sent: [DeviceRecord] = []
         for device in devices {
             guard let voip = device.voip else { continue }
-            if let session = sessions[DeviceKey(user: device.user, device: device.device)], session.connectionID != nil { continue }
+            let key = DeviceKey(user: device.user, device: device.device)
+            if let session = sessions[key], session.connectionID != nil { continue }
+            if remoteHolders[key] != nil { continue }
             let payload = VoIPPushPayload(parley: .init(call: call.id, from: .init(user: call.caller.user, name: call.caller.name),
                                                         media: call.media, expiresAt: call.expiresAt))
             let push = Push(user: device.user, device: device.device, registration: voip, content: .incomingCall(payload))
@@ -467,7 +519,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         calls[callID] = call
         for delivery in deliveries { deliver(delivery.message, to: delivery.to) }
         guard call.phase != before else { return }
-        records.save(call.stored)
+        save(call)
         if before == .ringing { metrics.ringingCalls.decrement() }
         if call.phase == .active { metrics.activeCalls.increment() }
         if call.phase == .ended {
@@ -494,7 +546,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 try call.report(report.quality, from: sender, now: now, window: window)
                 return []
             }
-            if let call = calls[report.call] { records.save(call.stored) }
+            if let call = calls[report.call] { save(call) }
             return
         }
         guard var record = try? await store.call(report.call), record.caller == sender.user || record.callee == sender.user else {
@@ -522,7 +574,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             state = after
             return deliveries
         }
-        if let call = calls[callID] { records.save(call.stored) }
+        if let call = calls[callID] { save(call) }
         return (try? JSONValue.fields(of: RecordingStepResult(recording: state))) ?? [:]
     }
 
@@ -655,12 +707,160 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 to: DeviceKey(user: target.user, device: target.device))
     }
 
+    // MARK: Several nodes
+
+    private func save(_ call: CallStateMachine) {
+        var stored = call.stored
+        stored.owner = cluster?.node
+        records.save(stored)
+    }
+
+    /// The live node that runs a call this node does not hold; nil when none does (the call is
+    /// taken over here if it was left unfinished by a node that is gone, then goes on here).
+    private func owner(of callID: CallID) async -> NodeID? {
+        guard let cluster else { return nil }
+        do {
+            // Asked each time, not remembered: the answer says whether the owner is live now.
+            if let node = try await cluster.owner(of: callID), node != cluster.node { return node }
+        } catch {
+            logger.error("could not find the node of a call", metadata: ["call.id": "\(callID)", "error": "\(error)"])
+            return nil
+        }
+        if calls[callID] == nil { await adopt(callID) }
+        return nil
+    }
+
+    /// Takes over unfinished calls whose node is gone (one, or all): they go on here as after a
+    /// restart. Devices of theirs on other live nodes stay there; the others get the resume window.
+    public func adopt(_ callID: CallID? = nil) async {
+        guard let cluster else { return }
+        do {
+            let adopted = try await cluster.adopt(callID).filter { calls[$0.record.call] == nil }
+            for user in Set(adopted.flatMap { [$0.record.caller, $0.record.callee] }) {
+                for (key, node) in try await cluster.remoteDevices(of: user) where sessions[key] == nil {
+                    remoteHolders[key] = node
+                }
+            }
+            restore(adopted)
+        } catch {
+            logger.error("could not take over the calls of a node that is gone", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Sends a request to the node that runs its call and answers what that node answered.
+    private func forward(_ message: ClientMessage, from key: DeviceKey, to node: NodeID) async throws(ErrorMessage) -> [String: JSONValue] {
+        guard let cluster else { throw ErrorMessage(code: .internal, message: "no cluster") }
+        nextForward += 1
+        let id = nextForward
+        let frame = String(decoding: codec.encode(message), as: UTF8.self)
+        let result = await withCheckedContinuation { continuation in
+            forwarded[id] = continuation
+            cluster.send(.request(id: id, from: cluster.node, sender: key, frame: frame), to: node)
+            Task { [weak self] in
+                try? await Task.sleep(for: .seconds(5))
+                await self?.answerForwarded(id, .failure(ErrorMessage(code: .unavailable,
+                                                                       message: "the server running this call did not answer; try again")))
+            }
+        }
+        return try result.get()
+    }
+
+    private func answerForwarded(_ id: UInt64, _ result: Result<[String: JSONValue], ErrorMessage>) {
+        forwarded.removeValue(forKey: id)?.resume(returning: result)
+    }
+
+    /// What another node says.
+    private func hear(_ message: NodeMessage) async {
+        guard let cluster else { return }
+        switch message {
+        case .deliver(let key, let frame, _):
+            guard let session = sessions[key], let decoded = try? codec.decodeServerFrame(frame) else { return }
+            send(decoded.message, to: session)
+        case .request(let id, let from, let sender, let frame):
+            let result: Result<[String: JSONValue], ErrorMessage>
+            do throws(ErrorMessage) {
+                let request: ClientMessage
+                do { request = try codec.decodeClientMessage(frame) } catch {
+                    throw ErrorMessage(code: .badRequest, message: "a node forwarded what this one cannot read")
+                }
+                guard let callID = request.aboutCall, calls[callID] != nil else {
+                    throw ErrorMessage(code: .unavailable, message: "the call moved to another server; try again")
+                }
+                result = .success(try await executeForwarded(request, from: sender))
+            } catch {
+                result = .failure(error)
+            }
+            cluster.send(.reply(id: id, result: try? result.get(), error: result.failure), to: from)
+        case .reply(let id, let result, let error):
+            answerForwarded(id, error.map { .failure($0) } ?? .success(result ?? [:]))
+        // This node's own news, heard back on the channel every node listens to.
+        case .claimed(_, let node) where node == cluster.node, .released(_, let node) where node == cluster.node:
+            return
+        case .claimed(let key, let node):
+            remoteHolders[key] = node
+            if sessions[key] != nil { forget(key) }
+            // A device that connected elsewhere while a call to its user rings here rings too.
+            for callID in (liveCallsByUser[key.user] ?? []).sorted(by: { $0.rawValue < $1.rawValue }) {
+                guard var call = calls[callID], call.phase == .ringing, call.callee == key.user else { continue }
+                call.rang(key.device)
+                calls[callID] = call
+                deliver(.callIncoming(call.incoming), to: key)
+            }
+        case .released(let key, let node):
+            guard remoteHolders[key] == node else { return }
+            remoteHolders[key] = nil
+            for callID in liveCallsByUser[key.user] ?? [] where calls[callID]?.participants.contains(key) == true {
+                update(callID) { call, now in call.connectionLost(key, now: now) }
+            }
+        }
+    }
+
+    /// A forwarded request, run here as if its device were connected here (an invite never is: the
+    /// node a caller is connected to runs its call).
+    private func executeForwarded(_ message: ClientMessage, from key: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
+        let session = Session(id: "", key: key, bufferLimit: 0, answerLimit: 0)
+        return try await execute(message, from: session)
+    }
+
+    /// A node is gone: devices it held that take part in calls here are as if disconnected now (the
+    /// resume window to come back on any node), and its unfinished calls are taken over.
+    private func nodeLeft(_ node: NodeID) async {
+        for key in remoteHolders.keys(on: node) {
+            remoteHolders[key] = nil
+            let inCall = (liveCallsByUser[key.user] ?? []).contains { calls[$0]?.participants.contains(key) == true }
+            guard inCall, sessions[key] == nil else { continue }
+            sessions[key] = Session(id: Self.newSessionID(), key: key, bufferLimit: configuration.limits.resumeBufferFrames,
+                                    answerLimit: configuration.limits.rememberedRequests)
+            devicesByUser[key.user, default: []].insert(key.device)
+            held[key] = now()
+            metrics.sessions.increment()
+        }
+        await adopt()
+    }
+
+    /// Lets a session go that another node holds now: its calls go on there.
+    private func forget(_ key: DeviceKey) {
+        guard let session = sessions.removeValue(forKey: key) else { return }
+        if let connectionID = session.connectionID {
+            close(connectionID, code: .replaced, reason: "this device connected to another server")
+        }
+        held[key] = nil
+        metrics.sessions.decrement()
+        devicesByUser[key.user]?.remove(key.device)
+        if devicesByUser[key.user]?.isEmpty == true { devicesByUser[key.user] = nil }
+        for room in roomsByDevice[key] ?? [] { leaveRoom(room, key: key) }
+    }
+
     // MARK: Frames out
 
-    /// Sends to a device's session, live or held for resume; a device without one misses it.
+    /// Sends to a device's session, live or held for resume, here or on the node that holds it; a
+    /// device without one misses it.
     private func deliver(_ message: ServerMessage, to key: DeviceKey) {
-        guard let session = sessions[key] else { return }
-        send(message, to: session)
+        if let session = sessions[key] {
+            send(message, to: session)
+        } else if let cluster, let node = remoteHolders[key] {
+            cluster.send(.deliver(to: key, frame: encode(ServerFrame(seq: nil, message: message)), from: cluster.node), to: node)
+        }
     }
 
     private func send(_ message: ServerMessage, to session: Session) {

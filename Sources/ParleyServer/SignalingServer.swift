@@ -19,6 +19,8 @@ public final class SignalingServer: Sendable {
     public let store: any SignalingStore
     /// Whether the server opened the store (and closes it when it stops).
     private let ownsStore: Bool
+    /// The other nodes, when the store is PostgreSQL: every node on one database is one deployment.
+    public let cluster: PostgresCluster?
     public let metrics: ServerMetrics
     public let hub: SignalingHub<ContinuousClock>
     let tokens: TokenAuthority
@@ -50,9 +52,14 @@ public final class SignalingServer: Sendable {
         ownsStore = store == nil
         let store = if let store { store } else { try await Self.openStore(configuration.databasePath, logger: logger) }
         self.store = store
-        let unfinished: [StoredCall]
+        var unfinished: [StoredCall] = []
         do {
-            unfinished = try await store.unfinishedCalls()
+            if let postgres = store as? PostgresStore {
+                cluster = try await PostgresCluster.join(postgres, logger: logger)
+            } else {
+                cluster = nil
+                unfinished = try await store.unfinishedCalls()
+            }
         } catch {
             if ownsStore { await store.close() }
             throw error
@@ -64,9 +71,10 @@ public final class SignalingServer: Sendable {
         self.pushSender = pushSender
         self.onRunning = onRunning
         self.hub = SignalingHub(configuration: configuration, store: store, metrics: metrics, clock: ContinuousClock(),
-                                logger: logger, pushes: pushContinuation)
-        // Before the first connection: a restart, graceful or a crash, ends no call.
-        await hub.restore(unfinished)
+                                logger: logger, pushes: pushContinuation, cluster: cluster)
+        // Before the first connection: a restart, graceful or a crash, ends no call. With several
+        // nodes, this one takes over the calls of nodes that are gone, and only those.
+        if cluster != nil { await hub.adopt() } else { await hub.restore(unfinished) }
     }
 
     /// Opens the store a database setting names: a `postgres://` URL (`PostgresStore`, shared by
@@ -121,7 +129,7 @@ public final class SignalingServer: Sendable {
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: app),
             .init(service: PushService(pushes: pushes, sender: pushSender, apns: apns, store: store, metrics: metrics, logger: logger)),
-            .init(service: HubService(hub: hub, open: openConnections)),
+            .init(service: HubService(hub: hub, open: openConnections, cluster: cluster)),
         ]
         // First in the list, so the last to stop: after the hub has written every call.
         if ownsStore { services.insert(.init(service: StoreService(store: store)), at: 0) }
@@ -140,10 +148,12 @@ struct StoreService: Service {
 }
 
 /// Runs the hub's timeouts. On graceful shutdown it shuts the hub down and waits (up to 5 s) until
-/// every client has its last frames and its close, before the HTTP server stops.
+/// every client has its last frames and its close, before the HTTP server stops; with several
+/// nodes it then leaves the cluster, as the hub stops hearing it (the others take its calls over).
 struct HubService<C: Clock>: Service where C.Duration == Duration {
     let hub: SignalingHub<C>
     let open: OpenConnections
+    var cluster: PostgresCluster?
 
     func run() async throws {
         await withTaskGroup(of: Void.self) { group in
@@ -162,6 +172,7 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
             await hub.closeRooms()
             group.cancelAll()
         }
+        await cluster?.leave()
     }
 }
 

@@ -11,12 +11,15 @@ public struct StoredCall: Hashable, Sendable {
     /// The caller's display name, for `call.incoming` to devices that connect later.
     public var callerName: String?
     public var metadata: JSONValue?
+    /// The node that runs the call, with several nodes (set when the call is first stored).
+    public var owner: NodeID?
 
-    public init(record: CallRecord, expiresAt: Int64, callerName: String? = nil, metadata: JSONValue? = nil) {
+    public init(record: CallRecord, expiresAt: Int64, callerName: String? = nil, metadata: JSONValue? = nil, owner: NodeID? = nil) {
         self.record = record
         self.expiresAt = expiresAt
         self.callerName = callerName
         self.metadata = metadata
+        self.owner = owner
     }
 }
 

@@ -1,0 +1,105 @@
+import ParleyProtocol
+
+/// A node of a deployment: a random id for each server process.
+public typealias NodeID = String
+
+/// What one node tells another (docs/protocol.md, "Restarts and several nodes").
+///
+/// Every call belongs to one node, the one its invite reached (or the one that took it over from a
+/// node that stopped); that node runs the call's state machine, so the first accept wins there. The
+/// other nodes forward requests about the call to it and deliver what it sends to their devices.
+public enum NodeMessage: Sendable, Equatable, Codable {
+    /// A frame for a device held by the node addressed (`frame`: a server frame without `seq`; the
+    /// holding session numbers it), from the node that runs its call.
+    case deliver(to: DeviceKey, frame: String, from: NodeID)
+    /// A device's request about a call the addressed node owns (`frame`: the client's frame).
+    case request(id: UInt64, from: NodeID, sender: DeviceKey, frame: String)
+    /// The owner's answer to a forwarded request: the `ack`'s result, or the error.
+    case reply(id: UInt64, result: [String: JSONValue]?, error: ErrorMessage?)
+    /// A device said hello on the node that sends this: another node holding a session for it lets
+    /// it go (without ending its calls), and owners of calls ringing its user ring it too.
+    case claimed(DeviceKey, by: NodeID)
+    /// A device's session on the sending node expired: its calls end with `connection-lost`.
+    case released(DeviceKey, by: NodeID)
+}
+
+extension DeviceKey: Codable {
+    private enum CodingKeys: String, CodingKey { case user, device }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(user: try container.decode(UserID.self, forKey: .user), device: try container.decode(DeviceID.self, forKey: .device))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(user, forKey: .user)
+        try container.encode(device, forKey: .device)
+    }
+}
+
+/// How a hub reaches the other nodes of its deployment, and what they share beside the store:
+/// which node holds which device, and which node owns which call. `PostgresCluster` implements it
+/// on the PostgreSQL the nodes share; a hub without one is a deployment of one node.
+public protocol ClusterLink: Sendable {
+    var node: NodeID { get }
+    /// Sends to one node, or to every other node (`to: nil`); a node's messages arrive in the order it
+    /// sent them. Returns at once: a node that is gone misses them.
+    func send(_ message: NodeMessage, to node: NodeID?)
+    /// What other nodes send to this one, in order; one reader.
+    var messages: AsyncStream<NodeMessage> { get }
+    /// Nodes that were live and are not any more, as they are noticed; one reader.
+    var departures: AsyncStream<NodeID> { get }
+
+    /// Records that this node holds a session for the device (or no longer does), in order with `send`.
+    func holds(_ key: DeviceKey, _ holding: Bool)
+    /// The user's devices held on other live nodes, and where.
+    func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID]
+    /// The live node that owns the call; nil if the call is unknown, or its owner is gone (then
+    /// `adopt` takes it over).
+    func owner(of call: CallID) async throws -> NodeID?
+    /// Takes over the unfinished calls whose owner is gone (one call, or all of them): answers the
+    /// calls this node now owns. Two nodes never both get one.
+    func adopt(_ call: CallID?) async throws -> [StoredCall]
+}
+
+/// Devices on other nodes, by user (an invite asks for one user's).
+struct RemoteHolders {
+    private var byUser: [UserID: [DeviceID: NodeID]] = [:]
+
+    subscript(key: DeviceKey) -> NodeID? {
+        get { byUser[key.user]?[key.device] }
+        set {
+            byUser[key.user, default: [:]][key.device] = newValue
+            if byUser[key.user]?.isEmpty == true { byUser[key.user] = nil }
+        }
+    }
+
+    func devices(of user: UserID) -> Set<DeviceID> { Set(byUser[user]?.keys ?? [:].keys) }
+
+    func keys(on node: NodeID) -> [DeviceKey] {
+        byUser.flatMap { user, devices in devices.filter { $0.value == node }.map { DeviceKey(user: user, device: $0.key) } }
+    }
+}
+
+extension ClientMessage {
+    /// The call a request is about, for every call request but the invite (which starts one).
+    var aboutCall: CallID? {
+        switch self {
+        case .callRinging(let request), .callAccept(let request), .callState(let request): request.call
+        case .callDecline(let decline): decline.call
+        case .callSignal(let signal): signal.call
+        case .callUpdate(let update): update.call
+        case .callHangup(let hangup): hangup.call
+        case .callReport(let report): report.call
+        case .hello, .ping, .ack, .callInvite, .roomJoin, .roomLeave, .roomSignal: nil
+        }
+    }
+}
+
+extension Result {
+    var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+}

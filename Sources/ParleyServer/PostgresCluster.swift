@@ -1,0 +1,224 @@
+import Foundation
+import Logging
+import NIOSSL
+import ParleyProtocol
+import PostgresNIO
+
+/// Nodes on one PostgreSQL: messages by `NOTIFY`, devices and call owners in tables, and a node
+/// live exactly while its listening connection is (PostgreSQL drops a killed process's connections
+/// at once, so a node that dies is noticed within a second).
+///
+/// - Each node listens on `parley_all` and on `parley_<node>`; its listening connection carries the
+///   application name `parley-node <node>`, which is what "live" means.
+/// - A message is JSON; one over `NOTIFY`'s limit goes into `cluster_message` and the notification
+///   carries its row (`@<id>`). One task sends everything a node sends, in order.
+/// - `cluster_device` says which node holds which device; `call.owner_node`, which node runs a call.
+public final class PostgresCluster: ClusterLink {
+    public let node: NodeID
+    public let messages: AsyncStream<NodeMessage>
+    public let departures: AsyncStream<NodeID>
+    private let inbox: AsyncStream<NodeMessage>.Continuation
+    private let departed: AsyncStream<NodeID>.Continuation
+    private let outbox: AsyncStream<Outgoing>.Continuation
+    private let store: PostgresStore
+    private let listener: PostgresConnection
+    private let logger: Logger
+    private let tasks: [Task<Void, Never>]
+
+    private enum Outgoing {
+        case message(NodeMessage, to: NodeID?)
+        case holds(DeviceKey, Bool)
+    }
+
+    /// `NOTIFY` takes payloads under 8000 bytes.
+    static let inlineLimit = 7900
+    static let applicationPrefix = "parley-node "
+    private static let liveNodes = """
+        SELECT substr(application_name, \(applicationPrefix.count + 1)) FROM pg_stat_activity
+        WHERE application_name LIKE 'parley-node %'
+        """
+
+    /// Joins the deployment on the store's database: listens, then answers the node.
+    public static func join(_ store: PostgresStore, logger: Logger) async throws -> PostgresCluster {
+        let node = "n" + (0..<6).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let listener = try await PostgresStore.connect(store.location, logger: logger, application: applicationPrefix + node)
+        return try await PostgresCluster(node: node, store: store, listener: listener, logger: logger)
+    }
+
+    private init(node: NodeID, store: PostgresStore, listener: PostgresConnection, logger: Logger) async throws {
+        self.node = node
+        self.store = store
+        self.listener = listener
+        var logger = logger
+        logger[metadataKey: "cluster.node"] = "\(node)"
+        self.logger = logger
+        (messages, inbox) = AsyncStream.makeStream()
+        (departures, departed) = AsyncStream.makeStream()
+        let (outgoing, outbox) = AsyncStream<Outgoing>.makeStream()
+        self.outbox = outbox
+
+        // Listening before anything is sent, so no reply to this node is missed.
+        let listening = AsyncStream<Void>.makeStream()
+        let inbox = self.inbox
+        var tasks: [Task<Void, Never>] = []
+        for channel in ["parley_all", "parley_\(node)"] {
+            tasks.append(Task { [store, logger] in
+                do {
+                    try await listener.listen(on: channel) { notifications in
+                        listening.continuation.yield()
+                        for try await notification in notifications {
+                            guard let message = await Self.decode(notification.payload, store: store, logger: logger) else { continue }
+                            inbox.yield(message)
+                        }
+                    }
+                } catch {
+                    if !Task.isCancelled {
+                        logger.critical("lost the cluster's listening connection; this node no longer hears the others",
+                                        metadata: ["error": "\(PostgresStore.explain(error))"])
+                    }
+                }
+            })
+        }
+        var ready = listening.stream.makeAsyncIterator()
+        for _ in 0..<2 { await ready.next() }
+        tasks.append(Task { [store, logger, node] in await Self.send(outgoing, node: node, store: store, logger: logger) })
+        tasks.append(Task { [store, logger, departed] in await Self.watch(store: store, logger: logger, departed: departed) })
+        self.tasks = tasks
+        logger.notice("joined the cluster")
+    }
+
+    /// Stops listening and sending; the node counts as gone for the others from then on.
+    public func leave() async {
+        outbox.finish()
+        for task in tasks { task.cancel() }
+        try? await listener.close()
+        for task in tasks { await task.value }
+        inbox.finish()
+        departed.finish()
+    }
+
+    // MARK: ClusterLink
+
+    public func send(_ message: NodeMessage, to node: NodeID?) {
+        outbox.yield(.message(message, to: node))
+    }
+
+    public func holds(_ key: DeviceKey, _ holding: Bool) {
+        outbox.yield(.holds(key, holding))
+    }
+
+    public func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID] {
+        var devices: [DeviceKey: NodeID] = [:]
+        let rows = try await store.client.query("""
+            SELECT device_id, node_id FROM cluster_device
+            WHERE user_id = \(user.rawValue) AND node_id <> \(node) AND node_id IN (\(unescaped: Self.liveNodes))
+            """, logger: logger)
+        for try await (device, node) in rows.decode((String, String).self) {
+            guard let device = DeviceID(rawValue: device) else { continue }
+            devices[DeviceKey(user: user, device: device)] = node
+        }
+        return devices
+    }
+
+    public func owner(of call: CallID) async throws -> NodeID? {
+        let rows = try await store.client.query("""
+            SELECT owner_node FROM call WHERE call_id = \(call.rawValue) AND owner_node IN (\(unescaped: Self.liveNodes))
+            """, logger: logger)
+        for try await owner in rows.decode(String.self) { return owner }
+        return nil
+    }
+
+    public func adopt(_ call: CallID?) async throws -> [StoredCall] {
+        // Read committed: a second node's update waits for the first's and then sees a live owner.
+        let adopted = try await store.storedCalls("""
+            UPDATE call SET owner_node = \(node)
+            WHERE ended_at IS NULL AND (\(call?.rawValue)::TEXT IS NULL OR call_id = \(call?.rawValue))
+              AND (owner_node IS NULL OR owner_node NOT IN (\(unescaped: Self.liveNodes)))
+            RETURNING \(unescaped: PostgresStore.callColumns)
+            """)
+        if !adopted.isEmpty {
+            logger.notice("took over calls whose node is gone", metadata: ["calls.count": "\(adopted.count)"])
+        }
+        return adopted
+    }
+
+    // MARK: Sending, listening, watching
+
+    private static func send(_ outgoing: AsyncStream<Outgoing>, node: NodeID, store: PostgresStore, logger: Logger) async {
+        let encoder = JSONEncoder()
+        for await item in outgoing {
+            do {
+                switch item {
+                case .holds(let key, true):
+                    try await store.client.query("""
+                        INSERT INTO cluster_device (user_id, device_id, node_id) VALUES (\(key.user.rawValue), \(key.device.rawValue), \(node))
+                        ON CONFLICT (user_id, device_id) DO UPDATE SET node_id = excluded.node_id
+                        """, logger: logger)
+                case .holds(let key, false):
+                    try await store.client.query("""
+                        DELETE FROM cluster_device
+                        WHERE user_id = \(key.user.rawValue) AND device_id = \(key.device.rawValue) AND node_id = \(node)
+                        """, logger: logger)
+                case .message(let message, let to):
+                    let channel = to.map { "parley_\($0)" } ?? "parley_all"
+                    var payload = String(decoding: try encoder.encode(message), as: UTF8.self)
+                    if payload.utf8.count > inlineLimit {
+                        let rows = try await store.client.query("INSERT INTO cluster_message (payload) VALUES (\(payload)) RETURNING id",
+                                                                logger: logger)
+                        for try await id in rows.decode(Int64.self) { payload = "@\(id)" }
+                    }
+                    try await store.client.query("SELECT pg_notify(\(channel), \(payload))", logger: logger)
+                }
+            } catch {
+                logger.error("could not reach the other nodes", metadata: ["error": "\(PostgresStore.explain(error))"])
+            }
+        }
+    }
+
+    private static func decode(_ payload: String, store: PostgresStore, logger: Logger) async -> NodeMessage? {
+        var json = payload
+        if payload.hasPrefix("@"), let id = Int64(payload.dropFirst()) {
+            do {
+                let rows = try await store.client.query("SELECT payload FROM cluster_message WHERE id = \(id)", logger: logger)
+                for try await text in rows.decode(String.self) { json = text }
+            } catch {
+                logger.error("could not read a node's message", metadata: ["error": "\(PostgresStore.explain(error))"])
+                return nil
+            }
+        }
+        do {
+            return try JSONDecoder().decode(NodeMessage.self, from: Data(json.utf8))
+        } catch {
+            logger.error("a node sent what this one cannot read", metadata: ["error": "\(error)"])
+            return nil
+        }
+    }
+
+    /// Once a second: which nodes are live, and whoever is no longer; now and then, the rows that
+    /// gone nodes and old messages left.
+    private static func watch(store: PostgresStore, logger: Logger, departed: AsyncStream<NodeID>.Continuation) async {
+        var live: Set<NodeID> = []
+        var round = 0
+        while !Task.isCancelled {
+            do {
+                var now: Set<NodeID> = []
+                for try await node in try await store.client.query(PostgresQuery(unsafeSQL: liveNodes), logger: logger).decode(String.self) {
+                    now.insert(node)
+                }
+                for node in live.subtracting(now).sorted() {
+                    logger.notice("a node left the cluster", metadata: ["cluster.departed": "\(node)"])
+                    departed.yield(node)
+                }
+                live = now
+                if round % 60 == 0 {
+                    try await store.client.query("DELETE FROM cluster_device WHERE node_id NOT IN (\(unescaped: liveNodes))", logger: logger)
+                    try await store.client.query("DELETE FROM cluster_message WHERE created_at < now() - INTERVAL '5 minutes'", logger: logger)
+                }
+                round += 1
+            } catch {
+                if !Task.isCancelled { logger.error("could not see the other nodes", metadata: ["error": "\(PostgresStore.explain(error))"]) }
+            }
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+}

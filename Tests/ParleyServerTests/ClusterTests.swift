@@ -1,0 +1,133 @@
+import Foundation
+import ParleyProtocol
+import ParleyServer
+import ParleyServerTesting
+import Testing
+
+/// Protocol v1, "Restarts and several nodes": real servers on one real PostgreSQL, devices on
+/// different nodes, over real WebSockets.
+@Suite("Several nodes on one PostgreSQL", .serialized)
+struct ClusterTests {
+    let call: CallID = "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+
+    /// Two nodes on a fresh database; stopped, and the database removed, after `body`.
+    func withNodes(_ count: Int = 2, _ body: ([LiveServer], TestDatabase) async throws -> Void) async throws {
+        guard TestDatabase.canRun(.postgres, "cluster tests") else { return }
+        let database = try await TestDatabase(.postgres)
+        defer { database.close() }
+        var nodes: [LiveServer] = []
+        do {
+            for _ in 0..<count { nodes.append(try await LiveServer.start(databasePath: database.setting)) }
+            try await body(nodes, database)
+        } catch {
+            for node in nodes { try? await node.stop() }
+            throw error
+        }
+        for node in nodes { try? await node.stop() }
+    }
+
+    static func incoming(_ frame: ServerFrame) -> CallIncoming? {
+        if case .callIncoming(let message) = frame.message { message } else { nil }
+    }
+
+    static func ended(_ frame: ServerFrame) -> CallEnded? {
+        if case .callEnded(let message) = frame.message { message } else { nil }
+    }
+
+    @Test func aCallAcrossNodesRingsEveryDeviceAndTheFirstAcceptWins() async throws {
+        try await withNodes { nodes, _ in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1", name: "Alice")
+            let bobPhone = try await b.device("bob", "b1")
+            let bobLaptop = try await a.device("bob", "b2")
+            try await Task.sleep(for: .milliseconds(300))   // each node has told the others where bob is
+
+            let invited = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
+                .decodeResult(CallInviteResult.self)
+            #expect(invited.devices == 2, "bob's phone on the other node rings too")
+            let rung = try await bobPhone.expect(Self.incoming)
+            #expect(rung.from.user == "alice")
+            #expect(rung.from.name == "Alice")
+            _ = try await bobLaptop.expect(Self.incoming)
+
+            // The phone, on the node that does not run the call, answers first: it wins there.
+            #expect(try await bobPhone.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+            _ = try await alice.expect { if case .callAccepted(let m) = $0.message { m } else { nil } }
+            let elsewhere = try await bobLaptop.expect(Self.ended)
+            #expect(elsewhere.reason == .answeredElsewhere)
+            #expect(try await bobLaptop.request { .callAccept(CallRequest(id: $0, call: call)) }.errorCode != nil, "second accept")
+
+            // Offer and answer cross between the nodes both ways.
+            #expect(try await alice.request {
+                .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0 alice"))))
+            }.isSuccess)
+            let offer = try await bobPhone.expect { if case .callSignal(let m) = $0.message { m } else { nil } }
+            #expect(offer.from == Party(user: "alice", device: "a1"))
+            #expect(try await bobPhone.request {
+                .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(description: SessionDescription(type: "answer", sdp: "v=0 bob"))))
+            }.isSuccess)
+            let answer = try await alice.expect { if case .callSignal(let m) = $0.message { m } else { nil } }
+            #expect(answer.from == Party(user: "bob", device: "b1"))
+            let state = try await bobPhone.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self)
+            #expect(state.state == .active)
+
+            #expect(try await bobPhone.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
+            #expect(try await alice.expect(Self.ended).reason == .hangup)
+            await a.server.hub.flushRecords()
+            let history = try await b.http("GET", "/v1/calls", token: b.token("bob")).decode(CallList.self).calls
+            #expect(history.map(\.call) == [call])
+            #expect(history.first?.calleeDevice == "b1")
+            #expect(history.first?.reason == .hangup)
+        }
+    }
+
+    @Test func aDeviceThatConnectsToAnotherNodeWhileACallRingsIsRungAndNobodyElseHearsTheCall() async throws {
+        try await withNodes { nodes, _ in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let carol = try await b.device("carol", "c1")
+            _ = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
+            let bob = try await b.device("bob", "b1")
+            #expect(try await bob.expect(Self.incoming).call == call)
+            // Another user's request about the call, on either node, learns nothing.
+            #expect(try await carol.request { .callAccept(CallRequest(id: $0, call: call)) }.errorCode == .callNotFound)
+            #expect(try await carol.request { .callState(CallRequest(id: $0, call: call)) }.errorCode == .callNotFound)
+            #expect(try await bob.request { .callDecline(CallDecline(id: $0, call: call)) }.isSuccess)
+            #expect(try await alice.expect(Self.ended).reason == .declined)
+            #expect(try await carol.next(timeout: .milliseconds(300)) == nil, "carol heard nothing of it")
+        }
+    }
+
+    @Test func theNodeRunningACallStopsAndTheCallGoesOnOnTheOther() async throws {
+        try await withNodes { nodes, _ in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let bob = try await b.device("bob", "b1")
+            try await Task.sleep(for: .milliseconds(300))
+            _ = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
+            _ = try await bob.expect(Self.incoming)
+            #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+
+            // The node alice is on, which runs the call, stops (a deploy): she comes back on the other.
+            try await a.stop()
+            #expect(await alice.closeCode() == 1001)
+            let aliceAgain = try await b.device("alice", "a1")
+            let state = try await aliceAgain.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self)
+            #expect(state.state == .active)
+            // The other node takes the call over: signals and the hangup work as before.
+            try await eventually("the call is taken over") {
+                try await aliceAgain.request {
+                    .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0 restart"))))
+                }.isSuccess
+            }
+            _ = try await bob.expect { if case .callSignal(let m) = $0.message { m } else { nil } }
+            #expect(try await bob.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
+            #expect(try await aliceAgain.expect(Self.ended).reason == .hangup)
+            await b.server.hub.flushRecords()
+            let history = try await b.http("GET", "/v1/calls", token: b.token("alice")).decode(CallList.self).calls
+            #expect(history.map(\.call) == [call], "one call")
+            #expect(history.first?.reason == .hangup)
+            #expect(history.first?.answeredAt != nil)
+        }
+    }
+}
