@@ -3,14 +3,14 @@
 # SQLite for the server, GStreamer with webrtcbin and libnice for the media engine, Avahi's client
 # library for LAN calls (`parley lan`, `call --lan` and `listen --lan` also need avahi-daemon running).
 #   scripts/setup.sh                 what `parley demo`, `call` and `listen` need
-#   scripts/setup.sh --tests         and what the tests start (coturn, Chromium with chromedriver, Janus, PostgreSQL)
+#   scripts/setup.sh --tests         and what the tests start (coturn, Chromium with chromedriver, Janus, PostgreSQL, HAProxy)
 #   scripts/setup.sh chromium        and any other packages named (the call benchmark adds chromium)
 set -euo pipefail
 
 extra=()
 for argument in "$@"; do
   case "$argument" in
-    --tests) extra+=(coturn chromium chromium-driver janus postgresql iproute2 procps util-linux espeak-ng sox avahi-daemon dbus-daemon) ;;
+    --tests) extra+=(coturn chromium chromium-driver janus postgresql haproxy iproute2 procps util-linux espeak-ng sox avahi-daemon dbus-daemon) ;;
     *) extra+=("$argument") ;;
   esac
 done

@@ -138,6 +138,9 @@ public final class PostgresStore: SignalingStore {
         ]),
     ]
 
+    /// The schema version this build migrates to.
+    public static var schemaVersion: Int { migrations.last?.version ?? 0 }
+
     /// Any constant shared by every node: the lock that makes them migrate one at a time.
     private static let migrationLock: Int64 = 0x7061_726C_6579   // "parley"
 
@@ -153,7 +156,7 @@ public final class PostgresStore: SignalingStore {
             for try await version in try await connection.query("SELECT version FROM parley_migration", logger: logger).decode(Int.self) {
                 applied.insert(version)
             }
-            let known = Self.migrations.last?.version ?? 0
+            let known = Self.schemaVersion
             if let newest = applied.max(), newest > known {
                 throw StoreError("the database's schema is version \(newest), from a newer Parley; this one knows up to \(known)")
             }
