@@ -15,7 +15,7 @@ import Glibc
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Benchmarks that print numbers: the signaling server, and calls against headless Chromium.",
-        subcommands: [BenchSignaling.self, BenchCalls.self, BenchRooms.self, BenchSoak.self],
+        subcommands: [BenchSignaling.self, BenchNodes.self, BenchHold.self, BenchCalls.self, BenchRooms.self, BenchSoak.self],
         defaultSubcommand: BenchSignaling.self
     )
 }
@@ -68,17 +68,17 @@ struct BenchSignaling: AsyncParsableCommand {
         defer { signals.forEach { $0.cancel() } }
         let host = URL(string: base)!.host!
         let port = URL(string: base)!.port!
-        log("server \(base)\(child.map { " (pid \($0.pid))" } ?? "")")
+        benchLog("server \(base)\(child.map { " (pid \($0.pid))" } ?? "")")
         let rssBefore = child.map { residentBytes(pid: $0.pid) }
 
         // Tokens come from the server's development endpoint, as a real client's would.
-        log("minting \(connections) tokens")
+        benchLog("minting \(connections) tokens")
         var tokens: [String] = []
         tokens.reserveCapacity(connections)
         for index in 0..<connections { tokens.append(try await devToken(base: base, user: "bench\(index)")) }
         let allTokens = tokens
 
-        log("opening \(connections) connections")
+        benchLog("opening \(connections) connections")
         let openStart = ContinuousClock.now
         let clients = try await withThrowingTaskGroup(of: (Int, BenchClient).self) { group in
             var clients = [BenchClient?](repeating: nil, count: connections)
@@ -104,7 +104,7 @@ struct BenchSignaling: AsyncParsableCommand {
         let openSeconds = seconds(ContinuousClock.now - openStart)
         try await Task.sleep(for: .milliseconds(500))
         let rssHeld = child.map { residentBytes(pid: $0.pid) }
-        log("\(clients.count) connections open in \(format(openSeconds)) s")
+        benchLog("\(clients.count) connections open in \(format(openSeconds)) s")
 
         // Keep every connection inside its heartbeat while the calls run.
         let heartbeat = Task {
@@ -115,7 +115,7 @@ struct BenchSignaling: AsyncParsableCommand {
         }
         defer { heartbeat.cancel() }
 
-        log("running \(calls) call setups, \(concurrency) at a time")
+        benchLog("running \(calls) call setups, \(concurrency) at a time")
         let cpuBefore = child.map { cpuSeconds(pid: $0.pid) }
         let callStart = ContinuousClock.now
         let results = try await withThrowingTaskGroup(of: [CallTiming].self) { group in
@@ -123,7 +123,7 @@ struct BenchSignaling: AsyncParsableCommand {
                 let caller = clients[worker * 2]
                 let callee = clients[worker * 2 + 1]
                 let share = calls / concurrency + (worker < calls % concurrency ? 1 : 0)
-                group.addTask { try await runCalls(share, caller: caller, callee: callee, callee: "bench\(worker * 2 + 1)") }
+                group.addTask { try await Self.runCalls(share, caller: caller, callee: callee, callee: "bench\(worker * 2 + 1)") }
             }
             var all: [CallTiming] = []
             for try await timings in group { all += timings }
@@ -163,7 +163,7 @@ struct BenchSignaling: AsyncParsableCommand {
         var relays: [Duration]
     }
 
-    private func runCalls(_ count: Int, caller: BenchClient, callee: BenchClient, callee calleeUser: String) async throws -> [CallTiming] {
+    static func runCalls(_ count: Int, caller: BenchClient, callee: BenchClient, callee calleeUser: String) async throws -> [CallTiming] {
         var timings: [CallTiming] = []
         let offer = #"{"type":"offer","sdp":"v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=rtpmap:111 opus/48000/2\r\n"}"#
         let answer = offer.replacingOccurrences(of: "\"offer\"", with: "\"answer\"")
@@ -221,7 +221,7 @@ struct BenchSignaling: AsyncParsableCommand {
         _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
         let needed = UInt(connections * 2 + 100)
         if UInt(limit.rlim_cur) < needed {
-            log("warning: the open-file limit (\(limit.rlim_cur)) is below the \(needed) this run needs")
+            benchLog("warning: the open-file limit (\(limit.rlim_cur)) is below the \(needed) this run needs")
         }
     }
 }
@@ -230,22 +230,22 @@ struct BenchSignaling: AsyncParsableCommand {
 import FoundationNetworking
 #endif
 
-private func log(_ text: String) {
+func benchLog(_ text: String) {
     try? FileHandle.standardError.write(contentsOf: Data("bench: \(text)\n".utf8))
 }
 
-private func seconds(_ duration: Duration) -> Double {
+func seconds(_ duration: Duration) -> Double {
     Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
 }
 
-private func percentile(_ sorted: [Duration], _ fraction: Double) -> Duration {
+func percentile(_ sorted: [Duration], _ fraction: Double) -> Duration {
     guard !sorted.isEmpty else { return .zero }
     return sorted[min(sorted.count - 1, Int(Double(sorted.count) * fraction))]
 }
 
-private func ms(_ duration: Duration) -> String { format(seconds(duration) * 1000) }
-private func format(_ value: Double) -> String { String(format: "%.2f", value) }
-private func mib(_ bytes: Int) -> String { format(Double(bytes) / 1_048_576) }
+func ms(_ duration: Duration) -> String { format(seconds(duration) * 1000) }
+func format(_ value: Double) -> String { String(format: "%.2f", value) }
+func mib(_ bytes: Int) -> String { format(Double(bytes) / 1_048_576) }
 
 /// User plus system CPU time of a process, in seconds.
 func cpuSeconds(pid: Int32) -> Double {
@@ -272,8 +272,8 @@ struct ChildServer {
     let port: Int
     var pid: Int32 { process.processIdentifier }
 
-    static func start() throws -> ChildServer {
-        let (process, port) = try launch(["--port", "0", "--database", ":memory:", "--log-level", "warning", "--http-rate-limit", "0"])
+    static func start(database: String = ":memory:") throws -> ChildServer {
+        let (process, port) = try launch(["--port", "0", "--database", database, "--log-level", "warning", "--http-rate-limit", "0"])
         return ChildServer(process: process, port: port)
     }
 
@@ -403,6 +403,11 @@ final class BenchClient: @unchecked Sendable {
             send(#"{"type":"ack","\#(text[range])}"#)
         }
         return text
+    }
+
+    /// Reads (and acknowledges) every frame until the connection ends.
+    func drain() async {
+        while await next() != nil {}
     }
 
     /// Sends a request and waits for its ack; an error answer fails the run.

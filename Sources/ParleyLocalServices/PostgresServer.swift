@@ -28,7 +28,7 @@ public final class PostgresServer: @unchecked Sendable {
     }
 
     /// Makes a cluster and starts it; returns once it accepts connections.
-    public static func start() async throws -> PostgresServer {
+    public static func start(maxConnections: Int = 200) async throws -> PostgresServer {
         guard let binaries = installed else {
             throw TestFailure("PostgreSQL is not installed: scripts/setup.sh --tests installs postgresql")
         }
@@ -46,7 +46,7 @@ public final class PostgresServer: @unchecked Sendable {
             try? FileManager.default.removeItem(at: directory)
             throw TestFailure("initdb failed: \(initdb.output.suffix(2000))")
         }
-        let server = try PostgresServer(binaries: binaries, directory: directory, port: port, owner: owner)
+        let server = try PostgresServer(binaries: binaries, directory: directory, port: port, owner: owner, maxConnections: maxConnections)
         do {
             try await eventually(timeout: .seconds(20), "PostgreSQL accepting connections in \(directory.path)") {
                 guard server.process.isRunning else { throw TestFailure("postgres exited: \(server.output.suffix(2000))") }
@@ -59,7 +59,7 @@ public final class PostgresServer: @unchecked Sendable {
         return server
     }
 
-    private init(binaries: String, directory: URL, port: Int, owner: (uid: uid_t, gid: gid_t)?) throws {
+    private init(binaries: String, directory: URL, port: Int, owner: (uid: uid_t, gid: gid_t)?, maxConnections: Int) throws {
         self.binaries = binaries
         self.directory = directory
         self.port = port
@@ -69,7 +69,7 @@ public final class PostgresServer: @unchecked Sendable {
         process = Process()
         let arguments = [binaries + "/postgres", "-D", directory.appendingPathComponent("data").path, "-k", directory.path,
                          "-p", "\(port)", "-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off",
-                         "-c", "full_page_writes=off", "-c", "max_connections=200"]
+                         "-c", "full_page_writes=off", "-c", "max_connections=\(maxConnections)"]
         (process.executableURL, process.arguments) = Self.command(arguments, as: owner)
         let output = try FileHandle(forWritingTo: log)
         process.standardOutput = output

@@ -97,6 +97,21 @@ extension ClientMessage {
     }
 }
 
+extension ServerMessage {
+    /// The call a frame for a device is about, when it is about one.
+    var aboutCall: CallID? {
+        switch self {
+        case .callIncoming(let message): message.call
+        case .callRinging(let message): message.call
+        case .callAccepted(let message): message.call
+        case .callEnded(let message): message.call
+        case .callSignal(let message): message.call
+        case .callUpdated(let message): message.call
+        case .welcome, .ack, .error, .roomParticipantJoined, .roomParticipantLeft, .roomSignal: nil
+        }
+    }
+}
+
 extension Result {
     var failure: Failure? {
         if case .failure(let error) = self { return error }

@@ -50,6 +50,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private let cluster: (any ClusterLink)?
     /// Devices held by other nodes, as heard, and by which.
     private var remoteHolders = RemoteHolders()
+    /// Which node runs a call of this node's devices, as its frames said (a call's first frames can
+    /// come before its row is in the store); forgotten when that node leaves.
+    private var callOwners: [CallID: NodeID] = [:]
     /// Requests forwarded to the nodes that run their calls, waiting for the answer.
     private var forwarded: [UInt64: CheckedContinuation<Result<[String: JSONValue], ErrorMessage>, Never>] = [:]
     private var nextForward: UInt64 = 0
@@ -313,6 +316,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 return try await forward(message, from: key, to: runner)
             } catch where error.code == .unavailable {
                 // The owner went silent: if it is gone, the call is taken over here (or by a third node).
+                callOwners[callID] = nil
                 guard calls[callID] == nil else { return try await execute(message, from: session) }
                 guard let next = await owner(of: callID) else { return try await execute(message, from: session) }
                 guard next != runner else { throw error }
@@ -504,6 +508,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         guard calls[callID] != nil else {
             // Not in memory: an old call (its record says whether it ended) or no call at all.
             if let record = try? await store.call(callID), record.caller == sender.user || record.callee == sender.user {
+                guard record.endedAt != nil else {
+                    // With several nodes: a call whose node could not be told, or is being replaced.
+                    throw ErrorMessage(code: .unavailable, message: "the call's server cannot be reached right now; try again")
+                }
                 throw ErrorMessage(code: .callEnded, message: "the call has ended (\(record.reason?.rawValue ?? "ended"))")
             }
             throw ErrorMessage(code: .callNotFound, message: "no such call")
@@ -719,8 +727,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// taken over here if it was left unfinished by a node that is gone, then goes on here).
     private func owner(of callID: CallID) async -> NodeID? {
         guard let cluster else { return nil }
+        if let node = callOwners[callID] { return node }
         do {
-            // Asked each time, not remembered: the answer says whether the owner is live now.
             if let node = try await cluster.owner(of: callID), node != cluster.node { return node }
         } catch {
             logger.error("could not find the node of a call", metadata: ["call.id": "\(callID)", "error": "\(error)"])
@@ -773,8 +781,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func hear(_ message: NodeMessage) async {
         guard let cluster else { return }
         switch message {
-        case .deliver(let key, let frame, _):
+        case .deliver(let key, let frame, let from):
             guard let session = sessions[key], let decoded = try? codec.decodeServerFrame(frame) else { return }
+            if let callID = decoded.message.aboutCall, calls[callID] == nil {
+                if case .callEnded = decoded.message { callOwners[callID] = nil } else { callOwners[callID] = from }
+            }
             send(decoded.message, to: session)
         case .request(let id, let from, let sender, let frame):
             let result: Result<[String: JSONValue], ErrorMessage>
@@ -825,6 +836,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// A node is gone: devices it held that take part in calls here are as if disconnected now (the
     /// resume window to come back on any node), and its unfinished calls are taken over.
     private func nodeLeft(_ node: NodeID) async {
+        callOwners = callOwners.filter { $0.value != node }
         for key in remoteHolders.keys(on: node) {
             remoteHolders[key] = nil
             let inCall = (liveCallsByUser[key.user] ?? []).contains { calls[$0]?.participants.contains(key) == true }

@@ -1,0 +1,298 @@
+import ArgumentParser
+import Foundation
+import ParleyLocalServices
+import ParleyProtocol
+import ParleyServer
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Several `parley serve` nodes on one PostgreSQL, as a deployment runs them: connections held on
+/// every node by load generators of their own (one process cannot open more than its file limit),
+/// and call setups whose two parties sit on different nodes.
+struct BenchNodes: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "nodes",
+        abstract: "Measure several server nodes on one PostgreSQL: connections held, cross-node call setups, relay latency, memory, CPU.",
+        discussion: """
+            Starts a private PostgreSQL (unless --database names one), --nodes `parley serve` processes on it, and \
+            one load generator process per node holding its share of --connections (authenticated, with heartbeats). \
+            Then runs --calls complete call setups, each between a device on one node and a device on the next. \
+            With --nodes 1 --store sqlite, the same run on one node and SQLite, for comparison.
+            """
+    )
+
+    enum Store: String, ExpressibleByArgument { case postgres, sqlite }
+
+    @Option(help: "Server nodes to start.")
+    var nodes: Int = 2
+
+    @Option(help: "Connections to hold open in all, spread evenly over the nodes.")
+    var connections: Int = 10_000
+
+    @Option(help: "Call setups to run in all, each across two nodes (on one node with --nodes 1).")
+    var calls: Int = 2000
+
+    @Option(help: "Call setups running at once.")
+    var concurrency: Int = 32
+
+    @Option(help: "postgres (shared by the nodes) or sqlite (one node only, in memory).")
+    var store: Store = .postgres
+
+    @Option(help: "A PostgreSQL URL to use instead of starting a private server (its database is used as is).")
+    var database: String?
+
+    func validate() throws {
+        guard nodes >= 1 else { throw ValidationError("--nodes must be at least 1") }
+        guard store == .postgres || nodes == 1 else { throw ValidationError("several nodes share PostgreSQL: --store sqlite takes --nodes 1") }
+        guard connections >= nodes else { throw ValidationError("--connections must be at least --nodes") }
+        guard concurrency >= 1, calls >= 1 else { throw ValidationError("--calls and --concurrency must be at least 1") }
+        // One process may open 20,000 files here: a node holds its share plus a few dozen of its own.
+        guard connections / nodes <= 19_800 else {
+            throw ValidationError("\((connections + nodes - 1) / nodes) connections a node is past one process's file limit: use more --nodes")
+        }
+    }
+
+    func run() async throws {
+        var postgres: PostgresServer?
+        var setting = ":memory:"
+        if store == .postgres {
+            if let database {
+                setting = database
+            } else {
+                benchLog("starting a private PostgreSQL")
+                let server = try await PostgresServer.start(maxConnections: 20 * nodes + 20)
+                postgres = server
+                setting = server.url(database: try server.createDatabase())
+            }
+        }
+        var servers: [ChildServer] = []
+        let generators = Children()
+        defer {
+            generators.stop()
+            for server in servers { server.stop() }
+            postgres?.stop()
+        }
+
+        for index in 0..<nodes {
+            servers.append(try ChildServer.start(database: setting))
+            benchLog("node \(index + 1) on port \(servers[index].port) (pid \(servers[index].pid))")
+        }
+        let pids = servers.map(\.pid)
+        let privatePostgres = postgres
+        let signals = ChildServer.onSignals {
+            generators.stop()
+            for pid in pids { kill(pid, SIGTERM) }
+            privatePostgres?.stop()
+        }
+        defer { signals.forEach { $0.cancel() } }
+        try await Task.sleep(for: .seconds(1))
+        let idle = servers.map { residentBytes(pid: $0.pid) }
+        let postgresIdle = postgres.map { Self.treeResident($0.process.processIdentifier) } ?? 0
+
+        // The callers and callees of the setups: pairs across neighbouring nodes, opened here.
+        let pairs = min(concurrency, max(1, connections / 4))
+        let held = connections - 2 * pairs
+        benchLog("holding \(held) connections over \(nodes) node(s), one generator process each")
+        let openStart = ContinuousClock.now
+        var ready: [AsyncStream<String>] = []
+        for (index, server) in servers.enumerated() {
+            let share = held / nodes + (index < held % nodes ? 1 : 0)
+            let (process, lines) = try Self.generator(port: server.port, count: share, first: index * 100_000)
+            generators.add(process)
+            ready.append(lines)
+        }
+        for (index, lines) in ready.enumerated() {
+            var reported = false
+            for await line in lines {
+                if line.hasPrefix("held ") { reported = true; break }
+                if line.hasPrefix("failed") { throw ValidationError("generator \(index + 1): \(line)") }
+            }
+            guard reported else { throw ValidationError("generator \(index + 1) stopped before holding its connections") }
+        }
+        let openSeconds = seconds(ContinuousClock.now - openStart)
+        benchLog("\(held) connections held after \(format(openSeconds)) s")
+        try await Task.sleep(for: .seconds(2))
+        let holding = servers.map { residentBytes(pid: $0.pid) }
+        let postgresHolding = postgres.map { Self.treeResident($0.process.processIdentifier) } ?? 0
+
+        let authority = try await TokenAuthority(key: .hs256(secret: ServerConfiguration.developmentSecret))
+        var callers: [BenchClient] = [], callees: [BenchClient] = []
+        for pair in 0..<pairs {
+            let from = servers[pair % nodes], to = servers[(pair + 1) % nodes]
+            let caller = try await authority.mint(user: UserID(rawValue: "caller\(pair)")!, name: nil, lifetime: .seconds(3600)).token
+            let callee = try await authority.mint(user: UserID(rawValue: "callee\(pair)")!, name: nil, lifetime: .seconds(3600)).token
+            callers.append(try await BenchClient.connect(host: "127.0.0.1", port: from.port, token: caller, device: "c\(pair)"))
+            callees.append(try await BenchClient.connect(host: "127.0.0.1", port: to.port, token: callee, device: "d\(pair)"))
+        }
+        try await Task.sleep(for: .milliseconds(500))   // every node has heard where the callees are
+        let talking = callers + callees
+        let heartbeat = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(10))
+                for client in talking { client.send(#"{"type":"ping","id":"hb"}"#) }
+            }
+        }
+        defer { heartbeat.cancel() }
+
+        benchLog("running \(calls) call setups\(nodes > 1 ? " across nodes" : ""), \(pairs) at a time")
+        let cpuBefore = servers.map { cpuSeconds(pid: $0.pid) }
+        let postgresBefore = postgres.map { Self.treeCPU($0.process.processIdentifier) } ?? 0
+        let callStart = ContinuousClock.now
+        let results = try await withThrowingTaskGroup(of: [BenchSignaling.CallTiming].self) { group in
+            for pair in 0..<pairs {
+                let share = calls / pairs + (pair < calls % pairs ? 1 : 0)
+                let (caller, callee) = (callers[pair], callees[pair])
+                group.addTask { try await BenchSignaling.runCalls(share, caller: caller, callee: callee, callee: "callee\(pair)") }
+            }
+            var all: [BenchSignaling.CallTiming] = []
+            for try await timings in group { all += timings }
+            return all
+        }
+        let callSeconds = seconds(ContinuousClock.now - callStart)
+        let cpu = zip(servers, cpuBefore).map { cpuSeconds(pid: $0.pid) - $1 }.reduce(0, +)
+        let postgresCPU = (postgres.map { Self.treeCPU($0.process.processIdentifier) } ?? 0) - postgresBefore
+        for client in callers + callees { client.close() }
+
+        let setup = results.map(\.setup).sorted()
+        let ring = results.map(\.invitedToIncoming).sorted()
+        let relay = results.flatMap(\.relays).sorted()
+        let grown = zip(holding, idle).map { $0 - $1 }.reduce(0, +)
+        let perNode = servers.indices.map { "\(mib(holding[$0])) MiB" }.joined(separator: ", ")
+        print("""
+
+            Parley nodes benchmark (\(ProcessInfo.processInfo.activeProcessorCount) cores): \(nodes) node(s) on \(store == .postgres ? "PostgreSQL" : "SQLite")
+              connections held       \(held + 2 * pairs) (\(held) by \(nodes) generator process(es), opened in \(format(openSeconds)) s = \(format(Double(held) / openSeconds)) per second)
+              server memory          \(format(Double(grown) / Double(held) / 1024)) KiB per connection held (nodes: \(perNode))
+              PostgreSQL memory      \(store == .postgres && postgres != nil ? "\(mib(postgresIdle)) → \(mib(postgresHolding)) MiB (all its processes)" : "—")
+              call setups            \(results.count) in \(format(callSeconds)) s = \(format(Double(results.count) / callSeconds)) per second (\(pairs) at a time\(nodes > 1 ? ", every one across two nodes" : ""))
+              setup latency          p50 \(ms(percentile(setup, 0.5))) ms, p99 \(ms(percentile(setup, 0.99))) ms (invite → ended)
+              invite → incoming      p50 \(ms(percentile(ring, 0.5))) ms, p99 \(ms(percentile(ring, 0.99))) ms
+              relay latency          p50 \(ms(percentile(relay, 0.5))) ms, p99 \(ms(percentile(relay, 0.99))) ms (call.signal sent → received, \(relay.count) samples)
+              server CPU             \(format(cpu * 1000 / Double(results.count))) ms per call setup, all nodes together
+              PostgreSQL CPU         \(postgres != nil ? "\(format(postgresCPU * 1000 / Double(results.count))) ms per call setup" : "—")
+            """)
+    }
+
+    /// A load generator: `parley bench hold` holding `count` connections to one node.
+    static func generator(port: Int, count: Int, first: Int) throws -> (Process, AsyncStream<String>) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["bench", "hold", "--port", "\(port)", "--count", "\(count)", "--first", "\(first)"]
+        let output = Pipe()
+        process.standardOutput = output
+        let (lines, continuation) = AsyncStream<String>.makeStream()
+        let handle = output.fileHandleForReading
+        Thread {
+            var buffer = ""
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                buffer += String(decoding: chunk, as: UTF8.self)
+                while let newline = buffer.firstIndex(of: "\n") {
+                    continuation.yield(String(buffer[..<newline]))
+                    buffer = String(buffer[buffer.index(after: newline)...])
+                }
+            }
+            continuation.finish()
+        }.start()
+        try process.run()
+        return (process, lines)
+    }
+
+    /// Resident memory of a process and its children (PostgreSQL runs a process per connection).
+    static func treeResident(_ pid: Int32) -> Int {
+        ([pid] + children(of: pid)).map(residentBytes(pid:)).reduce(0, +)
+    }
+
+    static func treeCPU(_ pid: Int32) -> Double {
+        ([pid] + children(of: pid)).map(cpuSeconds(pid:)).reduce(0, +)
+    }
+
+    static func children(of pid: Int32) -> [Int32] {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+        return text.split(separator: " ").compactMap { Int32($0) }
+    }
+}
+
+/// A load generator process: holds `--count` authenticated connections to one node within their
+/// heartbeat until it is stopped. Prints `held N` once they are all open (or `failed: …`).
+struct BenchHold: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "hold",
+        abstract: "Hold connections open to one server (a load generator of `parley bench nodes`).",
+        shouldDisplay: false
+    )
+
+    @Option var port: Int
+    @Option var count: Int
+    @Option(help: "The first user's number (users are hold<N>).") var first: Int = 0
+    @Option var host: String = "127.0.0.1"
+
+    /// A line for `bench nodes`, at once (not held in a buffer).
+    static func say(_ line: String) {
+        try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
+    }
+
+    func run() async throws {
+        var limit = rlimit()
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 {
+            limit.rlim_cur = limit.rlim_max
+            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        }
+        let authority = try await TokenAuthority(key: .hs256(secret: ServerConfiguration.developmentSecret))
+        var tokens: [String] = []
+        for index in 0..<count {
+            tokens.append(try await authority.mint(user: UserID(rawValue: "hold\(first + index)")!, name: nil, lifetime: .seconds(7200)).token)
+        }
+        let (host, port, allTokens) = (self.host, self.port, tokens)
+        let clients: [BenchClient]
+        do {
+            clients = try await withThrowingTaskGroup(of: BenchClient.self) { group in
+                var clients: [BenchClient] = []
+                var next = 0
+                func add() {
+                    let index = next
+                    group.addTask { try await BenchClient.connect(host: host, port: port, token: allTokens[index], device: "h\(index)") }
+                    next += 1
+                }
+                while next < min(100, count) { add() }
+                while let client = try await group.next() {
+                    clients.append(client)
+                    if next < count { add() }
+                }
+                return clients
+            }
+        } catch {
+            Self.say("failed: \(error)")
+            throw ExitCode.failure
+        }
+        Self.say("held \(clients.count)")
+        // Each client reads what it is sent and acknowledges it, as a real one does.
+        for client in clients { Task { await client.drain() } }
+        // One heartbeat per connection every 15 s (the server allows 60 s of silence), spread evenly.
+        let batch = 500
+        let pause = Duration.seconds(15) / max(1, clients.count / batch)
+        while !Task.isCancelled {
+            for (index, client) in clients.enumerated() {
+                client.send(#"{"type":"ping","id":"hb"}"#)
+                if index % batch == batch - 1 { try? await Task.sleep(for: pause) }
+            }
+            if clients.count < batch { try? await Task.sleep(for: .seconds(15)) }
+        }
+    }
+}
+
+/// Child processes to stop together, from any thread (a signal handler's too).
+final class Children: @unchecked Sendable {
+    private let lock = NSLock()
+    private var processes: [Process] = []
+
+    func add(_ process: Process) { lock.withLock { processes.append(process) } }
+
+    func stop() {
+        let all = lock.withLock { processes }
+        for process in all where process.isRunning { process.terminate() }
+        for process in all { process.waitUntilExit() }
+    }
+}
