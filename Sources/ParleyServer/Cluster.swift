@@ -8,11 +8,12 @@ public typealias NodeID = String
 /// Every call belongs to one node, the one its invite reached (or the one that took it over from a
 /// node that stopped); that node runs the call's state machine, so the first accept wins there. The
 /// other nodes forward requests about the call to it and deliver what it sends to their devices.
+/// Rooms likewise: a room runs on the node where it was first joined.
 public enum NodeMessage: Sendable, Equatable, Codable {
     /// A frame for a device held by the node addressed (`frame`: a server frame without `seq`; the
     /// holding session numbers it), from the node that runs its call.
     case deliver(to: DeviceKey, frame: String, from: NodeID)
-    /// A device's request about a call the addressed node owns (`frame`: the client's frame).
+    /// A device's request about a call or room the addressed node runs (`frame`: the client's frame).
     case request(id: UInt64, from: NodeID, sender: DeviceKey, frame: String)
     /// The owner's answer to a forwarded request: the `ack`'s result, or the error.
     case reply(id: UInt64, result: [String: JSONValue]?, error: ErrorMessage?)
@@ -21,6 +22,8 @@ public enum NodeMessage: Sendable, Equatable, Codable {
     case claimed(DeviceKey, by: NodeID)
     /// A device's session on the sending node expired: its calls end with `connection-lost`.
     case released(DeviceKey, by: NodeID)
+    /// The sending node is leaving (a graceful stop) and has handed its calls and rooms back.
+    case left(NodeID)
 }
 
 extension DeviceKey: Codable {
@@ -58,6 +61,9 @@ public protocol ClusterLink: Sendable {
     /// The live node that owns the call; nil if the call is unknown, or its owner is gone (then
     /// `adopt` takes it over).
     func owner(of call: CallID) async throws -> NodeID?
+    /// The live node that runs a room; with `claim`, this node when none does (a room runs where it
+    /// is first joined, and on that node while it lives). Nil without `claim` if none does.
+    func roomOwner(_ room: RoomID, claim: Bool) async throws -> NodeID?
     /// Takes over the unfinished calls whose owner is gone (one call, or all of them): answers the
     /// calls this node now owns. Two nodes never both get one.
     func adopt(_ call: CallID?) async throws -> [StoredCall]
@@ -94,6 +100,20 @@ extension ClientMessage {
         case .callReport(let report): report.call
         case .hello, .ping, .ack, .callInvite, .roomJoin, .roomLeave, .roomSignal: nil
         }
+    }
+
+    /// The room a request is about.
+    var aboutRoom: RoomID? {
+        switch self {
+        case .roomJoin(let join): join.room
+        case .roomLeave(let leave): leave.room
+        case .roomSignal(let signal): signal.room
+        default: nil
+        }
+    }
+
+    var isRoomJoin: Bool {
+        if case .roomJoin = self { true } else { false }
     }
 }
 

@@ -12,7 +12,8 @@ import PostgresNIO
 ///   application name `parley-node <node>`, which is what "live" means.
 /// - A message is JSON; one over `NOTIFY`'s limit goes into `cluster_message` and the notification
 ///   carries its row (`@<id>`). One task sends everything a node sends, in order.
-/// - `cluster_device` says which node holds which device; `call.owner_node`, which node runs a call.
+/// - `cluster_device` says which node holds which device; `call.owner_node`, which node runs a call;
+///   `cluster_room`, which node runs a room.
 public final class PostgresCluster: ClusterLink {
     public let node: NodeID
     public let messages: AsyncStream<NodeMessage>
@@ -24,10 +25,13 @@ public final class PostgresCluster: ClusterLink {
     private let listener: PostgresConnection
     private let logger: Logger
     private let tasks: [Task<Void, Never>]
+    private let sender: Task<Void, Never>
 
     private enum Outgoing {
         case message(NodeMessage, to: NodeID?)
         case holds(DeviceKey, Bool)
+        /// Leaving: this node's calls, rooms and devices are no longer its own.
+        case release
     }
 
     /// `NOTIFY` takes payloads under 8000 bytes.
@@ -81,15 +85,19 @@ public final class PostgresCluster: ClusterLink {
         }
         var ready = listening.stream.makeAsyncIterator()
         for _ in 0..<2 { await ready.next() }
-        tasks.append(Task { [store, logger, node] in await Self.send(outgoing, node: node, store: store, logger: logger) })
+        sender = Task { [store, logger, node] in await Self.send(outgoing, node: node, store: store, logger: logger) }
         tasks.append(Task { [store, logger, departed] in await Self.watch(store: store, logger: logger, departed: departed) })
         self.tasks = tasks
         logger.notice("joined the cluster")
     }
 
-    /// Stops listening and sending; the node counts as gone for the others from then on.
+    /// Leaves the deployment after what was sent: hands this node's unfinished calls and its rooms
+    /// back (the others take them over at once), tells the others, and stops listening.
     public func leave() async {
+        outbox.yield(.release)
+        outbox.yield(.message(.left(node), to: nil))
         outbox.finish()
+        await sender.value
         for task in tasks { task.cancel() }
         try? await listener.close()
         for task in tasks { await task.value }
@@ -128,6 +136,23 @@ public final class PostgresCluster: ClusterLink {
         return nil
     }
 
+    public func roomOwner(_ room: RoomID, claim: Bool) async throws -> NodeID? {
+        if claim {
+            let claimed = try await store.client.query("""
+                INSERT INTO cluster_room (room_id, node_id) VALUES (\(room.rawValue), \(node))
+                ON CONFLICT (room_id) DO UPDATE SET node_id = excluded.node_id
+                  WHERE cluster_room.node_id NOT IN (\(unescaped: Self.liveNodes))
+                RETURNING node_id
+                """, logger: logger)
+            for try await owner in claimed.decode(String.self) { return owner }
+        }
+        let rows = try await store.client.query("""
+            SELECT node_id FROM cluster_room WHERE room_id = \(room.rawValue) AND node_id IN (\(unescaped: Self.liveNodes))
+            """, logger: logger)
+        for try await owner in rows.decode(String.self) { return owner }
+        return nil
+    }
+
     public func adopt(_ call: CallID?) async throws -> [StoredCall] {
         // Read committed: a second node's update waits for the first's and then sees a live owner.
         let adopted = try await store.storedCalls("""
@@ -159,6 +184,11 @@ public final class PostgresCluster: ClusterLink {
                         DELETE FROM cluster_device
                         WHERE user_id = \(key.user.rawValue) AND device_id = \(key.device.rawValue) AND node_id = \(node)
                         """, logger: logger)
+                case .release:
+                    try await store.client.query("UPDATE call SET owner_node = NULL WHERE owner_node = \(node) AND ended_at IS NULL",
+                                                 logger: logger)
+                    try await store.client.query("DELETE FROM cluster_room WHERE node_id = \(node)", logger: logger)
+                    try await store.client.query("DELETE FROM cluster_device WHERE node_id = \(node)", logger: logger)
                 case .message(let message, let to):
                     let channel = to.map { "parley_\($0)" } ?? "parley_all"
                     var payload = String(decoding: try encoder.encode(message), as: UTF8.self)
@@ -212,6 +242,7 @@ public final class PostgresCluster: ClusterLink {
                 live = now
                 if round % 60 == 0 {
                     try await store.client.query("DELETE FROM cluster_device WHERE node_id NOT IN (\(unescaped: liveNodes))", logger: logger)
+                    try await store.client.query("DELETE FROM cluster_room WHERE node_id NOT IN (\(unescaped: liveNodes))", logger: logger)
                     try await store.client.query("DELETE FROM cluster_message WHERE created_at < now() - INTERVAL '5 minutes'", logger: logger)
                 }
                 round += 1

@@ -136,6 +136,9 @@ public final class PostgresStore: SignalingStore {
               created_at TIMESTAMPTZ NOT NULL DEFAULT now())
             """,
         ]),
+        Migration(version: 3, description: "several nodes: who runs which room", statements: [
+            "CREATE TABLE cluster_room (room_id TEXT PRIMARY KEY, node_id TEXT NOT NULL)",
+        ]),
     ]
 
     /// The schema version this build migrates to.

@@ -54,7 +54,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// come before its row is in the store); forgotten when that node leaves.
     private var callOwners: [CallID: NodeID] = [:]
     /// Requests forwarded to the nodes that run their calls, waiting for the answer.
-    private var forwarded: [UInt64: CheckedContinuation<Result<[String: JSONValue], ErrorMessage>, Never>] = [:]
+    private var forwarded: [UInt64: (node: NodeID, answer: CheckedContinuation<Result<[String: JSONValue], ErrorMessage>, Never>)] = [:]
     private var nextForward: UInt64 = 0
 
     /// - Parameters:
@@ -195,7 +195,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             // Answered when the work in flight finishes (a repeated id is not run twice).
             guard !session.inFlight.contains(requestID) else { return }
-            if case .roomJoin(let join) = message, let audioBridge {
+            if case .roomJoin(let join) = message, let audioBridge, await runsHere(join.room) {
                 beginAudioBridgeJoin(join, requestID: requestID, session: session, bridge: audioBridge)
                 return
             }
@@ -322,6 +322,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 guard next != runner else { throw error }
                 return try await forward(message, from: key, to: next)
             }
+        }
+        if cluster != nil, let room = message.aboutRoom, !(await runsHere(room, claiming: message.isRoomJoin)),
+           let runner = try? await cluster?.roomOwner(room, claim: false) {
+            return try await forward(message, from: key, to: runner)
         }
         return try await execute(message, from: session)
     }
@@ -762,7 +766,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let id = nextForward
         let frame = String(decoding: codec.encode(message), as: UTF8.self)
         let result = await withCheckedContinuation { continuation in
-            forwarded[id] = continuation
+            forwarded[id] = (node, continuation)
             cluster.send(.request(id: id, from: cluster.node, sender: key, frame: frame), to: node)
             Task { [weak self] in
                 try? await Task.sleep(for: .seconds(5))
@@ -774,7 +778,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     private func answerForwarded(_ id: UInt64, _ result: Result<[String: JSONValue], ErrorMessage>) {
-        forwarded.removeValue(forKey: id)?.resume(returning: result)
+        forwarded.removeValue(forKey: id)?.answer.resume(returning: result)
     }
 
     /// What another node says.
@@ -794,7 +798,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 do { request = try codec.decodeClientMessage(frame) } catch {
                     throw ErrorMessage(code: .badRequest, message: "a node forwarded what this one cannot read")
                 }
-                guard let callID = request.aboutCall, calls[callID] != nil else {
+                if sessions[sender] == nil { remoteHolders[sender] = from }
+                if let callID = request.aboutCall, calls[callID] == nil {
                     throw ErrorMessage(code: .unavailable, message: "the call moved to another server; try again")
                 }
                 result = .success(try await executeForwarded(request, from: sender))
@@ -817,30 +822,60 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 calls[callID] = call
                 deliver(.callIncoming(call.incoming), to: key)
             }
+        case .left(let node):
+            if node != cluster.node { await nodeLeft(node) }
         case .released(let key, let node):
             guard remoteHolders[key] == node else { return }
             remoteHolders[key] = nil
             for callID in liveCallsByUser[key.user] ?? [] where calls[callID]?.participants.contains(key) == true {
                 update(callID) { call, now in call.connectionLost(key, now: now) }
             }
+            for room in roomsByDevice[key] ?? [] { leaveRoom(room, key: key) }
         }
     }
 
     /// A forwarded request, run here as if its device were connected here (an invite never is: the
     /// node a caller is connected to runs its call).
     private func executeForwarded(_ message: ClientMessage, from key: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
+        if case .roomJoin(let join) = message, let audioBridge {
+            try checkJoin(join, key: key, limit: configuration.janus?.roomLimit ?? 0)
+            let janus: RoomMedia.Janus
+            do { janus = try await audioBridge.admit(room: join.room, device: key) } catch {
+                logger.warning("AudioBridge admission failed", metadata: ["room": "\(join.room)", "error": "\(error)"])
+                throw ErrorMessage(code: .unavailable, message: "the voice room server (Janus) cannot be reached right now")
+            }
+            let joined = RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .audioBridge(janus))
+            return (try? JSONValue.fields(of: joined)) ?? [:]
+        }
         let session = Session(id: "", key: key, bufferLimit: 0, answerLimit: 0)
         return try await execute(message, from: session)
     }
 
-    /// A node is gone: devices it held that take part in calls here are as if disconnected now (the
-    /// resume window to come back on any node), and its unfinished calls are taken over.
+    /// Whether a room runs on this node: it has members here, or its row names this node (a join
+    /// claims a room no live node runs). Always, with one node.
+    private func runsHere(_ room: RoomID, claiming: Bool = true) async -> Bool {
+        guard let cluster, rooms[room] == nil else { return true }
+        do {
+            guard let runner = try await cluster.roomOwner(room, claim: claiming) else { return true }
+            return runner == cluster.node
+        } catch {
+            logger.error("could not find the node of a room", metadata: ["room": "\(room)", "error": "\(error)"])
+            return true
+        }
+    }
+
+    /// A node is gone: devices it held that take part in calls or rooms here are as if disconnected
+    /// now (the resume window to come back on any node), and its unfinished calls are taken over.
     private func nodeLeft(_ node: NodeID) async {
         callOwners = callOwners.filter { $0.value != node }
+        // What was forwarded there will not be answered: it is asked again of whoever runs it now.
+        for (id, pending) in forwarded where pending.node == node {
+            answerForwarded(id, .failure(ErrorMessage(code: .unavailable, message: "the server running this call went away; try again")))
+        }
         for key in remoteHolders.keys(on: node) {
             remoteHolders[key] = nil
             let inCall = (liveCallsByUser[key.user] ?? []).contains { calls[$0]?.participants.contains(key) == true }
-            guard inCall, sessions[key] == nil else { continue }
+            guard inCall || roomsByDevice[key] != nil, sessions[key] == nil else { continue }
             sessions[key] = Session(id: Self.newSessionID(), key: key, bufferLimit: configuration.limits.resumeBufferFrames,
                                     answerLimit: configuration.limits.rememberedRequests)
             devicesByUser[key.user, default: []].insert(key.device)

@@ -11,13 +11,14 @@ struct ClusterTests {
     let call: CallID = "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
 
     /// Two nodes on a fresh database; stopped, and the database removed, after `body`.
-    func withNodes(_ count: Int = 2, _ body: ([LiveServer], TestDatabase) async throws -> Void) async throws {
+    func withNodes(_ count: Int = 2, configure: (inout ServerConfiguration) -> Void = { _ in },
+                   _ body: ([LiveServer], TestDatabase) async throws -> Void) async throws {
         guard TestDatabase.canRun(.postgres, "cluster tests") else { return }
         let database = try await TestDatabase(.postgres)
         defer { database.close() }
         var nodes: [LiveServer] = []
         do {
-            for _ in 0..<count { nodes.append(try await LiveServer.start(databasePath: database.setting)) }
+            for _ in 0..<count { nodes.append(try await LiveServer.start(databasePath: database.setting, configure: configure)) }
             try await body(nodes, database)
         } catch {
             for node in nodes { try? await node.stop() }
@@ -128,6 +129,61 @@ struct ClusterTests {
             #expect(history.map(\.call) == [call], "one call")
             #expect(history.first?.reason == .hangup)
             #expect(history.first?.answeredAt != nil)
+        }
+    }
+
+    @Test func aRoomRunsOnTheNodeWhereItWasFirstJoinedAndItsMembersMeetAcrossNodes() async throws {
+        try await withNodes { nodes, _ in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let bob = try await b.device("bob", "b1")
+            let carol = try await b.device("carol", "c1")
+            let first = try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Alice")) }.get()
+                .decodeResult(RoomJoinResult.self)
+            #expect(first.participants.isEmpty)
+            let second = try await bob.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Bob")) }.get()
+                .decodeResult(RoomJoinResult.self)
+            #expect(second.participants.map(\.device) == ["a1"], "bob, on the other node, meets alice")
+            let joined = try await alice.expect { if case .roomParticipantJoined(let m) = $0.message { m } else { nil } }
+            #expect(joined.device == "b1")
+
+            let offer = SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0 bob"))
+            #expect(try await bob.request { .roomSignal(RoomSignal(id: $0, room: "lobby", to: "a1", signal: offer)) }.isSuccess)
+            let heard = try await alice.expect { if case .roomSignal(let m) = $0.message { m } else { nil } }
+            #expect(heard.from == Party(user: "bob", device: "b1"))
+            let answer = SignalPayload(description: SessionDescription(type: "answer", sdp: "v=0 alice"))
+            #expect(try await alice.request { .roomSignal(RoomSignal(id: $0, room: "lobby", to: "b1", signal: answer)) }.isSuccess)
+            _ = try await bob.expect { if case .roomSignal(let m) = $0.message { m } else { nil } }
+            // Carol is not in the room: she can signal no one in it.
+            #expect(try await carol.request { .roomSignal(RoomSignal(id: $0, room: "lobby", to: "a1", signal: offer)) }.errorCode == .notInRoom)
+
+            #expect(try await bob.request { .roomLeave(RoomLeave(id: $0, room: "lobby")) }.isSuccess)
+            let left = try await alice.expect { if case .roomParticipantLeft(let m) = $0.message { m } else { nil } }
+            #expect(left.device == "b1")
+            #expect(try await bob.request { .roomLeave(RoomLeave(id: $0, room: "lobby")) }.errorCode == .notInRoom)
+        }
+    }
+
+    @Test func anAudioBridgeRoomIsOneJanusRoomWhateverNodeItsMembersAreOn() async throws {
+        guard JanusAvailability.enabled else { return }
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        try await withNodes(configure: { $0.janus = JanusSettings(url: janus.url) }) { nodes, _ in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let bob = try await b.device("bob", "b1")
+            let first = try await alice.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Alice")) }.get()
+                .decodeResult(RoomJoinResult.self)
+            let second = try await bob.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Bob")) }.get()
+                .decodeResult(RoomJoinResult.self)
+            let aliceTicket = try #require(first.media.janus), bobTicket = try #require(second.media.janus)
+            #expect(bobTicket.room == aliceTicket.room, "one Janus room, provisioned by the node that runs it")
+            #expect(bobTicket.token != aliceTicket.token)
+            #expect(second.participants.map(\.device) == ["a1"])
+            _ = try await alice.expect { if case .roomParticipantJoined(let m) = $0.message { m } else { nil } }
+            #expect(try await bob.request { .roomLeave(RoomLeave(id: $0, room: "standup")) }.isSuccess)
+            _ = try await alice.expect { if case .roomParticipantLeft(let m) = $0.message { m } else { nil } }
         }
     }
 }
