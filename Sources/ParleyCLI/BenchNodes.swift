@@ -139,14 +139,28 @@ struct BenchNodes: AsyncParsableCommand {
         let cpuBefore = servers.map { cpuSeconds(pid: $0.pid) }
         let postgresBefore = postgres.map { Self.treeCPU($0.process.processIdentifier) } ?? 0
         let callStart = ContinuousClock.now
-        let results = try await withThrowingTaskGroup(of: [BenchSignaling.CallTiming].self) { group in
+        // A frame that never comes would hold the run forever: past a generous limit, it says so.
+        let limit = Duration.seconds(max(120, calls / 5))
+        let results = try await withThrowingTaskGroup(of: [BenchSignaling.CallTiming]?.self) { group in
             for pair in 0..<pairs {
                 let share = calls / pairs + (pair < calls % pairs ? 1 : 0)
                 let (caller, callee) = (callers[pair], callees[pair])
                 group.addTask { try await BenchSignaling.runCalls(share, caller: caller, callee: callee, callee: "callee\(pair)") }
             }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return nil
+            }
             var all: [BenchSignaling.CallTiming] = []
-            for try await timings in group { all += timings }
+            var finished = 0
+            for try await timings in group {
+                guard let timings else {
+                    throw ValidationError("the call setups stalled: \(finished) of \(pairs) pairs done after \(limit) (a frame never came)")
+                }
+                all += timings
+                finished += 1
+                if finished == pairs { group.cancelAll() }
+            }
             return all
         }
         let callSeconds = seconds(ContinuousClock.now - callStart)

@@ -8,8 +8,9 @@ import PostgresNIO
 /// live exactly while its listening connection is (PostgreSQL drops a killed process's connections
 /// at once, so a node that dies is noticed within a second).
 ///
-/// - Each node listens on `parley_all` and on `parley_<node>`; its listening connection carries the
-///   application name `parley-node <node>`, which is what "live" means.
+/// - Each node listens on `parley_<node>`; a message for every node is one statement notifying each
+///   live node's channel. The listening connection carries the application name
+///   `parley-node <node>`, which is what "live" means.
 /// - A message is JSON; one over `NOTIFY`'s limit goes into `cluster_message` and the notification
 ///   carries its row (`@<id>`). One task sends everything a node sends, in order.
 /// - `cluster_device` says which node holds which device; `call.owner_node`, which node runs a call;
@@ -18,16 +19,20 @@ public final class PostgresCluster: ClusterLink {
     public let node: NodeID
     public let messages: AsyncStream<NodeMessage>
     public let departures: AsyncStream<NodeID>
+    /// Says why once the listening connection is lost: the node no longer hears the others, and
+    /// they count it as gone, so it must stop (`HubService` stops the server).
+    public let lost: AsyncStream<String>
     private let inbox: AsyncStream<NodeMessage>.Continuation
     private let departed: AsyncStream<NodeID>.Continuation
-    private let outbox: AsyncStream<Outgoing>.Continuation
+    private let lostContinuation: AsyncStream<String>.Continuation
+    private let outbox: Outbox
     private let store: PostgresStore
     private let listener: PostgresConnection
     private let logger: Logger
     private let tasks: [Task<Void, Never>]
     private let sender: Task<Void, Never>
 
-    private enum Outgoing {
+    fileprivate enum Outgoing {
         case message(NodeMessage, to: NodeID?)
         case holds(DeviceKey, Bool)
         /// Leaving: this node's calls, rooms and devices are no longer its own.
@@ -58,34 +63,41 @@ public final class PostgresCluster: ClusterLink {
         self.logger = logger
         (messages, inbox) = AsyncStream.makeStream()
         (departures, departed) = AsyncStream.makeStream()
-        let (outgoing, outbox) = AsyncStream<Outgoing>.makeStream()
+        (lost, lostContinuation) = AsyncStream.makeStream()
+        let outbox = Outbox()
         self.outbox = outbox
 
-        // Listening before anything is sent, so no reply to this node is missed.
-        let listening = AsyncStream<Void>.makeStream()
-        let inbox = self.inbox
+        // Listening before anything is sent, so no reply to this node is missed. One channel, one
+        // reader: what a node sends arrives in the order it was sent.
+        let listening = AsyncStream<(any Error)?>.makeStream()
+        let (inbox, lostContinuation) = (self.inbox, self.lostContinuation)
         var tasks: [Task<Void, Never>] = []
-        for channel in ["parley_all", "parley_\(node)"] {
-            tasks.append(Task { [store, logger] in
-                do {
-                    try await listener.listen(on: channel) { notifications in
-                        listening.continuation.yield()
-                        for try await notification in notifications {
-                            guard let message = await Self.decode(notification.payload, store: store, logger: logger) else { continue }
-                            inbox.yield(message)
-                        }
-                    }
-                } catch {
-                    if !Task.isCancelled {
-                        logger.critical("lost the cluster's listening connection; this node no longer hears the others",
-                                        metadata: ["error": "\(PostgresStore.explain(error))"])
+        tasks.append(Task { [store, logger, node] in
+            do {
+                try await listener.listen(on: "parley_\(node)") { notifications in
+                    listening.continuation.yield(nil)
+                    for try await notification in notifications {
+                        guard let message = await Self.decode(notification.payload, store: store, logger: logger) else { continue }
+                        inbox.yield(message)
                     }
                 }
-            })
-        }
+                listening.continuation.yield(StoreError("the listening connection closed"))
+            } catch {
+                listening.continuation.yield(error)
+                if !Task.isCancelled {
+                    logger.critical("lost the cluster's listening connection; this node no longer hears the others and stops",
+                                    metadata: ["error": "\(PostgresStore.explain(error))"])
+                    lostContinuation.yield(PostgresStore.explain(error))
+                }
+            }
+        })
         var ready = listening.stream.makeAsyncIterator()
-        for _ in 0..<2 { await ready.next() }
-        sender = Task { [store, logger, node] in await Self.send(outgoing, node: node, store: store, logger: logger) }
+        if let failure = await ready.next() ?? StoreError("the listening connection closed") {
+            for task in tasks { task.cancel() }
+            try? await listener.close()
+            throw failure
+        }
+        sender = Task { [store, logger, node] in await Self.send(outbox, node: node, store: store, logger: logger) }
         tasks.append(Task { [store, logger, departed] in await Self.watch(store: store, logger: logger, departed: departed) })
         self.tasks = tasks
         logger.notice("joined the cluster")
@@ -94,25 +106,34 @@ public final class PostgresCluster: ClusterLink {
     /// Leaves the deployment after what was sent: hands this node's unfinished calls and its rooms
     /// back (the others take them over at once), tells the others, and stops listening.
     public func leave() async {
-        outbox.yield(.release)
-        outbox.yield(.message(.left(node), to: nil))
-        outbox.finish()
-        await sender.value
+        outbox.add(.release)
+        outbox.add(.message(.left(node), to: nil))
+        outbox.close()
+        // What is queued gets 5 s: a database that is gone must not hold a shutdown.
+        let sender = self.sender
+        let drained = Task { await sender.value }
+        let deadline = Task {
+            try? await Task.sleep(for: .seconds(5))
+            sender.cancel()
+        }
+        await drained.value
+        deadline.cancel()
         for task in tasks { task.cancel() }
         try? await listener.close()
         for task in tasks { await task.value }
         inbox.finish()
         departed.finish()
+        lostContinuation.finish()
     }
 
     // MARK: ClusterLink
 
     public func send(_ message: NodeMessage, to node: NodeID?) {
-        outbox.yield(.message(message, to: node))
+        outbox.add(.message(message, to: node))
     }
 
     public func holds(_ key: DeviceKey, _ holding: Bool) {
-        outbox.yield(.holds(key, holding))
+        outbox.add(.holds(key, holding))
     }
 
     public func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID] {
@@ -130,7 +151,8 @@ public final class PostgresCluster: ClusterLink {
 
     public func owner(of call: CallID) async throws -> NodeID? {
         let rows = try await store.client.query("""
-            SELECT owner_node FROM call WHERE call_id = \(call.rawValue) AND owner_node IN (\(unescaped: Self.liveNodes))
+            SELECT owner_node FROM call
+            WHERE call_id = \(call.rawValue) AND ended_at IS NULL AND owner_node IN (\(unescaped: Self.liveNodes))
             """, logger: logger)
         for try await owner in rows.decode(String.self) { return owner }
         return nil
@@ -169,39 +191,74 @@ public final class PostgresCluster: ClusterLink {
 
     // MARK: Sending, listening, watching
 
-    private static func send(_ outgoing: AsyncStream<Outgoing>, node: NodeID, store: PostgresStore, logger: Logger) async {
-        let encoder = JSONEncoder()
-        for await item in outgoing {
-            do {
-                switch item {
-                case .holds(let key, true):
-                    try await store.client.query("""
-                        INSERT INTO cluster_device (user_id, device_id, node_id) VALUES (\(key.user.rawValue), \(key.device.rawValue), \(node))
-                        ON CONFLICT (user_id, device_id) DO UPDATE SET node_id = excluded.node_id
-                        """, logger: logger)
-                case .holds(let key, false):
-                    try await store.client.query("""
-                        DELETE FROM cluster_device
-                        WHERE user_id = \(key.user.rawValue) AND device_id = \(key.device.rawValue) AND node_id = \(node)
-                        """, logger: logger)
-                case .release:
-                    try await store.client.query("UPDATE call SET owner_node = NULL WHERE owner_node = \(node) AND ended_at IS NULL",
-                                                 logger: logger)
-                    try await store.client.query("DELETE FROM cluster_room WHERE node_id = \(node)", logger: logger)
-                    try await store.client.query("DELETE FROM cluster_device WHERE node_id = \(node)", logger: logger)
-                case .message(let message, let to):
-                    let channel = to.map { "parley_\($0)" } ?? "parley_all"
-                    var payload = String(decoding: try encoder.encode(message), as: UTF8.self)
-                    if payload.utf8.count > inlineLimit {
-                        let rows = try await store.client.query("INSERT INTO cluster_message (payload) VALUES (\(payload)) RETURNING id",
-                                                                logger: logger)
-                        for try await id in rows.decode(Int64.self) { payload = "@\(id)" }
+    /// Writes what the node sends, in order, in batches: whatever has gathered while the last batch
+    /// was written goes in a few statements (a thousand devices saying hello after a node died are a
+    /// handful of round trips, not two thousand).
+    private static func send(_ outbox: Outbox, node: NodeID, store: PostgresStore, logger: Logger) async {
+        for await _ in outbox.wakes {
+            while !Task.isCancelled {
+                let batch = outbox.take()
+                if batch.isEmpty { break }
+                for run in Outbox.runs(of: batch) {
+                    do {
+                        try await write(run, node: node, store: store, logger: logger)
+                    } catch {
+                        logger.error("could not reach the other nodes", metadata: ["error": "\(PostgresStore.explain(error))",
+                                                                                   "cluster.items": "\(run.count)"])
                     }
-                    try await store.client.query("SELECT pg_notify(\(channel), \(payload))", logger: logger)
                 }
-            } catch {
-                logger.error("could not reach the other nodes", metadata: ["error": "\(PostgresStore.explain(error))"])
             }
+        }
+    }
+
+    /// One run of items of one kind, in one statement (a few more for messages too big to notify).
+    private static func write(_ run: [Outgoing], node: NodeID, store: PostgresStore, logger: Logger) async throws {
+        switch run.first {
+        case .holds(_, true)?:
+            // The last word on each device (one statement may not update a row twice).
+            var latest: [DeviceKey: Int] = [:]
+            for case (let index, .holds(let key, _)) in run.enumerated() { latest[key] = index }
+            let keys = latest.sorted { $0.value < $1.value }.map(\.key)
+            try await store.client.query("""
+                INSERT INTO cluster_device (user_id, device_id, node_id)
+                SELECT u, d, \(node) FROM unnest(\(keys.map(\.user.rawValue))::TEXT[], \(keys.map(\.device.rawValue))::TEXT[]) AS t(u, d)
+                ON CONFLICT (user_id, device_id) DO UPDATE SET node_id = excluded.node_id
+                """, logger: logger)
+        case .holds(_, false)?:
+            let keys = run.compactMap { if case .holds(let key, _) = $0 { key } else { nil } }
+            try await store.client.query("""
+                DELETE FROM cluster_device USING unnest(\(keys.map(\.user.rawValue))::TEXT[], \(keys.map(\.device.rawValue))::TEXT[]) AS t(u, d)
+                WHERE user_id = t.u AND device_id = t.d AND node_id = \(node)
+                """, logger: logger)
+        case .release?:
+            try await store.client.query("UPDATE call SET owner_node = NULL WHERE owner_node = \(node) AND ended_at IS NULL",
+                                         logger: logger)
+            try await store.client.query("DELETE FROM cluster_room WHERE node_id = \(node)", logger: logger)
+            try await store.client.query("DELETE FROM cluster_device WHERE node_id = \(node)", logger: logger)
+        case .message?:
+            let encoder = JSONEncoder()
+            var targets: [String] = [], payloads: [String] = []
+            for case .message(let message, let to) in run {
+                var payload = String(decoding: try encoder.encode(message), as: UTF8.self)
+                if payload.utf8.count > inlineLimit {
+                    let rows = try await store.client.query("INSERT INTO cluster_message (payload) VALUES (\(payload)) RETURNING id",
+                                                            logger: logger)
+                    for try await id in rows.decode(Int64.self) { payload = "@\(id)" }
+                }
+                targets.append(to ?? "")
+                payloads.append(payload)
+            }
+            // Each to its node, or to every live node (this one too: it ignores its own news), in the
+            // order sent: the subquery's order is the order the notifications are made in.
+            try await store.client.query("""
+                SELECT pg_notify(channel, payload) FROM (
+                  SELECT 'parley_' || live.node AS channel, t.payload
+                  FROM unnest(\(targets)::TEXT[], \(payloads)::TEXT[]) WITH ORDINALITY AS t(target, payload, i)
+                  JOIN (\(unescaped: liveNodes)) AS live(node) ON t.target = '' OR t.target = live.node
+                  ORDER BY t.i) AS ordered
+                """, logger: logger)
+        case nil:
+            return
         }
     }
 
@@ -251,5 +308,61 @@ public final class PostgresCluster: ClusterLink {
             }
             try? await Task.sleep(for: .seconds(1))
         }
+    }
+}
+
+/// What a node has to send, gathered between the sender's batches.
+private final class Outbox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [PostgresCluster.Outgoing] = []
+    private var closed = false
+    let wakes: AsyncStream<Void>
+    private let wake: AsyncStream<Void>.Continuation
+
+    init() {
+        (wakes, wake) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    func add(_ item: PostgresCluster.Outgoing) {
+        let open = lock.withLock {
+            if !closed { items.append(item) }
+            return !closed
+        }
+        if open { wake.yield() }
+    }
+
+    func take() -> [PostgresCluster.Outgoing] {
+        lock.withLock {
+            defer { items = [] }
+            return items
+        }
+    }
+
+    /// Nothing more is taken; what is queued is still sent.
+    func close() {
+        lock.withLock { closed = true }
+        wake.yield()
+        wake.finish()
+    }
+
+    /// Consecutive items of one kind, at most a thousand each, in order.
+    static func runs(of batch: [PostgresCluster.Outgoing]) -> [[PostgresCluster.Outgoing]] {
+        func kind(_ item: PostgresCluster.Outgoing) -> Int {
+            switch item {
+            case .holds(_, true): 0
+            case .holds(_, false): 1
+            case .message: 2
+            case .release: 3
+            }
+        }
+        var runs: [[PostgresCluster.Outgoing]] = []
+        for item in batch {
+            if let last = runs.last?.last, kind(last) == kind(item), kind(item) != 3, runs[runs.count - 1].count < 1000 {
+                runs[runs.count - 1].append(item)
+            } else {
+                runs.append([item])
+            }
+        }
+        return runs
     }
 }

@@ -52,7 +52,13 @@ public final class PostgresStore: SignalingStore {
             configuration = .init(unixSocketPath: path, username: location.user, password: location.password,
                                   database: location.database)
         }
-        if let application { configuration.options.additionalStartupParameters = [("application_name", application)] }
+        if let application {
+            // A node whose machine or network dies is noticed in seconds, not at TCP's two hours.
+            configuration.options.additionalStartupParameters = [
+                ("application_name", application), ("tcp_keepalives_idle", "5"), ("tcp_keepalives_interval", "2"),
+                ("tcp_keepalives_count", "3"),
+            ]
+        }
         return try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
     }
 
@@ -274,8 +280,11 @@ public final class PostgresStore: SignalingStore {
                       \(quality)::JSONB, \(recordings)::JSONB, \(stored.expiresAt), \(stored.callerName), \(metadata)::JSONB,
                       \(stored.owner))
                     ON CONFLICT (call_id) DO UPDATE SET callee_device = excluded.callee_device, answered_at = excluded.answered_at,
-                      ended_at = excluded.ended_at, reason = excluded.reason, duration = excluded.duration,
-                      quality = excluded.quality, recordings = excluded.recordings
+                      ended_at = COALESCE(call.ended_at, excluded.ended_at), reason = COALESCE(call.reason, excluded.reason),
+                      duration = excluded.duration, quality = excluded.quality, recordings = excluded.recordings
+                    -- A node writes only calls it runs (a late write of a node the call moved from is dropped),
+                    -- and an ended call stays ended.
+                    WHERE call.owner_node IS NOT DISTINCT FROM excluded.owner_node OR call.ended_at IS NOT NULL
                     """, logger: logger)
             }
         }

@@ -55,6 +55,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private var callOwners: [CallID: NodeID] = [:]
     /// Requests forwarded to the nodes that run their calls, waiting for the answer.
     private var forwarded: [UInt64: (node: NodeID, answer: CheckedContinuation<Result<[String: JSONValue], ErrorMessage>, Never>)] = [:]
+    private var forwardTimers: [UInt64: Task<Void, Never>] = [:]
     private var nextForward: UInt64 = 0
 
     /// - Parameters:
@@ -84,7 +85,15 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     public func run(interval: Duration = .seconds(1)) async {
         await withTaskGroup(of: Void.self) { group in
             if let cluster {
-                group.addTask { for await message in cluster.messages { await self.hear(message) } }
+                group.addTask {
+                    for await message in cluster.messages {
+                        // A request may wait on the store or Janus: the replies and deliveries behind it must not.
+                        switch message {
+                        case .request, .left: Task { await self.hear(message) }
+                        default: await self.hear(message)
+                        }
+                    }
+                }
                 group.addTask { for await node in cluster.departures { await self.nodeLeft(node) } }
             }
             while !Task.isCancelled {
@@ -261,7 +270,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: .welcome(welcome)))))
         metrics.framesOut.increment()
         logger.debug("session started", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)", "session.resumed": "\(resumed)"])
-        if let cluster {
+        if let cluster, !resumed {
+            // A resumed session was here already; a new one is news for the other nodes.
             remoteHolders[key] = nil
             cluster.holds(key, true)
             cluster.send(.claimed(key, by: cluster.node), to: nil)
@@ -311,7 +321,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     private func execute(_ message: ClientMessage, requestID: String, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
         let key = session.key
-        if cluster != nil, let callID = message.aboutCall, calls[callID] == nil, let runner = await owner(of: callID) {
+        if cluster != nil, let callID = message.aboutCall ?? message.invitedCall, calls[callID] == nil,
+           let runner = await owner(of: callID, adopting: message.invitedCall == nil) {
             do {
                 return try await forward(message, from: key, to: runner)
             } catch where error.code == .unavailable {
@@ -511,7 +522,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                         _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [CallStateMachine.Delivery]) async throws(ErrorMessage) {
         guard calls[callID] != nil else {
             // Not in memory: an old call (its record says whether it ended) or no call at all.
-            if let record = try? await store.call(callID), record.caller == sender.user || record.callee == sender.user {
+            let record = try? await store.call(callID)
+            if calls[callID] != nil {
+                // Taken over while the store was read.
+                try update(callID, event)
+                return
+            }
+            if let record, record.caller == sender.user || record.callee == sender.user {
                 guard record.endedAt != nil else {
                     // With several nodes: a call whose node could not be told, or is being replaced.
                     throw ErrorMessage(code: .unavailable, message: "the call's server cannot be reached right now; try again")
@@ -729,7 +746,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// The live node that runs a call this node does not hold; nil when none does (the call is
     /// taken over here if it was left unfinished by a node that is gone, then goes on here).
-    private func owner(of callID: CallID) async -> NodeID? {
+    private func owner(of callID: CallID, adopting: Bool = true) async -> NodeID? {
         guard let cluster else { return nil }
         if let node = callOwners[callID] { return node }
         do {
@@ -738,7 +755,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             logger.error("could not find the node of a call", metadata: ["call.id": "\(callID)", "error": "\(error)"])
             return nil
         }
-        if calls[callID] == nil { await adopt(callID) }
+        if adopting, calls[callID] == nil { await adopt(callID) }
         return nil
     }
 
@@ -768,8 +785,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let result = await withCheckedContinuation { continuation in
             forwarded[id] = (node, continuation)
             cluster.send(.request(id: id, from: cluster.node, sender: key, frame: frame), to: node)
-            Task { [weak self] in
-                try? await Task.sleep(for: .seconds(5))
+            forwardTimers[id] = Task { [weak self] in
+                guard (try? await Task.sleep(for: .seconds(5))) != nil else { return }
                 await self?.answerForwarded(id, .failure(ErrorMessage(code: .unavailable,
                                                                        message: "the server running this call did not answer; try again")))
             }
@@ -778,6 +795,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     private func answerForwarded(_ id: UInt64, _ result: Result<[String: JSONValue], ErrorMessage>) {
+        forwardTimers.removeValue(forKey: id)?.cancel()
         forwarded.removeValue(forKey: id)?.answer.resume(returning: result)
     }
 
@@ -787,6 +805,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         switch message {
         case .deliver(let key, let frame, let from):
             guard let session = sessions[key], let decoded = try? codec.decodeServerFrame(frame) else { return }
+            if case .callIncoming(let incoming) = decoded.message, session.connectionID == nil {
+                await pushIncoming(incoming, to: key)
+            }
             if let callID = decoded.message.aboutCall, calls[callID] == nil {
                 if case .callEnded = decoded.message { callOwners[callID] = nil } else { callOwners[callID] = from }
             }
@@ -799,9 +820,6 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                     throw ErrorMessage(code: .badRequest, message: "a node forwarded what this one cannot read")
                 }
                 if sessions[sender] == nil { remoteHolders[sender] = from }
-                if let callID = request.aboutCall, calls[callID] == nil {
-                    throw ErrorMessage(code: .unavailable, message: "the call moved to another server; try again")
-                }
                 result = .success(try await executeForwarded(request, from: sender))
             } catch {
                 result = .failure(error)
@@ -832,6 +850,16 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             for room in roomsByDevice[key] ?? [] { leaveRoom(room, key: key) }
         }
+    }
+
+    /// A VoIP push for a call another node rings, to a device held here without a connection (the
+    /// node running the call pushes only to devices no node holds).
+    private func pushIncoming(_ incoming: CallIncoming, to key: DeviceKey) async {
+        guard let pushes, let device = try? await store.devices(of: key.user).first(where: { $0.device == key.device }),
+              let voip = device.voip, sessions[key]?.connectionID == nil else { return }
+        let payload = VoIPPushPayload(parley: .init(call: incoming.call, from: .init(user: incoming.from.user, name: incoming.from.name),
+                                                    media: incoming.media, expiresAt: incoming.expiresAt))
+        pushes.yield(Push(user: key.user, device: key.device, registration: voip, content: .incomingCall(payload)))
     }
 
     /// A forwarded request, run here as if its device were connected here (an invite never is: the
@@ -889,7 +917,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func forget(_ key: DeviceKey) {
         guard let session = sessions.removeValue(forKey: key) else { return }
         if let connectionID = session.connectionID {
-            close(connectionID, code: .replaced, reason: "this device connected to another server")
+            // 1001, not 4009: if this connection is the device's newest after all, it comes back.
+            close(connectionID, code: .goingAway, reason: "this device connected to another server")
         }
         held[key] = nil
         metrics.sessions.decrement()

@@ -156,9 +156,18 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
     var cluster: PostgresCluster?
 
     func run() async throws {
+        var lost: String?
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await hub.run() }
-            try? await gracefulShutdown()
+            // Until a graceful shutdown, or until the node no longer hears the others: then it is gone
+            // for them (they take its calls over), and it stops; a supervisor starts it again.
+            lost = await withTaskGroup(of: String?.self) { race in
+                race.addTask { try? await gracefulShutdown(); return nil }
+                if let cluster { race.addTask { for await reason in cluster.lost { return reason }; return nil } }
+                let first = await race.next() ?? nil
+                race.cancelAll()
+                return first
+            }
             await hub.shutdown()
             // A store that keeps failing must not hold the process forever: what is not written in
             // time is logged by the writer, and the calls it concerns end by resume expiry next start.
@@ -172,7 +181,15 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
             await hub.closeRooms()
             group.cancelAll()
         }
+        // Requests forwarded here while the clients drained changed calls: written before they go.
+        await withTaskGroup(of: Void.self) { flush in
+            flush.addTask { await hub.flushRecords() }
+            flush.addTask { try? await Task.sleep(for: .seconds(5)) }
+            await flush.next()
+            flush.cancelAll()
+        }
         await cluster?.leave()
+        if let lost { throw StoreError("lost the cluster's listening connection: \(lost)") }
     }
 }
 
