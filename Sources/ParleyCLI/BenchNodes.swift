@@ -159,8 +159,9 @@ struct BenchNodes: AsyncParsableCommand {
                 }
                 all += timings
                 finished += 1
-                if finished == pairs { group.cancelAll() }
+                if finished == pairs { break }
             }
+            group.cancelAll()
             return all
         }
         let callSeconds = seconds(ContinuousClock.now - callStart)

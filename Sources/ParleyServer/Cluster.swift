@@ -17,8 +17,8 @@ public enum NodeMessage: Sendable, Equatable, Codable {
     case request(id: UInt64, from: NodeID, sender: DeviceKey, frame: String)
     /// The owner's answer to a forwarded request: the `ack`'s result, or the error.
     case reply(id: UInt64, result: [String: JSONValue]?, error: ErrorMessage?)
-    /// A device said hello on the node that sends this: another node holding a session for it lets
-    /// it go (without ending its calls), and owners of calls ringing its user ring it too.
+    /// A device said hello on the node that sends this: the node that held a session for it lets it
+    /// go (without ending its calls), and owners of calls ringing its user ring it too.
     case claimed(DeviceKey, by: NodeID)
     /// A device's session on the sending node expired: its calls end with `connection-lost`.
     case released(DeviceKey, by: NodeID)
@@ -54,7 +54,9 @@ public protocol ClusterLink: Sendable {
     /// Nodes that were live and are not any more, as they are noticed; one reader.
     var departures: AsyncStream<NodeID> { get }
 
-    /// Records that this node holds a session for the device (or no longer does), in order with `send`.
+    /// Records that this node holds a session for the device (or no longer does), in order with
+    /// `send`; a new holder tells the node that held it before and nodes whose calls ring its user
+    /// (`claimed`).
     func holds(_ key: DeviceKey, _ holding: Bool)
     /// The user's devices held on other live nodes, and where.
     func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID]

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOSSL
 import ParleyProtocol
 import PostgresNIO
@@ -41,6 +42,13 @@ public final class PostgresCluster: ClusterLink {
 
     /// `NOTIFY` takes payloads under 8000 bytes.
     static let inlineLimit = 7900
+    private static let counter = NIOLockedValueBox<UInt64>(0)
+    private static func nextNumber() -> UInt64 {
+        counter.withLockedValue { value in
+            value += 1
+            return value
+        }
+    }
     static let applicationPrefix = "parley-node "
     private static let liveNodes = """
         SELECT substr(application_name, \(applicationPrefix.count + 1)) FROM pg_stat_activity
@@ -219,11 +227,36 @@ public final class PostgresCluster: ClusterLink {
             var latest: [DeviceKey: Int] = [:]
             for case (let index, .holds(let key, _)) in run.enumerated() { latest[key] = index }
             let keys = latest.sorted { $0.value < $1.value }.map(\.key)
-            try await store.client.query("""
-                INSERT INTO cluster_device (user_id, device_id, node_id)
-                SELECT u, d, \(node) FROM unnest(\(keys.map(\.user.rawValue))::TEXT[], \(keys.map(\.device.rawValue))::TEXT[]) AS t(u, d)
-                ON CONFLICT (user_id, device_id) DO UPDATE SET node_id = excluded.node_id
+            let users = keys.map(\.user.rawValue), devices = keys.map(\.device.rawValue)
+            // Who is told: the live node that held the device before (it lets its session go), and the
+            // nodes running calls that ring its user (they ring it too). Nobody else: a hello is not
+            // news for every node of a deployment.
+            var told: [(DeviceKey, NodeID)] = []
+            let moved = try await store.client.query("""
+                WITH previous AS (
+                  SELECT c.user_id, c.device_id, c.node_id FROM cluster_device c
+                  JOIN unnest(\(users)::TEXT[], \(devices)::TEXT[]) AS t(u, d) ON c.user_id = t.u AND c.device_id = t.d
+                  WHERE c.node_id <> \(node) AND c.node_id IN (\(unescaped: liveNodes))),
+                claimed AS (
+                  INSERT INTO cluster_device (user_id, device_id, node_id)
+                  SELECT u, d, \(node) FROM unnest(\(users)::TEXT[], \(devices)::TEXT[]) AS t(u, d)
+                  ON CONFLICT (user_id, device_id) DO UPDATE SET node_id = excluded.node_id)
+                SELECT user_id, device_id, node_id FROM previous
                 """, logger: logger)
+            for try await (user, device, holder) in moved.decode((String, String, String).self) {
+                if let user = UserID(rawValue: user), let device = DeviceID(rawValue: device) { told.append((DeviceKey(user: user, device: device), holder)) }
+            }
+            let ringing = try await store.client.query("""
+                SELECT DISTINCT c.callee, c.owner_node FROM call c JOIN unnest(\(Array(Set(users)))::TEXT[]) AS t(u) ON c.callee = t.u
+                WHERE c.ended_at IS NULL AND c.answered_at IS NULL AND c.owner_node <> \(node)
+                  AND c.owner_node IN (\(unescaped: liveNodes))
+                """, logger: logger)
+            for try await (user, owner) in ringing.decode((String, String).self) {
+                for key in keys where key.user.rawValue == user { told.append((key, owner)) }
+            }
+            if !told.isEmpty {
+                try await write(told.map { .message(.claimed($0.0, by: node), to: $0.1) }, node: node, store: store, logger: logger)
+            }
         case .holds(_, false)?:
             let keys = run.compactMap { if case .holds(let key, _) = $0 { key } else { nil } }
             try await store.client.query("""
@@ -246,7 +279,8 @@ public final class PostgresCluster: ClusterLink {
                     for try await id in rows.decode(Int64.self) { payload = "@\(id)" }
                 }
                 targets.append(to ?? "")
-                payloads.append(payload)
+                // Numbered: PostgreSQL delivers identical notifications of one transaction only once.
+                payloads.append("\(Self.nextNumber()) \(payload)")
             }
             // Each to its node, or to every live node (this one too: it ignores its own news), in the
             // order sent: the subquery's order is the order the notifications are made in.
@@ -262,7 +296,8 @@ public final class PostgresCluster: ClusterLink {
         }
     }
 
-    private static func decode(_ payload: String, store: PostgresStore, logger: Logger) async -> NodeMessage? {
+    private static func decode(_ numbered: String, store: PostgresStore, logger: Logger) async -> NodeMessage? {
+        let payload = numbered.firstIndex(of: " ").map { String(numbered[numbered.index(after: $0)...]) } ?? numbered
         var json = payload
         if payload.hasPrefix("@"), let id = Int64(payload.dropFirst()) {
             do {

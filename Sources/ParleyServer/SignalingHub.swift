@@ -271,10 +271,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         metrics.framesOut.increment()
         logger.debug("session started", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)", "session.resumed": "\(resumed)"])
         if let cluster, !resumed {
-            // A resumed session was here already; a new one is news for the other nodes.
+            // A resumed session was here already. A new one is news for the node that held the device
+            // before and for nodes ringing its user: `holds` tells them (`claimed`).
             remoteHolders[key] = nil
             cluster.holds(key, true)
-            cluster.send(.claimed(key, by: cluster.node), to: nil)
         }
 
         if resumed, let lastSeq = hello.resume?.lastSeq {
@@ -449,6 +449,15 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         metrics.callsStarted.increment()
         metrics.ringingCalls.increment()
         save(call)
+        if cluster != nil {
+            // In the store before any other node hears of it: a device of the callee's that connects
+            // to another node now finds it ringing there.
+            try? await store.saveCalls([call.stored.owned(by: cluster?.node)])
+            guard calls[invite.call]?.phase == .ringing else {
+                let result = CallInviteResult(call: invite.call, devices: online.count, pushed: 0, expiresAt: expiresAt)
+                return (try? JSONValue.fields(of: result)) ?? [:]
+            }
+        }
         for device in online {
             deliver(.callIncoming(call.incoming), to: DeviceKey(user: invite.to, device: device))
         }
@@ -739,9 +748,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     // MARK: Several nodes
 
     private func save(_ call: CallStateMachine) {
-        var stored = call.stored
-        stored.owner = cluster?.node
-        records.save(stored)
+        records.save(call.stored.owned(by: cluster?.node))
     }
 
     /// The live node that runs a call this node does not hold; nil when none does (the call is

@@ -23,6 +23,14 @@ public struct StoredCall: Hashable, Sendable {
     }
 }
 
+extension StoredCall {
+    func owned(by node: NodeID?) -> StoredCall {
+        var owned = self
+        owned.owner = node
+        return owned
+    }
+}
+
 /// Which of a device's push tokens.
 public enum PushTokenKind: Sendable, Equatable {
     case voip, alert
