@@ -70,13 +70,7 @@ public final class HAProxy: @unchecked Sendable {
     }
 
     public func stop() {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGTERM)
-            let deadline = Date().addingTimeInterval(3)
-            while process.isRunning, Date() < deadline { usleep(20_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
-        }
+        stopProcess(process, with: SIGTERM, grace: 3)
         try? FileManager.default.removeItem(at: directory)
     }
 }

@@ -59,13 +59,7 @@ public final class JanusServer: @unchecked Sendable {
 
     /// Stops Janus (SIGINT, then SIGKILL after 3 s) and removes its files.
     public func stop() {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGINT)
-            let deadline = Date().addingTimeInterval(3)
-            while process.isRunning, Date() < deadline { usleep(20_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
-        }
+        stopProcess(process, with: SIGINT, grace: 3)
         try? FileManager.default.removeItem(at: directory)
     }
 

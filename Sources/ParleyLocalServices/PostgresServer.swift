@@ -106,13 +106,7 @@ public final class PostgresServer: @unchecked Sendable {
 
     /// Stops PostgreSQL (SIGINT: fast shutdown; SIGKILL after 5 s) and removes the cluster.
     public func stop() {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGINT)
-            let deadline = Date().addingTimeInterval(5)
-            while process.isRunning, Date() < deadline { usleep(20_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
-        }
+        stopProcess(process, with: SIGINT, grace: 5)
         try? FileManager.default.removeItem(at: directory)
     }
 

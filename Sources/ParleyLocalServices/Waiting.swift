@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 public struct TestFailure: Error, CustomStringConvertible {
     public var description: String
@@ -25,4 +28,15 @@ public func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) 
     try await withCheckedThrowingContinuation { continuation in
         Thread { continuation.resume(with: Result { try work() }) }.start()
     }
+}
+
+/// Stops a child process by its PID: `signal` first, SIGKILL if it is still running after `grace`;
+/// returns once it has exited.
+public func stopProcess(_ process: Process, with signal: Int32, grace: TimeInterval) {
+    guard process.isRunning else { return }
+    kill(process.processIdentifier, signal)
+    let deadline = Date().addingTimeInterval(grace)
+    while process.isRunning, Date() < deadline { usleep(20_000) }
+    if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    process.waitUntilExit()
 }

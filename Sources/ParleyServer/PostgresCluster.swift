@@ -229,8 +229,8 @@ public final class PostgresCluster: ClusterLink {
             let keys = latest.sorted { $0.value < $1.value }.map(\.key)
             let users = keys.map(\.user.rawValue), devices = keys.map(\.device.rawValue)
             // Who is told: the live node that held the device before (it lets its session go), and the
-            // nodes running calls that ring its user (they ring it too). Nobody else: a hello is not
-            // news for every node of a deployment.
+            // nodes running calls of its user (they deliver to it here from now on, and ring it if the
+            // call rings). Nobody else: a hello is not news for every node of a deployment.
             var told: [(DeviceKey, NodeID)] = []
             let moved = try await store.client.query("""
                 WITH previous AS (
@@ -246,12 +246,12 @@ public final class PostgresCluster: ClusterLink {
             for try await (user, device, holder) in moved.decode((String, String, String).self) {
                 if let user = UserID(rawValue: user), let device = DeviceID(rawValue: device) { told.append((DeviceKey(user: user, device: device), holder)) }
             }
-            let ringing = try await store.client.query("""
-                SELECT DISTINCT c.callee, c.owner_node FROM call c JOIN unnest(\(Array(Set(users)))::TEXT[]) AS t(u) ON c.callee = t.u
-                WHERE c.ended_at IS NULL AND c.answered_at IS NULL AND c.owner_node <> \(node)
-                  AND c.owner_node IN (\(unescaped: liveNodes))
+            let calling = try await store.client.query("""
+                SELECT DISTINCT t.u, c.owner_node FROM call c JOIN unnest(\(Array(Set(users)))::TEXT[]) AS t(u)
+                  ON c.callee = t.u OR c.caller = t.u
+                WHERE c.ended_at IS NULL AND c.owner_node <> \(node) AND c.owner_node IN (\(unescaped: liveNodes))
                 """, logger: logger)
-            for try await (user, owner) in ringing.decode((String, String).self) {
+            for try await (user, owner) in calling.decode((String, String).self) {
                 for key in keys where key.user.rawValue == user { told.append((key, owner)) }
             }
             if !told.isEmpty {

@@ -260,13 +260,7 @@ public final class PostgresStore: SignalingStore {
     // MARK: Calls
 
     public func saveCalls(_ calls: [StoredCall]) async throws {
-        let encoder = JSONEncoder()
-        func json(_ value: (some Encodable)?) throws -> String? {
-            try value.map { String(decoding: try encoder.encode($0), as: UTF8.self) }
-        }
-        let rows = try calls.map { stored in
-            (stored, try json(stored.record.quality), try json(stored.metadata), try json(stored.record.recordings))
-        }
+        let rows = try StoredCall.jsonColumns(of: calls)
         let logger = self.logger
         try await client.withTransaction(logger: logger) { connection in
             for (stored, quality, metadata, recordings) in rows {

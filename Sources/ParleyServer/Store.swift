@@ -24,6 +24,15 @@ public struct StoredCall: Hashable, Sendable {
 }
 
 extension StoredCall {
+    /// The JSON columns of a call's row: quality, metadata, recordings (nil where absent).
+    static func jsonColumns(of calls: [StoredCall]) throws -> [(call: StoredCall, quality: String?, metadata: String?, recordings: String?)] {
+        let encoder = JSONEncoder()
+        func json(_ value: (some Encodable)?) throws -> String? {
+            try value.map { String(decoding: try encoder.encode($0), as: UTF8.self) }
+        }
+        return try calls.map { ($0, try json($0.record.quality), try json($0.metadata), try json($0.record.recordings)) }
+    }
+
     func owned(by node: NodeID?) -> StoredCall {
         var owned = self
         owned.owner = node
@@ -194,13 +203,7 @@ public final class SQLiteStore: SignalingStore {
     }
 
     public func saveCalls(_ calls: [StoredCall]) async throws {
-        let encoder = JSONEncoder()
-        func json(_ value: (some Encodable)?) throws -> String? {
-            try value.map { String(decoding: try encoder.encode($0), as: UTF8.self) }
-        }
-        let rows = try calls.map { stored in
-            (stored, try json(stored.record.quality), try json(stored.metadata), try json(stored.record.recordings))
-        }
+        let rows = try StoredCall.jsonColumns(of: calls)
         try await database.write { db in
             // Cached: this runs several times per call, and compiling the statement cost more than running it.
             let statement = try db.cachedStatement(sql: """

@@ -69,29 +69,24 @@ struct ServerRestartCallTests {
         try await Task.sleep(for: .seconds(1))
         server = try await ServeProcess(port: server.port, database: database)
 
+        // A softphone that never hears the end must fail the test, not hold it.
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(seconds + 60))
+            caller.0.terminate()
+            listener.0.terminate()
+        }
         let alice = await SoftphoneCommandTests.finish(caller)
         let bob = await SoftphoneCommandTests.finish(listener)
+        watchdog.cancel()
         #expect(alice.status == 0, "\(alice.output)\(alice.errors)")
         #expect(bob.status == 0, "\(bob.output)\(bob.errors)")
         #expect(alice.output.contains("call with bob ended: hung up"), "\(alice.output)")
 
         // Audio went on through the restart: every half second of both recordings, to the end.
-        let aliceHeard = try Recording(directory.appendingPathComponent("alice.wav"))
-        let bobHeard = try Recording(directory.appendingPathComponent("bob.wav"))
-        for (recording, hertz, who) in [(aliceHeard, 660.0, "alice"), (bobHeard, 440.0, "bob")] {
-            #expect(recording.audio.duration >= seconds - 3, "\(who)'s recording spans the call")
-            let check = recording.toneInEveryWindow(hertz, from: 1.0, to: recording.audio.duration - 0.5)
-            #expect(check.passed, "\(who): \(check)")
-        }
+        try CallChecks.expectToneInEveryWindow(directory, seconds: seconds)
 
         // One call, ended once, with the whole duration.
-        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)/v1/dev/tokens")!)
-        request.httpMethod = "POST"
-        request.httpBody = Data(#"{"user":"alice"}"#.utf8)
-        let token = try JSONDecoder().decode(DevTokenResponse.self, from: try await URLSession.shared.data(for: request).0).token
-        var list = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)/v1/calls")!)
-        list.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
-        let calls = try JSONDecoder().decode(CallList.self, from: try await URLSession.shared.data(for: list).0).calls
+        let calls = try await CallChecks.calls(of: "alice", at: "http://127.0.0.1:\(server.port)")
         #expect(calls.count == 1)
         #expect(calls.first?.reason == .hangup)
         #expect((calls.first?.duration ?? 0) >= seconds - 1, "answered before the restart, ended after it")

@@ -1,0 +1,34 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import ParleyProtocol
+import ParleyServerTesting
+import Testing
+
+/// What the tests of calls that outlive a server check afterwards: the audio, and the record.
+enum CallChecks {
+    /// alice.wav and bob.wav in `directory` span the call and hold the other side's tone (Bob
+    /// 660 Hz, Alice 440 Hz) in every half second from the first second to the end.
+    static func expectToneInEveryWindow(_ directory: URL, seconds: Double,
+                                        sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let aliceHeard = try Recording(directory.appendingPathComponent("alice.wav"))
+        let bobHeard = try Recording(directory.appendingPathComponent("bob.wav"))
+        for (recording, hertz, who) in [(aliceHeard, 660.0, "alice"), (bobHeard, 440.0, "bob")] {
+            #expect(recording.audio.duration >= seconds - 3, "\(who)'s recording spans the call", sourceLocation: sourceLocation)
+            let check = recording.toneInEveryWindow(hertz, from: 1.0, to: recording.audio.duration - 0.5)
+            #expect(check.passed, "\(who): \(check)", sourceLocation: sourceLocation)
+        }
+    }
+
+    /// The calls `user` sees in `GET /v1/calls` of the server at `base` (development mode).
+    static func calls(of user: String, at base: String) async throws -> [CallRecord] {
+        var request = URLRequest(url: URL(string: "\(base)/v1/dev/tokens")!)
+        request.httpMethod = "POST"
+        request.httpBody = Data(#"{"user":"\#(user)"}"#.utf8)
+        let token = try JSONDecoder().decode(DevTokenResponse.self, from: try await URLSession.shared.data(for: request).0).token
+        var list = URLRequest(url: URL(string: "\(base)/v1/calls")!)
+        list.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        return try JSONDecoder().decode(CallList.self, from: try await URLSession.shared.data(for: list).0).calls
+    }
+}
