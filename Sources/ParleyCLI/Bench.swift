@@ -15,7 +15,8 @@ import Glibc
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Benchmarks that print numbers: the signaling server, and calls against headless Chromium.",
-        subcommands: [BenchSignaling.self, BenchNodes.self, BenchHold.self, BenchCalls.self, BenchRooms.self, BenchSoak.self],
+        subcommands: [BenchSignaling.self, BenchNodes.self, BenchHold.self, BenchRelay.self, BenchEchoServer.self, BenchCalls.self,
+                      BenchRooms.self, BenchSoak.self],
         defaultSubcommand: BenchSignaling.self
     )
 }
@@ -75,7 +76,7 @@ struct BenchSignaling: AsyncParsableCommand {
         benchLog("minting \(connections) tokens")
         var tokens: [String] = []
         tokens.reserveCapacity(connections)
-        for index in 0..<connections { tokens.append(try await devToken(base: base, user: "bench\(index)")) }
+        for index in 0..<connections { tokens.append(try await BenchClient.devToken(base: base, user: "bench\(index)")) }
         let allTokens = tokens
 
         benchLog("opening \(connections) connections")
@@ -202,18 +203,6 @@ struct BenchSignaling: AsyncParsableCommand {
         return timings
     }
 
-    private func devToken(base: String, user: String) async throws -> String {
-        var request = URLRequest(url: URL(string: base + "/v1/dev/tokens")!)
-        request.httpMethod = "POST"
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = Data(#"{"user":"\#(user)"}"#.utf8)
-        let (data, response) = try await URLSession.shared.data(for: request)
-        guard (response as? HTTPURLResponse)?.statusCode == 200 else {
-            throw ValidationError("the server did not mint a token (is it in development mode?)")
-        }
-        return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
-    }
-
     private func raiseFileLimit() {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
@@ -279,10 +268,10 @@ struct ChildServer {
 
     /// Starts `parley serve` with `arguments` and answers once it says where it listens. What it
     /// prints afterwards is read and dropped, so a full pipe never blocks it.
-    static func launch(_ arguments: [String]) throws -> (Process, port: Int) {
+    static func launch(_ arguments: [String], command: [String] = ["serve"]) throws -> (Process, port: Int) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["serve"] + arguments
+        process.arguments = command + arguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -337,24 +326,43 @@ final class BenchClient: @unchecked Sendable {
     private var inbound: AsyncStream<String>.Iterator
     private var counter = 0
     private var received = 0
-    private let device: String
-
-    private init(outbound: AsyncStream<String>.Continuation, inbound: AsyncStream<String>, device: String) {
+    private init(outbound: AsyncStream<String>.Continuation, inbound: AsyncStream<String>) {
         self.outbound = outbound
         self.inbound = inbound.makeAsyncIterator()
-        self.device = device
     }
 
+    /// A token from the server's development endpoint, as a real client's would come.
+    static func devToken(base: String, user: String) async throws -> String {
+        var request = URLRequest(url: URL(string: base + "/v1/dev/tokens")!)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(#"{"user":"\#(user)"}"#.utf8)
+        let (data, response) = try await URLSession.shared.data(for: request)
+        guard (response as? HTTPURLResponse)?.statusCode == 200 else {
+            throw ValidationError("the server did not mint a token (is it in development mode?)")
+        }
+        return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
+    }
+
+    /// An authenticated Parley session: connected, said hello to, welcomed.
     static func connect(host: String, port: Int, token: String, device: String) async throws -> BenchClient {
+        let client = try await connectRaw(host: host, port: port, path: "/v1/signal", token: token)
+        client.send(#"{"type":"hello","id":"h","device":"\#(device)"}"#)
+        _ = try await client.expect(type: "welcome", call: nil)
+        return client
+    }
+
+    /// A WebSocket connection, nothing said on it yet.
+    static func connectRaw(host: String, port: Int, path: String, token: String?) async throws -> BenchClient {
         let (outStream, outbound) = AsyncStream<String>.makeStream()
         let (inStream, inbound) = AsyncStream<String>.makeStream()
         let (ready, readyContinuation) = AsyncStream<(any Error)?>.makeStream()
         var headers = HTTPFields()
-        headers[.authorization] = "Bearer \(token)"
+        if let token { headers[.authorization] = "Bearer \(token)" }
         let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, additionalHeaders: headers)
         Task {
             do {
-                try await WebSocketClient.connect(url: "ws://\(host):\(port)/v1/signal", configuration: configuration,
+                try await WebSocketClient.connect(url: "ws://\(host):\(port)\(path)", configuration: configuration,
                                                   logger: Logger(label: "bench", factory: { _ in SwiftLogNoOpLogHandler() })) { input, output, _ in
                     readyContinuation.yield(nil)
                     try await withThrowingTaskGroup(of: Void.self) { group in
@@ -376,10 +384,7 @@ final class BenchClient: @unchecked Sendable {
         }
         var iterator = ready.makeAsyncIterator()
         if let failure = await iterator.next() ?? ValidationError("connection closed") { throw failure }
-        let client = BenchClient(outbound: outbound, inbound: inStream, device: device)
-        client.send(#"{"type":"hello","id":"h","device":"\#(device)"}"#)
-        _ = try await client.expect(type: "welcome", call: nil)
-        return client
+        return BenchClient(outbound: outbound, inbound: inStream)
     }
 
     func send(_ text: String) { outbound.yield(text) }
@@ -412,7 +417,11 @@ final class BenchClient: @unchecked Sendable {
 
     /// Sends a request and waits for its ack; an error answer fails the run.
     func request(_ type: String, _ fields: String) async throws {
-        let id = sendRequest(type, fields)
+        try await awaitAnswer(to: sendRequest(type, fields), of: type)
+    }
+
+    /// Waits for the answer to request `id`; an error answer fails the run.
+    func awaitAnswer(to id: String, of type: String = "request") async throws {
         while let text = await next() {
             guard text.contains(#""re":"\#(id)""#) else { continue }
             if text.contains(#""type":"error""#) { throw ValidationError("\(type) failed: \(text)") }

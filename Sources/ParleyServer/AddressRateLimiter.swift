@@ -113,9 +113,9 @@ struct AddressRateLimitMiddleware<Context: RemoteAddressRequestContext>: RouterM
         }
         let client = AddressRateLimiter.client(peer: peer, forwardedFor: request.headers[.xForwardedFor], trustedProxies: trustedProxies)
         guard let wait = limiter.admit(client) else { return try await next(request, context) }
-        var response = HTTPRoutes.error(.tooManyRequests, .rateLimited, "too many requests from this address; retry in \(AddressRateLimiter.retryAfter(wait)) s")
-        response.headers[.retryAfter] = "\(AddressRateLimiter.retryAfter(wait))"
-        return response
+        let seconds = AddressRateLimiter.retryAfter(wait)
+        throw APIError(.tooManyRequests, .rateLimited, "too many requests from this address; retry in \(seconds) s",
+                       headers: [.retryAfter: "\(seconds)"])
     }
 }
 

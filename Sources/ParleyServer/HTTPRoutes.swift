@@ -1,10 +1,15 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdAuth
 import NIOCore
 import ParleyProtocol
 
 /// The HTTP endpoints of protocol v1 beside the WebSocket.
+///
+/// Handlers return typed values and throw `APIError`, which answers with protocol v1's error body.
+/// The routes that act for a user sit behind `TokenAuthenticator`, which puts the bearer token's
+/// identity in the request context, and `RequireIdentity`, which refuses a request without one.
 struct HTTPRoutes: Sendable {
     let configuration: ServerConfiguration
     let store: any SignalingStore
@@ -19,187 +24,165 @@ struct HTTPRoutes: Sendable {
     /// A LAN listener's PIN tries and who may take a token.
     let lanGate: LANGate?
 
-    static let maxBody = 64 * 1024
+    static let maxBody = ParleyRequestContext.maxBody
     static let maxCallsLimit = 200
 
     func register(on router: Router<ParleyRequestContext>) {
         router.add(middleware: AddressRateLimitMiddleware(limiter: limiter, trustedProxies: configuration.trustedProxies))
-        router.get("/healthz") { _, _ in
-            guard await !isShuttingDown() else {
-                return Response(status: .serviceUnavailable, headers: [.contentType: "text/plain; charset=utf-8"],
-                                body: .init(byteBuffer: ByteBuffer(string: "shutting down\n")))
-            }
-            return Response(status: .ok, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+        router.get("/healthz", use: health)
+        router.get("/metrics", use: metricsExposition)
+        if configuration.developmentMode {
+            router.group("/v1/dev/tokens")
+                .add(middleware: CORSMiddleware(allowOrigin: .all, allowHeaders: [.contentType],
+                                                allowMethods: [.post, .options], maxAge: .seconds(600)))
+                .post(use: devToken)
+                .on("", method: .options) { _, _ in HTTPResponse.Status.noContent } // a preflight without Origin
         }
-        router.get("/metrics") { request, context in
-            // Metrics tell who is busy and how much: loopback scrapers only, unless a token is configured.
-            if let expected = configuration.metricsToken {
-                let given = WebSocketEndpoint<ContinuousClock>.bearerToken(headers: request.headers, path: nil, allowQuery: false)
-                guard let given, Self.constantTimeEqual(given, expected) else { return Self.unauthorized }
-            } else if !context.isFromLoopback {
-                return Self.error(.forbidden, .forbidden, "metrics are served on loopback only (or with --metrics-token)")
-            }
-            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                            body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
+        if configuration.lan != nil {
+            router.post("/v1/lan/tokens", use: lanToken)
         }
-        router.post("/v1/dev/tokens") { request, context in try await devToken(request, context: context) }
-        router.on("/v1/dev/tokens", method: .options) { request, _ in
-            guard configuration.developmentMode else { return Self.error(.notFound, .notFound, "not found") }
-            var headers = Self.corsHeaders
-            headers[.accessControlAllowMethods] = "POST, OPTIONS"
-            headers[.accessControlAllowHeaders] = request.headers[.accessControlRequestHeaders] ?? "content-type"
-            headers[.accessControlMaxAge] = "600"
-            return Response(status: .noContent, headers: headers)
-        }
-        router.post("/v1/lan/tokens") { request, context in try await lanToken(request, context: context) }
         // Reached only when the WebSocket upgrade was refused.
-        router.get("/v1/signal") { request, _ in
-            if await isShuttingDown() { return Self.error(.serviceUnavailable, .unavailable, "the server is shutting down") }
-            guard await identity(request, allowQuery: true) != nil else {
-                return Self.error(.unauthorized, .unauthorized, "a valid access token is required")
-            }
-            return Self.error(.upgradeRequired, .badRequest, "this endpoint speaks WebSocket (protocol v1)")
-        }
+        router.group("/v1/signal")
+            .add(middleware: TokenAuthenticator(tokens: tokens, allowQuery: true))
+            .get(use: signalWithoutUpgrade)
         // A LAN listener serves calls to its user and nothing else: callers choose their own user
         // ids there, so no history, devices or pages are served under them.
         guard configuration.lan == nil else { return }
         BrowserClient.register(on: router, janusURL: configuration.janus?.clientURL)
-        router.get("/v1/ice-servers") { request, _ in
-            guard let identity = await identity(request) else { return Self.unauthorized }
-            return Self.json(IceServersResponse(iceServers: configuration.iceServers.iceServers(for: identity.user),
-                                                ttl: configuration.iceServers.ttl))
-        }
-        router.put("/v1/devices/:device") { request, context in
-            guard let identity = await identity(request) else { return Self.unauthorized }
-            guard let device = context.parameters.get("device").flatMap(DeviceID.init(rawValue:)) else {
-                return Self.error(.badRequest, .badRequest, "a device id is 1-128 characters of A-Z a-z 0-9 . _ : @ -")
-            }
-            let registration: DeviceRegistration
-            switch await Self.decode(DeviceRegistration.self, from: request) {
-            case .success(let value): registration = value
-            case .failure(let failure): return failure.response
-            }
-            guard Platform.known.contains(registration.platform) else {
-                return Self.error(.badRequest, .badRequest, "platform must be one of ios, android, web, linux")
-            }
-            for (field, push) in [("voip", registration.voip), ("alerts", registration.alerts)] {
-                guard let push else { continue }
-                guard !push.token.isEmpty, push.token.count <= 200, push.token.allSatisfy(\.isHexDigit) else {
-                    return Self.error(.badRequest, .badRequest, "\(field).token must be the device token in hex")
-                }
-                guard !push.topic.isEmpty, push.topic.count <= 255 else {
-                    return Self.error(.badRequest, .badRequest, "\(field).topic must be the app's bundle id")
-                }
-            }
-            let limit = configuration.limits.devicesPerUser
-            do {
-                let known = try await store.devices(of: identity.user)
-                if known.count >= limit, !known.contains(where: { $0.device == device }) {
-                    return Self.error(.conflict, .badRequest, "\(identity.user) has \(known.count) devices, the most one user may register; remove one (DELETE /v1/devices/{device}) first")
-                }
-            } catch { return Self.error(.internalServerError, .internal, "the devices could not be read") }
-            let record = DeviceRecord(user: identity.user, device: device, platform: registration.platform,
-                                      voip: registration.voip, alerts: registration.alerts, updatedAt: wallClock())
-            do { try await store.upsertDevice(record) } catch { return Self.error(.internalServerError, .internal, "the device could not be stored") }
-            return Self.json(record)
-        }
-        router.delete("/v1/devices/:device") { request, context in
-            guard let identity = await identity(request) else { return Self.unauthorized }
-            guard let device = context.parameters.get("device").flatMap(DeviceID.init(rawValue:)) else {
-                return Self.error(.notFound, .notFound, "no such device")
-            }
-            do {
-                guard try await store.deleteDevice(user: identity.user, device: device) else {
-                    return Self.error(.notFound, .notFound, "no such device")
-                }
-            } catch { return Self.error(.internalServerError, .internal, "the device could not be removed") }
-            return Response(status: .noContent)
-        }
-        router.get("/v1/calls") { request, _ in
-            guard let identity = await identity(request) else { return Self.unauthorized }
-            var limit = 50
-            if let text = request.uri.queryParameters.get("limit") {
-                guard let value = Int(text), (1...Self.maxCallsLimit).contains(value) else {
-                    return Self.error(.badRequest, .badRequest, "limit must be a whole number from 1 to \(Self.maxCallsLimit)")
-                }
-                limit = value
-            }
-            do {
-                return Self.json(CallList(calls: try await store.calls(of: identity.user, limit: limit)))
-            } catch {
-                return Self.error(.internalServerError, .internal, "the call history could not be read")
-            }
-        }
+        router.group("/v1")
+            .add(middleware: TokenAuthenticator(tokens: tokens))
+            .add(middleware: RequireIdentity())
+            .get("ice-servers", use: iceServers)
+            .put("devices/:device", use: registerDevice)
+            .delete("devices/:device", use: removeDevice)
+            .get("calls", use: callHistory)
     }
 
-    private func devToken(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        guard configuration.developmentMode else { return Self.error(.notFound, .notFound, "not found") }
-        var response: Response
-        switch await Self.decode(DevTokenRequest.self, from: request) {
-        case .failure(let failure):
-            response = failure.response
-        case .success(let body):
-            if let name = body.name, name.count > 128 {
-                response = Self.error(.badRequest, .badRequest, "name must be at most 128 characters")
-            } else {
-                let minted = try await tokens.mint(user: body.user, name: body.name, lifetime: configuration.devTokenLifetime)
-                response = Self.json(DevTokenResponse(token: minted.token,
-                                                      expiresAt: Int64(minted.expiresAt.timeIntervalSince1970 * 1000)))
-            }
+    // MARK: Routes
+
+    @Sendable func health(_ request: Request, context: ParleyRequestContext) async -> TextResponse {
+        await isShuttingDown() ? TextResponse("shutting down\n", status: .serviceUnavailable) : TextResponse("ok\n")
+    }
+
+    /// Metrics tell who is busy and how much: loopback scrapers only, unless a token is configured.
+    @Sendable func metricsExposition(_ request: Request, context: ParleyRequestContext) throws -> TextResponse {
+        if let expected = configuration.metricsToken {
+            let given = WebSocketEndpoint<ContinuousClock>.bearerToken(headers: request.headers, path: nil, allowQuery: false)
+            guard let given, Self.constantTimeEqual(given, expected) else { throw APIError.unauthorized }
+        } else if !context.isFromLoopback {
+            throw APIError(.forbidden, .forbidden, "metrics are served on loopback only (or with --metrics-token)")
         }
-        for field in Self.corsHeaders { response.headers.append(field) }
-        return response
+        return TextResponse(metrics.exposition(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+    }
+
+    @Sendable func signalWithoutUpgrade(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        if await isShuttingDown() { throw APIError(.serviceUnavailable, .unavailable, "the server is shutting down") }
+        guard context.identity != nil else { throw APIError.unauthorized }
+        throw APIError(.upgradeRequired, .badRequest, "this endpoint speaks WebSocket (protocol v1)")
+    }
+
+    @Sendable func devToken(_ request: Request, context: ParleyRequestContext) async throws -> DevTokenResponse {
+        let body = try await request.decode(as: DevTokenRequest.self, context: context)
+        if let name = body.name, name.count > 128 { throw APIError(.badRequest, .badRequest, "name must be at most 128 characters") }
+        let minted = try await tokens.mint(user: body.user, name: body.name, lifetime: configuration.devTokenLifetime)
+        return DevTokenResponse(token: minted.token, expiresAt: Int64(minted.expiresAt.timeIntervalSince1970 * 1000))
     }
 
     /// A token for a caller on the local network: any user id but the listener's, with the PIN
     /// when the listener has one. Tries are limited per address, right or wrong.
-    private func lanToken(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        guard let lan = configuration.lan, let lanGate else { return Self.error(.notFound, .notFound, "not found") }
-        let body: LANTokenRequest
-        switch await Self.decode(LANTokenRequest.self, from: request) {
-        case .failure(let failure): return failure.response
-        case .success(let value): body = value
-        }
+    @Sendable func lanToken(_ request: Request, context: ParleyRequestContext) async throws -> DevTokenResponse {
+        guard let lan = configuration.lan, let lanGate else { throw APIError.notFound }
+        let body = try await request.decode(as: LANTokenRequest.self, context: context)
         if let name = body.name {
-            guard name.count <= 128 else { return Self.error(.badRequest, .badRequest, "name must be at most 128 characters") }
+            guard name.count <= 128 else { throw APIError(.badRequest, .badRequest, "name must be at most 128 characters") }
             // The listener's user reads it beside the caller's address: nothing may rewrite that line.
             guard !LANGate.hasControlCharacters(name) else {
-                return Self.error(.badRequest, .badRequest, "name may not hold control or formatting characters")
+                throw APIError(.badRequest, .badRequest, "name may not hold control or formatting characters")
             }
         }
         guard body.user != lan.host else {
-            return Self.error(.conflict, .badRequest, "\(lan.host) is the user of the device you are calling; call it under another user id")
+            throw APIError(.conflict, .badRequest, "\(lan.host) is the user of the device you are calling; call it under another user id")
         }
         if let expected = lan.pin {
-            switch lanGate.admit(address: context.remoteAddress?.ipAddress ?? "unknown") {
-            case .admitted:
-                break
-            case .wait(let wait, let everyone):
+            if case .wait(let wait, let everyone) = lanGate.admit(address: context.remoteAddress?.ipAddress ?? "unknown") {
                 let seconds = AddressRateLimiter.retryAfter(wait)
-                var response = Self.error(.tooManyRequests, .rateLimited, everyone
+                throw APIError(.tooManyRequests, .rateLimited, everyone
                     ? "too many wrong PINs from this network; \(lan.host) takes none for \(seconds) s"
-                    : "too many PIN tries from this address; retry in \(seconds) s")
-                response.headers[.retryAfter] = "\(seconds)"
-                return response
+                    : "too many PIN tries from this address; retry in \(seconds) s", headers: [.retryAfter: "\(seconds)"])
             }
-            guard let given = body.pin else { return Self.error(.forbidden, .forbidden, "\(lan.host) asks for a PIN") }
+            guard let given = body.pin else { throw APIError(.forbidden, .forbidden, "\(lan.host) asks for a PIN") }
             guard Self.constantTimeEqual(given, expected) else {
                 lanGate.failed()
-                return Self.error(.forbidden, .forbidden, "wrong PIN")
+                throw APIError(.forbidden, .forbidden, "wrong PIN")
             }
         }
         // One user id, one caller: a second would take over the first's session and calls.
         guard await !isPresent(body.user) else {
-            return Self.error(.conflict, .badRequest, "\(body.user) is already connected here; call under another user id")
+            throw APIError(.conflict, .badRequest, "\(body.user) is already connected here; call under another user id")
         }
         let minted = try await tokens.mint(user: body.user, name: body.name, lifetime: lan.tokenLifetime)
-        return Self.json(DevTokenResponse(token: minted.token, expiresAt: Int64(minted.expiresAt.timeIntervalSince1970 * 1000)))
+        return DevTokenResponse(token: minted.token, expiresAt: Int64(minted.expiresAt.timeIntervalSince1970 * 1000))
     }
 
-    private func identity(_ request: Request, allowQuery: Bool = false) async -> Identity? {
-        guard let token = WebSocketEndpoint<ContinuousClock>.bearerToken(headers: request.headers, path: request.uri.string,
-                                                                          allowQuery: allowQuery) else { return nil }
-        return try? await tokens.verify(token)
+    @Sendable func iceServers(_ request: Request, context: ParleyRequestContext) throws -> IceServersResponse {
+        let identity = try context.requireIdentity()
+        return IceServersResponse(iceServers: configuration.iceServers.iceServers(for: identity.user), ttl: configuration.iceServers.ttl)
+    }
+
+    @Sendable func registerDevice(_ request: Request, context: ParleyRequestContext) async throws -> DeviceRecord {
+        let identity = try context.requireIdentity()
+        guard let device = context.parameters.get("device").flatMap(DeviceID.init(rawValue:)) else {
+            throw APIError(.badRequest, .badRequest, "a device id is 1-128 characters of A-Z a-z 0-9 . _ : @ -")
+        }
+        let registration = try await request.decode(as: DeviceRegistration.self, context: context)
+        guard Platform.known.contains(registration.platform) else {
+            throw APIError(.badRequest, .badRequest, "platform must be one of ios, android, web, linux")
+        }
+        for (field, push) in [("voip", registration.voip), ("alerts", registration.alerts)] {
+            guard let push else { continue }
+            guard !push.token.isEmpty, push.token.count <= 200, push.token.allSatisfy(\.isHexDigit) else {
+                throw APIError(.badRequest, .badRequest, "\(field).token must be the device token in hex")
+            }
+            guard !push.topic.isEmpty, push.topic.count <= 255 else {
+                throw APIError(.badRequest, .badRequest, "\(field).topic must be the app's bundle id")
+            }
+        }
+        let limit = configuration.limits.devicesPerUser
+        let known = try await Self.storing("the devices could not be read") { try await store.devices(of: identity.user) }
+        if known.count >= limit, !known.contains(where: { $0.device == device }) {
+            throw APIError(.conflict, .badRequest, "\(identity.user) has \(known.count) devices, the most one user may register; remove one (DELETE /v1/devices/{device}) first")
+        }
+        let record = DeviceRecord(user: identity.user, device: device, platform: registration.platform,
+                                  voip: registration.voip, alerts: registration.alerts, updatedAt: wallClock())
+        try await Self.storing("the device could not be stored") { try await store.upsertDevice(record) }
+        return record
+    }
+
+    @Sendable func removeDevice(_ request: Request, context: ParleyRequestContext) async throws -> HTTPResponse.Status {
+        let identity = try context.requireIdentity()
+        guard let device = context.parameters.get("device").flatMap(DeviceID.init(rawValue:)),
+              try await Self.storing("the device could not be removed", { try await store.deleteDevice(user: identity.user, device: device) })
+        else { throw APIError(.notFound, .notFound, "no such device") }
+        return .noContent
+    }
+
+    @Sendable func callHistory(_ request: Request, context: ParleyRequestContext) async throws -> CallList {
+        let identity = try context.requireIdentity()
+        var limit = 50
+        if let text = request.uri.queryParameters.get("limit") {
+            guard let value = Int(text), (1...Self.maxCallsLimit).contains(value) else {
+                throw APIError(.badRequest, .badRequest, "limit must be a whole number from 1 to \(Self.maxCallsLimit)")
+            }
+            limit = value
+        }
+        return CallList(calls: try await Self.storing("the call history could not be read") {
+            try await store.calls(of: identity.user, limit: limit)
+        })
+    }
+
+    /// Runs a store operation; its failure answers 500 with what could not be done.
+    private static func storing<T>(_ failure: String, _ operation: () async throws -> T) async throws -> T {
+        do { return try await operation() } catch { throw APIError(.internalServerError, .internal, failure) }
     }
 
     static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
@@ -207,49 +190,23 @@ struct HTTPRoutes: Sendable {
         guard x.count == y.count else { return false }
         return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
     }
-
-    // MARK: Responses
-
-    static let corsHeaders: HTTPFields = [.accessControlAllowOrigin: "*"]
-
-    static var unauthorized: Response { error(.unauthorized, .unauthorized, "a valid access token is required") }
-
-    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) -> Response {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
-        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
-    }
-
-    static func error(_ status: HTTPResponse.Status, _ code: ErrorCode, _ message: String) -> Response {
-        json(HTTPErrorBody(code: code, message: message), status: status)
-    }
-
-    static func decode<T: Decodable>(_ type: T.Type, from request: Request) async -> Result<T, ResponseFailure> {
-        let body: ByteBuffer
-        do {
-            body = try await request.body.collect(upTo: maxBody)
-        } catch {
-            return .failure(ResponseFailure(Self.error(.contentTooLarge, .payloadTooLarge, "the body is larger than \(maxBody) bytes")))
-        }
-        do {
-            return .success(try JSONDecoder().decode(T.self, from: Data(body.readableBytesView)))
-        } catch {
-            let described = WireCodec.describe(error, in: Data(body.readableBytesView))
-            return .failure(ResponseFailure(self.error(.badRequest, .badRequest, described.message)))
-        }
-    }
-
-    struct ResponseFailure: Error {
-        var response: Response
-        init(_ response: Response) { self.response = response }
-    }
 }
 
+extension DevTokenResponse: ResponseEncodable {}
+extension IceServersResponse: ResponseEncodable {}
+extension DeviceRecord: ResponseEncodable {}
+extension CallList: ResponseEncodable {}
 
-/// The request context of Parley's routes: Hummingbird's, and where the request came from.
-struct ParleyRequestContext: RequestContext, RemoteAddressRequestContext {
+// MARK: Context, authentication, errors
+
+/// The request context of Parley's routes: Hummingbird's, where the request came from, and who
+/// it is from once `TokenAuthenticator` has read its token.
+struct ParleyRequestContext: AuthRequestContext, RemoteAddressRequestContext {
+    /// The largest request body read; a larger one is refused with 413.
+    static let maxBody = 64 * 1024
+
     var coreContext: CoreRequestContextStorage
+    var identity: Identity?
     let remoteAddress: SocketAddress?
 
     init(source: ApplicationRequestContextSource) {
@@ -257,8 +214,99 @@ struct ParleyRequestContext: RequestContext, RemoteAddressRequestContext {
         remoteAddress = source.channel.remoteAddress
     }
 
+    var maxUploadSize: Int { Self.maxBody }
+    var requestDecoder: ProtocolBodyDecoder { ProtocolBodyDecoder() }
+    var responseEncoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+
     var isFromLoopback: Bool {
         guard let address = remoteAddress?.ipAddress else { return false }
         return address.hasPrefix("127.") || address == "::1" || address.hasPrefix("::ffff:127.")
+    }
+}
+
+/// Puts the identity of a valid bearer token (the `Authorization` header, or `access_token` in the
+/// query where `allowQuery`) in the request context; a request without one goes on without it.
+struct TokenAuthenticator: AuthenticatorMiddleware {
+    typealias Context = ParleyRequestContext
+    let tokens: TokenAuthority
+    var allowQuery = false
+
+    func authenticate(request: Request, context: Context) async throws -> Identity? {
+        guard let token = WebSocketEndpoint<ContinuousClock>.bearerToken(headers: request.headers, path: request.uri.string,
+                                                                          allowQuery: allowQuery) else { return nil }
+        return try? await tokens.verify(token)
+    }
+}
+
+/// Refuses with 401, in protocol v1's words, a request that no authenticator gave an identity.
+struct RequireIdentity<Context: AuthRequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard context.identity != nil else { throw APIError.unauthorized }
+        return try await next(request, context)
+    }
+}
+
+/// An HTTP error of protocol v1: a status and the body `{"error": {"code", "message"}}`.
+struct APIError: HTTPResponseError {
+    let status: HTTPResponse.Status
+    let code: ErrorCode
+    let message: String
+    var headers: HTTPFields = [:]
+
+    init(_ status: HTTPResponse.Status, _ code: ErrorCode, _ message: String, headers: HTTPFields = [:]) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+    }
+
+    static let unauthorized = APIError(.unauthorized, .unauthorized, "a valid access token is required")
+    static let notFound = APIError(.notFound, .notFound, "not found")
+
+    func response(from request: Request, context: some RequestContext) throws -> Response {
+        var response = try context.responseEncoder.encode(HTTPErrorBody(code: code, message: message), from: request, context: context)
+        response.status = status
+        response.headers.append(contentsOf: headers)
+        return response
+    }
+}
+
+/// Reads a JSON request body as the WebSocket reads a frame: at most the context's upload size
+/// (413 beyond it), and a 400 that says which field is wrong and why.
+struct ProtocolBodyDecoder: RequestDecoder {
+    func decode<T: Decodable>(_ type: T.Type, from request: Request, context: some RequestContext) async throws -> T {
+        let body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: context.maxUploadSize)
+        } catch is NIOTooManyBytesError {
+            throw APIError(.contentTooLarge, .payloadTooLarge, "the body is larger than \(context.maxUploadSize) bytes")
+        }
+        let data = Data(body.readableBytesView)
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch {
+            throw APIError(.badRequest, .badRequest, WireCodec.describe(error, in: data).message)
+        }
+    }
+}
+
+/// A text body as a typed response.
+struct TextResponse: ResponseGenerator {
+    var text: String
+    var status: HTTPResponse.Status
+    var contentType: String
+
+    init(_ text: String, status: HTTPResponse.Status = .ok, contentType: String = "text/plain; charset=utf-8") {
+        self.text = text
+        self.status = status
+        self.contentType = contentType
+    }
+
+    func response(from request: Request, context: some RequestContext) -> Response {
+        Response(status: status, headers: [.contentType: contentType], body: .init(byteBuffer: ByteBuffer(string: text)))
     }
 }

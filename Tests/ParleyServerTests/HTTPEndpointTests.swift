@@ -137,6 +137,32 @@ struct HTTPEndpointTests {
         try await server.stop()
     }
 
+    /// Every refusal is protocol v1's error body, whichever layer refuses: the authenticator, the
+    /// body decoder, a route, the CORS layer around one.
+    @Test func everyRefusalSpeaksProtocolV1() async throws {
+        let server = try await LiveServer.start()
+        func refusal(_ result: LiveServer.HTTPResult, _ status: Int, _ code: ErrorCode, _ words: String,
+                     sourceLocation: SourceLocation = #_sourceLocation) throws {
+            #expect(result.status == status, sourceLocation: sourceLocation)
+            #expect(result.headers["content-type"]?.hasPrefix("application/json") == true, sourceLocation: sourceLocation)
+            let body = try result.decode(HTTPErrorBody.self)
+            #expect(body.error.code == code && body.error.message.contains(words), "\(body)", sourceLocation: sourceLocation)
+        }
+        try refusal(try await server.http("GET", "/v1/calls"), 401, .unauthorized, "access token")
+        try refusal(try await server.http("GET", "/v1/ice-servers", token: "not.a.token"), 401, .unauthorized, "access token")
+        let alice = try await server.token("alice")
+        try refusal(try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: #"{"platform":"ios","voip":{"token":"ab"}}"#),
+                    400, .badRequest, "topic")
+        try refusal(try await server.http("DELETE", "/v1/devices/nothing-here", token: alice), 404, .notFound, "no such device")
+        try refusal(try await server.http("GET", "/v1/signal", token: alice), 426, .badRequest, "WebSocket")
+        try refusal(try await server.http("GET", "/v1/signal"), 401, .unauthorized, "access token")
+        let named = try await server.http("POST", "/v1/dev/tokens", json: #"{"user":"alice","name":"\#(String(repeating: "n", count: 129))"}"#,
+                                          headers: ["Origin": "http://example.test"])
+        try refusal(named, 400, .badRequest, "128 characters")
+        #expect(named.headers["access-control-allow-origin"] == "*", "a refusal a page reads carries CORS too")
+        try await server.stop()
+    }
+
     @Test func healthAndMetrics() async throws {
         let server = try await LiveServer.start()
         #expect(try await server.http("GET", "/healthz").status == 200)
