@@ -261,8 +261,12 @@ struct ChildServer {
     let port: Int
     var pid: Int32 { process.processIdentifier }
 
+    /// The per-address and per-connection rate limits are off: a load generator runs every client
+    /// from one address, and its pairs send far faster than a person's device (the limits
+    /// themselves are tested, in `LimitTests`, not measured).
     static func start(database: String = ":memory:") throws -> ChildServer {
-        let (process, port) = try launch(["--port", "0", "--database", database, "--log-level", "warning", "--http-rate-limit", "0"])
+        let (process, port) = try launch(["--port", "0", "--database", database, "--log-level", "warning",
+                                          "--http-rate-limit", "0", "--frame-rate-limit", "0"])
         return ChildServer(process: process, port: port)
     }
 

@@ -47,8 +47,10 @@ struct BenchNodes: AsyncParsableCommand {
         guard store == .postgres || nodes == 1 else { throw ValidationError("several nodes share PostgreSQL: --store sqlite takes --nodes 1") }
         guard connections >= nodes else { throw ValidationError("--connections must be at least --nodes") }
         guard concurrency >= 1, calls >= 1 else { throw ValidationError("--calls and --concurrency must be at least 1") }
-        // One process may open 20,000 files here: a node holds its share plus a few dozen of its own.
-        guard connections / nodes <= 19_800 else {
+        // One process may open 20,000 files here. A node needs about 26 of its own (up to 8 pooled
+        // PostgreSQL connections and its LISTEN connection, the listening socket, event loops,
+        // timers, standard streams), counted on a running node with /proc/PID/fd.
+        guard (connections + nodes - 1) / nodes <= 19_960 else {
             throw ValidationError("\((connections + nodes - 1) / nodes) connections a node is past one process's file limit: use more --nodes")
         }
     }

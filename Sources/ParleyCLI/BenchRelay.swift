@@ -108,8 +108,9 @@ struct BenchRelay: AsyncParsableCommand {
                 { [window] in
                     var ids: [String] = []
                     for _ in 0..<window { ids.append(pair.caller.sendRequest("call.signal", #""call":"\#(pair.call)","candidate":\#(candidate)"#)) }
-                    for _ in 0..<window { _ = try await pair.callee.expect(type: "call.signal", call: pair.call) }
+                    // Answers first: a refused frame fails the run instead of leaving the callee waiting.
                     for id in ids { try await pair.caller.awaitAnswer(to: id) }
+                    for _ in 0..<window { _ = try await pair.callee.expect(type: "call.signal", call: pair.call) }
                     return window
                 }
             })

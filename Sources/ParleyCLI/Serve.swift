@@ -53,6 +53,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "HTTP requests and WebSocket upgrades one address may make per second, sustained (bursts of ten times that pass); 0 for no limit, as a load generator on one address needs. [PARLEY_HTTP_RATE_LIMIT]")
     var httpRateLimit: Double = env("PARLEY_HTTP_RATE_LIMIT").flatMap(Double.init) ?? ServerConfiguration.Limits().httpRequestsPerSecond
 
+    @Option(help: "Frames one connection may send per second, sustained (bursts of four times that pass); 0 for no limit, as a relay benchmark needs. [PARLEY_FRAME_RATE_LIMIT]")
+    var frameRateLimit: Double = env("PARLEY_FRAME_RATE_LIMIT").flatMap(Double.init) ?? ServerConfiguration.Limits().framesPerSecond
+
     @Option(help: "Addresses of the reverse proxies in front of the server, comma-separated: the per-address limit counts the client their X-Forwarded-For names. [PARLEY_TRUSTED_PROXIES]")
     var trustedProxies: String = env("PARLEY_TRUSTED_PROXIES") ?? ""
 
@@ -65,6 +68,7 @@ struct Serve: AsyncParsableCommand {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
         guard ringTimeout > 0 else { throw ValidationError("--ring-timeout must be at least 1 second") }
         guard httpRateLimit >= 0, httpRateLimit.isFinite else { throw ValidationError("--http-rate-limit must be 0 (no limit) or more") }
+        guard frameRateLimit >= 0, frameRateLimit.isFinite else { throw ValidationError("--frame-rate-limit must be 0 (no limit) or more") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
         if !turnUrls.isEmpty, turnSecret ?? Self.env("PARLEY_TURN_SECRET") == nil { throw ValidationError("--turn-urls needs --turn-secret") }
     }
@@ -97,6 +101,8 @@ struct Serve: AsyncParsableCommand {
         configuration.trustedProxies = Self.list(trustedProxies)
         configuration.limits.httpRequestsPerSecond = httpRateLimit
         configuration.limits.httpBurst = max(1, httpRateLimit * 10)
+        configuration.limits.framesPerSecond = frameRateLimit
+        configuration.limits.burst = max(1, frameRateLimit * 4)
         configuration.iceServers = IceServerProvider(stunURLs: Self.list(stunUrls), turnURLs: Self.list(turnUrls),
                                                      turnSecret: turnSecret ?? Self.env("PARLEY_TURN_SECRET"))
 

@@ -1,5 +1,6 @@
 /// A token bucket per connection (protocol v1: 50 frames/s sustained, burst 200) and the count
 /// of refused frames that closes a flooding connection (more than 100 within 2 s → 4008).
+/// A rate of 0 admits everything (an operator's choice, for a benchmark).
 struct RateLimiter {
     enum Verdict: Equatable {
         case allow
@@ -27,6 +28,7 @@ struct RateLimiter {
     }
 
     mutating func admit(now: Duration) -> Verdict {
+        guard rate > 0 else { return .allow }
         let elapsed = now - lastRefill
         if elapsed > .zero {
             tokens = min(burst, tokens + rate * Self.seconds(elapsed))

@@ -56,7 +56,7 @@ public struct ServerConfiguration: Sendable {
     public struct Limits: Sendable {
         /// Bigger frames close the connection with 1009.
         public var maxFrameSize: Int = 64 * 1024
-        /// Sustained frames per second per connection.
+        /// Sustained frames per second per connection (0: no limit).
         public var framesPerSecond: Double = 50
         /// Frames a connection may send at once above the sustained rate.
         public var burst: Double = 200

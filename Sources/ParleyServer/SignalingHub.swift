@@ -86,11 +86,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         await withTaskGroup(of: Void.self) { group in
             if let cluster {
                 group.addTask {
-                    for await message in cluster.messages {
-                        // A request may wait on the store or Janus: the replies and deliveries behind it must not.
-                        switch message {
-                        case .request, .left: Task { await self.hear(message) }
-                        default: await self.hear(message)
+                    // A request may wait on the store or Janus: the replies and deliveries behind it
+                    // must not, so requests (and a node's leaving) run as children of their own.
+                    await withDiscardingTaskGroup { requests in
+                        for await message in cluster.messages {
+                            switch message {
+                            case .request, .left: requests.addTask { await self.hear(message) }
+                            default: await self.hear(message)
+                            }
                         }
                     }
                 }
@@ -402,7 +405,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func startCall(_ invite: CallInvite, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
         let caller = session.key
         if let result = try answerToKnownCall(invite, from: caller) { return result }
-        if let record = try? await store.call(invite.call) {
+        if let record = try await storedCall(invite.call) {
             guard record.caller == caller.user || record.callee == caller.user else {
                 throw ErrorMessage(code: .callNotFound, message: "no such call")
             }
@@ -452,7 +455,12 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         if cluster != nil {
             // In the store before any other node hears of it: a device of the callee's that connects
             // to another node now finds it ringing there.
-            try? await store.saveCalls([call.stored.owned(by: cluster?.node)])
+            do {
+                try await store.saveCalls([call.stored.owned(by: cluster?.node)])
+            } catch {
+                logger.error("a new call could not be stored: devices on other nodes will not find it ringing",
+                             metadata: ["call.id": "\(invite.call)", "error": "\(error)"])
+            }
             guard calls[invite.call]?.phase == .ringing else {
                 let result = CallInviteResult(call: invite.call, devices: online.count, pushed: 0, expiresAt: expiresAt)
                 return (try? JSONValue.fields(of: result)) ?? [:]
@@ -531,7 +539,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                         _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [CallStateMachine.Delivery]) async throws(ErrorMessage) {
         guard calls[callID] != nil else {
             // Not in memory: an old call (its record says whether it ended) or no call at all.
-            let record = try? await store.call(callID)
+            let record = try await storedCall(callID)
             if calls[callID] != nil {
                 // Taken over while the store was read.
                 try update(callID, event)
@@ -587,7 +595,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             if let call = calls[report.call] { save(call) }
             return
         }
-        guard var record = try? await store.call(report.call), record.caller == sender.user || record.callee == sender.user else {
+        guard var record = try await storedCall(report.call), record.caller == sender.user || record.callee == sender.user else {
             throw ErrorMessage(code: .callNotFound, message: "no such call")
         }
         guard let endedAt = record.endedAt, wallClock() - endedAt <= window else {
@@ -622,12 +630,23 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             guard call.involves(asker) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
             result = CallStateResult(call: callID, state: call.phase, reason: call.endReason,
                                      recording: call.phase == .ended ? nil : call.recordingState)
-        } else if let record = try? await store.call(callID), record.caller == asker || record.callee == asker {
+        } else if let record = try await storedCall(callID), record.caller == asker || record.callee == asker {
             result = CallStateResult(call: callID, state: record.endedAt == nil ? .active : .ended, reason: record.reason)
         } else {
             throw ErrorMessage(code: .callNotFound, message: "no such call")
         }
         return (try? JSONValue.fields(of: result)) ?? [:]
+    }
+
+    /// A call's record, for a call not in memory. A store that cannot be read answers `unavailable`
+    /// (the client retries), never "no such call": an error is not an absence.
+    private func storedCall(_ id: CallID) async throws(ErrorMessage) -> CallRecord? {
+        do {
+            return try await store.call(id)
+        } catch {
+            logger.error("a call record could not be read", metadata: ["call.id": "\(id)", "error": "\(error)"])
+            throw ErrorMessage(code: .unavailable, message: "the call records cannot be read right now; try again")
+        }
     }
 
     /// Returns once every call change so far is in the store.

@@ -35,13 +35,21 @@ struct ClusterTests {
         if case .callEnded(let message) = frame.message { message } else { nil }
     }
 
+    /// Waits until the nodes have published where `user`'s `count` devices are (presence rows go
+    /// out in batches, a moment after the hello).
+    func published(_ count: Int, devicesOf user: UserID, in database: TestDatabase) async throws {
+        try await eventually("\(count) devices of \(user) in cluster_device") {
+            try database.postgres?.psql("SELECT count(*) FROM cluster_device WHERE user_id = '\(user)'", database: database.name) == "\(count)"
+        }
+    }
+
     @Test func aCallAcrossNodesRingsEveryDeviceAndTheFirstAcceptWins() async throws {
-        try await withNodes { nodes, _ in
+        try await withNodes { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
             let alice = try await a.device("alice", "a1", name: "Alice")
             let bobPhone = try await b.device("bob", "b1")
             let bobLaptop = try await a.device("bob", "b2")
-            try await Task.sleep(for: .milliseconds(300))   // each node has told the others where bob is
+            try await published(2, devicesOf: "bob", in: database)
 
             let invited = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
                 .decodeResult(CallInviteResult.self)
@@ -100,11 +108,11 @@ struct ClusterTests {
     }
 
     @Test func theNodeRunningACallStopsAndTheCallGoesOnOnTheOther() async throws {
-        try await withNodes { nodes, _ in
+        try await withNodes { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
             let alice = try await a.device("alice", "a1")
             let bob = try await b.device("bob", "b1")
-            try await Task.sleep(for: .milliseconds(300))
+            try await published(1, devicesOf: "bob", in: database)
             _ = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
             _ = try await bob.expect(Self.incoming)
             #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)

@@ -76,7 +76,7 @@ struct PersistenceTests {
     }
 }
 
-/// A store whose writes always fail (a full disk, a dropped database).
+/// A store whose writes, and reads of calls, always fail (a full disk, a dropped database).
 struct FailingStore: SignalingStore {
     struct Down: Error {}
     func upsertDevice(_ device: DeviceRecord) throws { throw Down() }
@@ -84,13 +84,26 @@ struct FailingStore: SignalingStore {
     func devices(of user: UserID) throws -> [DeviceRecord] { [] }
     func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) throws -> Bool { false }
     func saveCalls(_ calls: [StoredCall]) throws { throw Down() }
-    func call(_ id: CallID) throws -> CallRecord? { nil }
+    func call(_ id: CallID) throws -> CallRecord? { throw Down() }
     func calls(of user: UserID, limit: Int) throws -> [CallRecord] { [] }
     func unfinishedCalls() throws -> [StoredCall] { [] }
 }
 
 @Suite("A store that keeps failing")
 struct FailingStoreTests {
+    /// A call the hub does not hold may still be in the store: when the store cannot say, the
+    /// answer is "try again", never "no such call" (the client would drop a live call) and never a
+    /// new call under an id that may be taken.
+    @Test func aCallThatCannotBeLookedUpIsUnavailableNotUnknown() async throws {
+        let h = try HubHarness(hubStore: FailingStore())
+        let alice = await h.device("alice", "a1")
+        _ = await h.device("bob", "b1")
+        let call: CallID = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a"
+        #expect(await alice.request { .callState(CallRequest(id: $0, call: call)) }.errorCode == .unavailable)
+        #expect(await alice.request { .callHangup(CallHangup(id: $0, call: call)) }.errorCode == .unavailable)
+        #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.errorCode == .unavailable)
+    }
+
     @Test func aFlushGivesUpWhenCancelledAndTheRecordStaysQueued() async throws {
         var quiet = Logger(label: "test")
         quiet.logLevel = .critical

@@ -81,4 +81,9 @@ struct RateLimiterTests {
         #expect(limiter.admit(now: .seconds(3)) == .refuse)
         #expect(limiter.admit(now: .seconds(3)) == .close)
     }
+
+    @Test func aRateOfZeroAdmitsEverything() {
+        var limiter = RateLimiter(rate: 0, burst: 1, maxRefused: 0, refusedWindow: .seconds(2), now: .zero)
+        for _ in 0..<10_000 { #expect(limiter.admit(now: .zero) == .allow) }
+    }
 }

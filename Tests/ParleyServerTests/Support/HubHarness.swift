@@ -54,7 +54,13 @@ struct HubHarness {
         try self.init(store: SQLiteStore(path: nil), clock: ManualClock(), configure: configure)
     }
 
-    private init(store: SQLiteStore, clock: ManualClock, configure: (inout ServerConfiguration) -> Void) {
+    /// A hub on `hubStore` instead (a store that fails, say); `store` is then an empty one it never reads.
+    init(hubStore: any SignalingStore) throws {
+        try self.init(store: SQLiteStore(path: nil), hubStore: hubStore, clock: ManualClock(), configure: { _ in })
+    }
+
+    private init(store: SQLiteStore, hubStore: (any SignalingStore)? = nil, clock: ManualClock,
+                 configure: (inout ServerConfiguration) -> Void) {
         var configuration = ServerConfiguration()
         configuration.databasePath = nil
         configure(&configuration)
@@ -63,7 +69,7 @@ struct HubHarness {
         self.clock = clock
         var logger = Logger(label: "test.hub")
         logger.logLevel = .critical
-        hub = SignalingHub(configuration: configuration, store: store, clock: clock, logger: logger,
+        hub = SignalingHub(configuration: configuration, store: hubStore ?? store, clock: clock, logger: logger,
                            wallClock: { clock.wallNow })
     }
 
