@@ -44,18 +44,21 @@ public struct WireCodec: Sendable {
 
     public init() {}
 
-    private static func makeEncoder() -> JSONEncoder {
+    /// One encoder and one decoder for every frame: their options never change, and each call
+    /// keeps its own state (Foundation's coders are safe to share between threads).
+    private static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return encoder
-    }
+    }()
+    private static let decoder = JSONDecoder()
 
     // MARK: Client frames
 
     public func decodeClientMessage(_ data: Data) throws(ProtocolError) -> ClientMessage {
         let message: ClientMessage
         do {
-            message = try JSONDecoder().decode(ClientMessage.self, from: data)
+            message = try Self.decoder.decode(ClientMessage.self, from: data)
         } catch {
             throw Self.describe(error, in: data)
         }
@@ -69,18 +72,18 @@ public struct WireCodec: Sendable {
 
     public func encode(_ message: ClientMessage) -> Data {
         // Encoding our own value types cannot fail: every field is a string, number, bool or JSONValue.
-        try! Self.makeEncoder().encode(message)
+        try! Self.encoder.encode(message)
     }
 
     // MARK: Server frames
 
     public func encode(_ frame: ServerFrame) -> Data {
-        try! Self.makeEncoder().encode(frame)
+        try! Self.encoder.encode(frame)
     }
 
     public func decodeServerFrame(_ data: Data) throws(ProtocolError) -> ServerFrame {
         do {
-            return try JSONDecoder().decode(ServerFrame.self, from: data)
+            return try Self.decoder.decode(ServerFrame.self, from: data)
         } catch {
             throw Self.describe(error, in: data)
         }
