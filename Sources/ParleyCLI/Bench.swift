@@ -53,7 +53,7 @@ struct BenchSignaling: AsyncParsableCommand {
     }
 
     func run() async throws {
-        raiseFileLimit()
+        raiseFileLimit(needing: connections * 2 + 100)
         var child: ChildServer?
         let base: String
         if let server {
@@ -202,22 +202,23 @@ struct BenchSignaling: AsyncParsableCommand {
         }
         return timings
     }
-
-    private func raiseFileLimit() {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
-        limit.rlim_cur = limit.rlim_max
-        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        let needed = UInt(connections * 2 + 100)
-        if UInt(limit.rlim_cur) < needed {
-            benchLog("warning: the open-file limit (\(limit.rlim_cur)) is below the \(needed) this run needs")
-        }
-    }
 }
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+
+/// Raises this process's open-file limit to its hard limit (children inherit it), and warns when
+/// even that is below what the run needs.
+func raiseFileLimit(needing needed: Int) {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+    limit.rlim_cur = limit.rlim_max
+    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    if UInt(limit.rlim_cur) < UInt(needed) {
+        benchLog("warning: the open-file limit (\(limit.rlim_cur)) is below the \(needed) this run needs")
+    }
+}
 
 func benchLog(_ text: String) {
     try? FileHandle.standardError.write(contentsOf: Data("bench: \(text)\n".utf8))

@@ -252,11 +252,7 @@ struct BenchHold: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var limit = rlimit()
-        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 {
-            limit.rlim_cur = limit.rlim_max
-            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        }
+        raiseFileLimit(needing: count + 50)
         let authority = try await TokenAuthority(key: .hs256(secret: ServerConfiguration.developmentSecret))
         var tokens: [String] = []
         for index in 0..<count {

@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
+import NIOConcurrencyHelpers
 import ParleyProtocol
 
 /// The relay path against the same stack's limit: a bare WebSocket echo on Hummingbird, measured
@@ -46,10 +47,13 @@ struct BenchRelay: AsyncParsableCommand {
     }
 
     func run() async throws {
+        raiseFileLimit(needing: 2 * idle + 4 * pairs + 100)
         let parley = try ChildServer.start()
+        let echoStarted = NIOLockedValueBox<EchoChild?>(nil)
+        let signals = ChildServer.onSignals { parley.stop(); echoStarted.withLockedValue { $0 }?.stop() }
+        defer { signals.forEach { $0.cancel() }; parley.stop(); echoStarted.withLockedValue { $0 }?.stop() }
         let echo = try EchoChild.start()
-        let signals = ChildServer.onSignals { parley.stop(); echo.stop() }
-        defer { signals.forEach { $0.cancel() }; parley.stop(); echo.stop() }
+        echoStarted.withLockedValue { $0 = echo }
         benchLog("parley serve on 127.0.0.1:\(parley.port) (pid \(parley.pid)), echo server on 127.0.0.1:\(echo.port) (pid \(echo.pid))")
         let base = "http://127.0.0.1:\(parley.port)"
 
@@ -58,9 +62,20 @@ struct BenchRelay: AsyncParsableCommand {
         let (echoIdle, echoPerConnection) = try await Self.holdIdle(idle, pid: echo.pid) { _ in
             try await BenchClient.connectRaw(host: "127.0.0.1", port: echo.port, path: "/", token: nil)
         }
+        // Every Parley connection stays within its heartbeat from the moment it is open.
+        let sessions = NIOLockedValueBox<[BenchClient]>([])
+        let heartbeat = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(10))
+                for client in sessions.withLockedValue({ $0 }) { client.send(#"{"type":"ping","id":"hb-\#(UUID().uuidString.prefix(8))"}"#) }
+            }
+        }
+        defer { heartbeat.cancel() }
         let (parleyIdle, parleyPerConnection) = try await Self.holdIdle(idle, pid: parley.pid) { index in
             let token = try await BenchClient.devToken(base: base, user: "idle\(index)")
-            return try await BenchClient.connect(host: "127.0.0.1", port: parley.port, token: token, device: "d\(index)")
+            let client = try await BenchClient.connect(host: "127.0.0.1", port: parley.port, token: token, device: "d\(index)")
+            sessions.withLockedValue { $0.append(client) }
+            return client
         }
 
         // Throughput: answered calls on Parley, plain connections on the echo server.
@@ -77,18 +92,10 @@ struct BenchRelay: AsyncParsableCommand {
             try await callee.request("call.accept", #""call":"\#(call)""#)
             _ = try await caller.expect(type: "call.accepted", call: call)
             calls.append((caller, callee, call))
+            sessions.withLockedValue { $0 += [caller, callee] }
         }
         var senders: [BenchClient] = []
         for _ in 0..<pairs { senders.append(try await BenchClient.connectRaw(host: "127.0.0.1", port: echo.port, path: "/", token: nil)) }
-        let heartbeat = Task { [calls, parleyIdle] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(10))
-                for client in parleyIdle + calls.flatMap({ [$0.caller, $0.callee] }) {
-                    client.send(#"{"type":"ping","id":"hb-\#(UUID().uuidString.prefix(8))"}"#)
-                }
-            }
-        }
-        defer { heartbeat.cancel() }
 
         let candidate = #"{"candidate":"candidate:1 1 udp 2122260223 127.0.0.1 50000 typ host","sdpMid":"0","sdpMLineIndex":0}"#
         var echoRounds: [Round] = [], parleyRounds: [Round] = []

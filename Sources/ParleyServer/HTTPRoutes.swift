@@ -29,6 +29,7 @@ struct HTTPRoutes: Sendable {
 
     func register(on router: Router<ParleyRequestContext>) {
         router.add(middleware: AddressRateLimitMiddleware(limiter: limiter, trustedProxies: configuration.trustedProxies))
+        router.add(middleware: NotFoundInProtocolWords())
         router.get("/healthz", use: health)
         router.get("/metrics", use: metricsExposition)
         if configuration.developmentMode {
@@ -247,6 +248,18 @@ struct RequireIdentity<Context: AuthRequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard context.identity != nil else { throw APIError.unauthorized }
         return try await next(request, context)
+    }
+}
+
+/// Answers a request no route takes (or a route this server does not serve, such as development
+/// tokens in production) with protocol v1's 404, as every other refusal: Hummingbird's own is empty.
+struct NotFoundInProtocolWords<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound {
+            throw APIError.notFound
+        }
     }
 }
 

@@ -644,7 +644,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         do {
             return try await store.call(id)
         } catch {
-            logger.error("a call record could not be read", metadata: ["call.id": "\(id)", "error": "\(error)"])
+            // A forwarded request cancelled as the node stops is not a store failure worth an alarm.
+            logger.log(level: Task.isCancelled ? .debug : .error, "a call record could not be read",
+                       metadata: ["call.id": "\(id)", "error": "\(error)"])
             throw ErrorMessage(code: .unavailable, message: "the call records cannot be read right now; try again")
         }
     }

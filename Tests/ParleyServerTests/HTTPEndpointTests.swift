@@ -56,7 +56,9 @@ struct HTTPEndpointTests {
         try await server.stop()
 
         let production = try await LiveServer.start { $0.developmentMode = false }
-        #expect(try await production.http("POST", "/v1/dev/tokens", json: #"{"user":"alice"}"#).status == 404)
+        let refused = try await production.http("POST", "/v1/dev/tokens", json: #"{"user":"alice"}"#)
+        #expect(refused.status == 404)
+        #expect(try refused.decode(HTTPErrorBody.self).error.code == .notFound)
         #expect(try await production.http("OPTIONS", "/v1/dev/tokens").status == 404)
         try await production.stop()
     }
@@ -156,6 +158,8 @@ struct HTTPEndpointTests {
         try refusal(try await server.http("DELETE", "/v1/devices/nothing-here", token: alice), 404, .notFound, "no such device")
         try refusal(try await server.http("GET", "/v1/signal", token: alice), 426, .badRequest, "WebSocket")
         try refusal(try await server.http("GET", "/v1/signal"), 401, .unauthorized, "access token")
+        try refusal(try await server.http("GET", "/v1/nothing-here", token: alice), 404, .notFound, "not found")
+        try refusal(try await server.http("POST", "/v1/lan/tokens", json: #"{"user":"alice"}"#), 404, .notFound, "not found")
         let named = try await server.http("POST", "/v1/dev/tokens", json: #"{"user":"alice","name":"\#(String(repeating: "n", count: 129))"}"#,
                                           headers: ["Origin": "http://example.test"])
         try refusal(named, 400, .badRequest, "128 characters")
