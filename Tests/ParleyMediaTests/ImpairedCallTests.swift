@@ -234,6 +234,24 @@ struct ImpairedWireLab {
         let drift = Double(second.lag - first.lag - half) * 0.02
         #expect(abs(drift) <= 0.06, "\(side.name): the second half of the speech came \(drift) s off its place",
                 sourceLocation: sourceLocation)
+        if whole.correlation <= 0.6 || !silent.isEmpty || abs(drift) > 0.06 { keepEvidence(of: side) }
+    }
+
+    /// The lab's files when a side's speech fails (recordings, quality logs, the softphones' and
+    /// the server's output), kept in the test artifacts: a call under loss that fails on CI leaves
+    /// what was heard and what the engines reported.
+    func keepEvidence(of side: Side) {
+        let kept = BrowserLab.artifacts.appendingPathComponent(directory.lastPathComponent)
+        try? FileManager.default.createDirectory(at: kept, withIntermediateDirectories: true)
+        let files = (try? FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)) ?? []
+        for file in files where file.lastPathComponent != "raw.wav" {
+            try? FileManager.default.copyItem(at: file, to: kept.appendingPathComponent(file.lastPathComponent))
+        }
+        print("◇ \(side.name)'s speech failed; the lab's files are kept in \(kept.path)")
+        // And what its engine reported, second by second, where CI's output shows it.
+        for entry in side.log.prefix(40) {
+            print("◇ \(side.name): " + entry.keys.sorted().map { "\($0)=\(entry[$0]!)" }.joined(separator: " "))
+        }
     }
 
     /// Where `pattern` fits best in `signal`, by correlation.
