@@ -256,7 +256,7 @@ func residentBytes(pid: Int32) -> Int {
     return kib * 1024
 }
 
-/// `parley serve` as a child process on a free loopback port, with an in-memory database.
+/// `parley serve` (or `parley bench echo-server`) as a child process on a free loopback port.
 struct ChildServer {
     let process: Process
     let port: Int
@@ -271,7 +271,13 @@ struct ChildServer {
         return ChildServer(process: process, port: port)
     }
 
-    /// Starts `parley serve` with `arguments` and answers once it says where it listens. What it
+    /// The bare WebSocket echo server `parley bench relay` measures against.
+    static func startEchoServer() throws -> ChildServer {
+        let (process, port) = try launch([], command: ["bench", "echo-server"])
+        return ChildServer(process: process, port: port)
+    }
+
+    /// Starts `parley <command> <arguments>` and answers once it says where it listens. What it
     /// prints afterwards is read and dropped, so a full pipe never blocks it.
     static func launch(_ arguments: [String], command: [String] = ["serve"]) throws -> (Process, port: Int) {
         let process = Process()

@@ -49,10 +49,10 @@ struct BenchRelay: AsyncParsableCommand {
     func run() async throws {
         raiseFileLimit(needing: 2 * idle + 4 * pairs + 100)
         let parley = try ChildServer.start()
-        let echoStarted = NIOLockedValueBox<EchoChild?>(nil)
+        let echoStarted = NIOLockedValueBox<ChildServer?>(nil)
         let signals = ChildServer.onSignals { parley.stop(); echoStarted.withLockedValue { $0 }?.stop() }
         defer { signals.forEach { $0.cancel() }; parley.stop(); echoStarted.withLockedValue { $0 }?.stop() }
-        let echo = try EchoChild.start()
+        let echo = try ChildServer.startEchoServer()
         echoStarted.withLockedValue { $0 = echo }
         benchLog("parley serve on 127.0.0.1:\(parley.port) (pid \(parley.pid)), echo server on 127.0.0.1:\(echo.port) (pid \(echo.pid))")
         let base = "http://127.0.0.1:\(parley.port)"
@@ -230,23 +230,5 @@ struct BenchEchoServer: AsyncParsableCommand {
             logger: Logger(label: "echo", factory: { _ in SwiftLogNoOpLogHandler() })
         )
         try await app.runService()
-    }
-}
-
-/// The echo server as a child process.
-struct EchoChild {
-    let process: Process
-    let port: Int
-    var pid: Int32 { process.processIdentifier }
-
-    static func start() throws -> EchoChild {
-        let (process, port) = try ChildServer.launch(["bench", "echo-server"], command: [])
-        return EchoChild(process: process, port: port)
-    }
-
-    func stop() {
-        guard process.isRunning else { return }
-        process.terminate()
-        process.waitUntilExit()
     }
 }

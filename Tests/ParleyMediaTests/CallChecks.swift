@@ -21,6 +21,19 @@ enum CallChecks {
         }
     }
 
+    /// Waits for the caller's and the listener's softphones to end. One that never hears the end
+    /// is stopped after `seconds` plus a minute, so it fails the test instead of holding it.
+    static func finish(caller: (Process, Pipe, Pipe), listener: (Process, Pipe, Pipe),
+                       seconds: Double) async -> (alice: SoftphoneCommandTests.Run, bob: SoftphoneCommandTests.Run) {
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(seconds + 60))
+            caller.0.terminate()
+            listener.0.terminate()
+        }
+        defer { watchdog.cancel() }
+        return (await SoftphoneCommandTests.finish(caller), await SoftphoneCommandTests.finish(listener))
+    }
+
     /// The calls `user` sees in `GET /v1/calls` of the server at `base` (development mode).
     static func calls(of user: String, at base: String) async throws -> [CallRecord] {
         var request = URLRequest(url: URL(string: "\(base)/v1/dev/tokens")!)

@@ -69,15 +69,7 @@ struct ServerRestartCallTests {
         try await Task.sleep(for: .seconds(1))
         server = try await ServeProcess(port: server.port, database: database)
 
-        // A softphone that never hears the end must fail the test, not hold it.
-        let watchdog = Task {
-            try await Task.sleep(for: .seconds(seconds + 60))
-            caller.0.terminate()
-            listener.0.terminate()
-        }
-        let alice = await SoftphoneCommandTests.finish(caller)
-        let bob = await SoftphoneCommandTests.finish(listener)
-        watchdog.cancel()
+        let (alice, bob) = await CallChecks.finish(caller: caller, listener: listener, seconds: seconds)
         #expect(alice.status == 0, "\(alice.output)\(alice.errors)")
         #expect(bob.status == 0, "\(bob.output)\(bob.errors)")
         #expect(alice.output.contains("call with bob ended: hung up"), "\(alice.output)")
