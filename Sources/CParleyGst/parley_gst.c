@@ -595,6 +595,63 @@ static void add_jitter_stats(GstElement *jitterbuffer, void *data) {
     out->latency_ms = latency;
 }
 
+/// What `exact_gaps` knows of an Opus stream: its last packet, and the audio a packet carries.
+typedef struct {
+    gboolean started;
+    guint16 last_seq;
+    guint32 last_timestamp;
+    GstClockTime packet_duration;  // 0 until two packets in a row were seen
+} parley_opus_gaps;
+
+static GstPadProbeReturn exact_gaps(GstPad *pad, GstPadProbeInfo *info, gpointer data) {
+    parley_opus_gaps *gaps = data;
+    if (info->type & GST_PAD_PROBE_TYPE_BUFFER) {
+        GstBuffer *buffer = GST_PAD_PROBE_INFO_BUFFER(info);
+        GstRTPBuffer rtp = GST_RTP_BUFFER_INIT;
+        if (!buffer || !gst_rtp_buffer_map(buffer, GST_MAP_READ, &rtp)) return GST_PAD_PROBE_OK;
+        guint16 seq = gst_rtp_buffer_get_seq(&rtp);
+        guint32 timestamp = gst_rtp_buffer_get_timestamp(&rtp);
+        gst_rtp_buffer_unmap(&rtp);
+        if (gaps->started) {
+            gint16 packets = (gint16)(seq - gaps->last_seq);
+            guint32 samples = timestamp - gaps->last_timestamp;
+            // Opus's RTP clock is 48 kHz whatever the audio's rate (RFC 7587, 4.1); a packet holds
+            // 2.5 to 120 ms. Packets around a gap tell it too, if it was whole packets.
+            if (packets > 0 && packets <= 8 && samples % packets == 0) {
+                guint32 per_packet = samples / packets;
+                if (per_packet >= 120 && per_packet <= 5760) gaps->packet_duration = gst_util_uint64_scale(per_packet, GST_SECOND, 48000);
+            }
+        }
+        gaps->started = TRUE;
+        gaps->last_seq = seq;
+        gaps->last_timestamp = timestamp;
+        return GST_PAD_PROBE_OK;
+    }
+    GstEvent *event = GST_PAD_PROBE_INFO_EVENT(info);
+    const GstStructure *lost = event ? gst_event_get_structure(event) : NULL;
+    if (!lost || !gst_structure_has_name(lost, "GstRTPPacketLost") || gaps->packet_duration == 0) return GST_PAD_PROBE_OK;
+    // One event may stand for several packets lost in a row, with their estimated duration.
+    guint64 estimated = 0;
+    gst_structure_get_uint64(lost, "duration", &estimated);
+    guint64 packets = MAX(1, (estimated + gaps->packet_duration / 2) / gaps->packet_duration);
+    GstStructure *exact = gst_structure_copy(lost);
+    gst_structure_set(exact, "duration", G_TYPE_UINT64, (guint64)(packets * gaps->packet_duration), NULL);
+    GstEvent *replacement = gst_event_new_custom(GST_EVENT_TYPE(event), exact);
+    gst_event_set_seqnum(replacement, gst_event_get_seqnum(event));
+    gst_event_unref(event);
+    GST_PAD_PROBE_INFO_DATA(info) = replacement;
+    return GST_PAD_PROBE_OK;
+}
+
+int parley_opus_depay_exact_gaps(void *depay) {
+    GstPad *sink = gst_element_get_static_pad(GST_ELEMENT(depay), "sink");
+    if (!sink) return 0;
+    gst_pad_add_probe(sink, GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, exact_gaps,
+                      g_new0(parley_opus_gaps, 1), g_free);
+    gst_object_unref(sink);
+    return 1;
+}
+
 int parley_jitter_buffers_read(void *webrtc, parley_jitter_stats *out) {
     memset(out, 0, sizeof(*out));
     out->jitter_ms = -1;

@@ -204,6 +204,10 @@ final class Bridge: @unchecked Sendable {
             logger.error("cannot build the receiver", metadata: ["error": "\(GStreamerPeerConnection.take(error) ?? "")"])
             return
         }
+        if media == "audio", let depay = parley_bin_get(bin, "depay") {
+            _ = parley_opus_depay_exact_gaps(depay)
+            parley_object_unref(depay)
+        }
         if media == "audio", let received = parley_bin_get(bin, "received") {
             let probe = parley_pad_tap(received, "src", audioTapCallback, Unmanaged.passUnretained(self).toOpaque())
             lock.withLock { taps.append((received, probe)) }

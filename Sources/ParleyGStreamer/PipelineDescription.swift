@@ -82,9 +82,10 @@ enum PipelineDescription {
     static func receiver(media: String, output: AudioOutputSink) -> String? {
         switch media {
         case "audio":
-            // A lost packet (the jitter buffer's gap event) is rebuilt from the next packet's in-band
-            // FEC when it carries some, else concealed, so what plays keeps the call's timeline.
-            let decode = "rtpopusdepay ! opusdec plc=true use-inband-fec=true ! audioconvert ! audioresample"
+            // A lost packet (the jitter buffer's gap event, made exact at `depay`) is rebuilt from the
+            // next packet's in-band FEC when it carries some, else concealed, so what plays keeps the
+            // call's timeline.
+            let decode = "rtpopusdepay name=depay ! opusdec plc=true use-inband-fec=true ! audioconvert ! audioresample"
                 + " ! audio/x-raw,format=S16LE,rate=48000,channels=1 ! volume name=speaker ! identity name=received"
             return output == .device ? decode : decode + " ! fakesink sync=false async=false"
         case "video":

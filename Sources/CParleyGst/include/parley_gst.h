@@ -140,6 +140,13 @@ typedef struct {
     uint64_t gap_runs;                  // in how many runs of consecutive ones (from their first read on)
 } parley_jitter_stats;
 
+/// Makes the lost-packet events reaching an Opus depayloader (`depay`, its sink pad) say how much
+/// audio was lost in whole packets: the jitter buffer estimates a gap's duration from when packets
+/// arrived, which jitter skews, and the Opus decoder rebuilds a packet from the next one's in-band
+/// FEC only when asked for at least that packet's duration (libopus falls back to concealment
+/// otherwise), and conceals exactly as much as it is asked for. 0 when `depay` has no sink pad.
+int parley_opus_depay_exact_gaps(void *depay);
+
 /// 0 when there is no jitter buffer yet.
 int parley_jitter_buffers_read(void *webrtc, parley_jitter_stats *out);
 /// Sets every jitter buffer's latency, and webrtcbin's for those made later.
