@@ -1,4 +1,6 @@
 import NIOConcurrencyHelpers
+import NIOCore
+import NIOWebSocket
 import ParleyProtocol
 
 /// What the hub asks a connection's writer to do.
@@ -7,8 +9,8 @@ public enum OutboundFrame: Sendable, Equatable {
     case close(CloseCode, reason: String)
 }
 
-/// Where the hub writes a connection's frames. The WebSocket endpoint uses an `AsyncStream`'s
-/// continuation; tests record frames synchronously.
+/// Where the hub writes a connection's frames: the WebSocket endpoint writes them into the
+/// connection's channel (`ChannelOutbound`); the hub's tests and fuzzers record them.
 public protocol ConnectionSink: Sendable {
     func write(_ frame: OutboundFrame)
     /// A frame re-sent on resume, from the session's resume buffer.
@@ -21,67 +23,69 @@ extension ConnectionSink {
     public func replay(_ text: String) { write(.text(text)) }
 }
 
-extension AsyncStream.Continuation: ConnectionSink where Element == OutboundFrame {
-    public func write(_ frame: OutboundFrame) { yield(frame) }
-}
-
-/// A connection's outbound frames on their way to the writer, bounded in bytes: a client that
+/// A connection's outbound frames, written straight into its channel (NIO hops to the channel's
+/// event loop): no task per connection waits for them, which is most of what an idle connection
+/// costs (a task keeps its stack slab for as long as it lives). Bounded in bytes: a client that
 /// reads slower than the server writes would otherwise hold an ever-growing queue. Past the bound,
-/// the queued text frames are dropped and the writer closes with 4010 (they are all in the session's
+/// nothing more is written and the connection closes with 4010 (every frame is in the session's
 /// resume buffer, so the client loses nothing when it resumes). Frames replayed on resume are not
 /// counted: they are the resume buffer's own strings, already bounded by it.
-final class BoundedOutbound: ConnectionSink {
-    enum Queued: Sendable {
-        case text(String, counted: Bool)
-        case close(CloseCode, reason: String)
-    }
-
-    let frames: AsyncStream<Queued>
-    private let continuation: AsyncStream<Queued>.Continuation
+///
+/// Frames go out as they are, unmasked and unextended: a server masks nothing, and Parley
+/// negotiates no WebSocket extension. The close goes through `closeHandshake`, which owns the
+/// WebSocket's close handshake.
+final class ChannelOutbound: ConnectionSink {
+    private let channel: any Channel
     private let limit: Int
     private let onOverflow: @Sendable () -> Void
-    private let state = NIOLockedValueBox((queuedBytes: 0, overflowed: false))
+    private let closeHandshake: @Sendable (CloseCode, String) -> Void
+    private let state = NIOLockedValueBox((queuedBytes: 0, closing: false))
 
-    init(limit: Int, onOverflow: @escaping @Sendable () -> Void) {
+    init(channel: any Channel, limit: Int, onOverflow: @escaping @Sendable () -> Void,
+         closeHandshake: @escaping @Sendable (CloseCode, String) -> Void) {
+        self.channel = channel
         self.limit = limit
         self.onOverflow = onOverflow
-        (frames, continuation) = AsyncStream.makeStream()
+        self.closeHandshake = closeHandshake
     }
 
     func write(_ frame: OutboundFrame) {
         switch frame {
         case .close(let code, let reason):
-            continuation.yield(.close(code, reason: reason))
+            guard state.withLockedValue({ state in
+                defer { state.closing = true }
+                return !state.closing
+            }) else { return }
+            closeHandshake(code, reason)
         case .text(let text):
-            let overflowsNow: Bool? = state.withLockedValue { state in
-                guard !state.overflowed else { return nil }
-                state.queuedBytes += text.utf8.count
-                state.overflowed = state.queuedBytes > limit
-                return state.overflowed
+            let size = text.utf8.count
+            let overflows: Bool? = state.withLockedValue { state in
+                guard !state.closing else { return nil }
+                state.queuedBytes += size
+                state.closing = state.queuedBytes > limit
+                return state.closing
             }
-            switch overflowsNow {
+            switch overflows {
             case nil: return
-            case false?: continuation.yield(.text(text, counted: true))
+            case false?: send(text, counted: size)
             case true?:
-                continuation.yield(.close(.tooSlow, reason: "the client reads too slowly; resume"))
-                continuation.finish()
                 onOverflow()
+                closeHandshake(.tooSlow, "the client reads too slowly; resume")
             }
         }
     }
 
     func replay(_ text: String) {
-        continuation.yield(.text(text, counted: false))
+        guard !state.withLockedValue({ $0.closing }) else { return }
+        send(text, counted: nil)
     }
 
-    func finish() { continuation.finish() }
+    func finish() { state.withLockedValue { $0.closing = true } }
 
-    /// Whether the queue overflowed: the writer skips the text frames still queued and closes.
-    var overflowed: Bool { state.withLockedValue { $0.overflowed } }
-
-    /// The writer wrote a counted text frame of `size` bytes.
-    func written(_ size: Int) {
-        state.withLockedValue { $0.queuedBytes -= size }
+    private func send(_ text: String, counted size: Int?) {
+        let frame = WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: text))
+        guard let size else { return channel.writeAndFlush(frame, promise: nil) }
+        channel.writeAndFlush(frame).whenComplete { [state] _ in state.withLockedValue { $0.queuedBytes -= size } }
     }
 }
 

@@ -14,6 +14,8 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     static var path: String { "/v1/signal" }
     static var subprotocol: String { "parley.v1" }
     static var closeHandshakeTimeout: Duration { .seconds(3) }
+    /// How long a closing connection waits for a client that reads nothing to take its close frame.
+    static var unreadCloseTimeout: Duration { .seconds(30) }
 
     let hub: SignalingHub<C>
     let tokens: TokenAuthority
@@ -106,80 +108,76 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         open.opened()
         defer { open.closed() }
         let limits = hub.configuration.limits
-        let outboundQueue = BoundedOutbound(limit: limits.outboundBufferBytes) { [logger, metrics] in
+        let inboundEnded = NIOLockedValueBox(false)
+        let outboundQueue = ChannelOutbound(channel: channel, limit: limits.outboundBufferBytes) { [logger, metrics] in
             logger.notice("closing a connection that reads too slowly", metadata: ["connection.id": "\(id)"])
             metrics.slowConnections.increment()
+        } closeHandshake: { [open] code, reason in
+            // The one task a connection gets besides its reader, and only while it closes; shutdown
+            // waits for it as for the reader.
+            open.opened()
+            Task {
+                defer { open.closed() }
+                // A client that stopped reading holds the close frame behind what it did not read;
+                // one that reads again gets it. One that never does must not hold the connection,
+                // or a graceful shutdown, forever.
+                let timeUp = channel.eventLoop.scheduleTask(in: TimeAmount(Self.unreadCloseTimeout)) { channel.close(promise: nil) }
+                defer { timeUp.cancel() }
+                try? await outbound.close(.init(codeNumber: Int(code.rawValue)), reason: reason)
+                // Nor one that does not answer the close.
+                let deadline = ContinuousClock.now + Self.closeHandshakeTimeout
+                while !inboundEnded.withLockedValue({ $0 }), channel.isActive, ContinuousClock.now < deadline {
+                    try? await Task.sleep(for: .milliseconds(20))
+                }
+                try? await channel.close()
+            }
         }
         let connection = Connection(id: id, identity: identity, outbound: outboundQueue, now: hub.now(),
                                     address: channel.remoteAddress?.ipAddress)
         await Self.observeActivity(on: channel) { [hub] in connection.touch(now: hub.now()) }
         await hub.connect(connection)
 
-        let inboundEnded = NIOLockedValueBox(false)
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                for await frame in outboundQueue.frames {
-                    switch frame {
-                    case .text(let text, let counted):
-                        guard !outboundQueue.overflowed else { continue }
-                        do { try await outbound.write(.text(text)) } catch { return }
-                        if counted { outboundQueue.written(text.utf8.count) }
-                    case .close(let code, let reason):
-                        try? await outbound.close(.init(codeNumber: Int(code.rawValue)), reason: reason)
-                        // A client that does not answer the close (it stopped reading) must not hold
-                        // the connection, or a graceful shutdown, forever.
-                        let deadline = ContinuousClock.now + Self.closeHandshakeTimeout
-                        while !inboundEnded.withLockedValue({ $0 }), ContinuousClock.now < deadline {
-                            try? await Task.sleep(for: .milliseconds(20))
-                        }
-                        try? await channel.close()
-                        return
-                    }
+        var limiter = RateLimiter(rate: limits.framesPerSecond, burst: limits.burst, maxRefused: limits.maxRefused,
+                                  refusedWindow: limits.refusedWindow, now: hub.now())
+        let codec = WireCodec()
+        // Once the server closed the connection, what the client still sends is read and dropped
+        // until it answers the close: a socket closed with unread data is reset, and the client
+        // would lose the close code and the frames before it.
+        var closing = false
+        do {
+            reading: for try await message in inbound.messages(maxSize: limits.maxFrameSize) {
+                guard !closing else { continue reading }
+                let now = hub.now()
+                connection.touch(now: now)
+                guard case .text(let text) = message else {
+                    await hub.close(id, code: .unsupportedData, reason: "binary frames are not part of protocol v1")
+                    closing = true
+                    continue reading
+                }
+                switch limiter.admit(now: now) {
+                case .allow:
+                    break
+                case .refuse:
+                    let requestID = codec.requestID(in: text)
+                    await hub.refuse(id, requestID: requestID, code: .rateLimited, message: "too many frames; slow down")
+                    continue reading
+                case .close:
+                    await hub.close(id, code: .rateLimited, reason: "too many frames")
+                    closing = true
+                    continue reading
+                }
+                do throws(ProtocolError) {
+                    let decoded = try codec.decodeClientMessage(text)
+                    await hub.receive(id, decoded)
+                } catch {
+                    await hub.refuse(id, requestID: error.requestID, code: error.errorCode, message: error.message)
                 }
             }
-            var limiter = RateLimiter(rate: limits.framesPerSecond, burst: limits.burst, maxRefused: limits.maxRefused,
-                                      refusedWindow: limits.refusedWindow, now: hub.now())
-            let codec = WireCodec()
-            // Once the server closed the connection, what the client still sends is read and dropped
-            // until it answers the close: a socket closed with unread data is reset, and the client
-            // would lose the close code and the frames before it.
-            var closing = false
-            do {
-                reading: for try await message in inbound.messages(maxSize: limits.maxFrameSize) {
-                    guard !closing else { continue reading }
-                    let now = hub.now()
-                    connection.touch(now: now)
-                    guard case .text(let text) = message else {
-                        await hub.close(id, code: .unsupportedData, reason: "binary frames are not part of protocol v1")
-                        closing = true
-                        continue reading
-                    }
-                    switch limiter.admit(now: now) {
-                    case .allow:
-                        break
-                    case .refuse:
-                        let requestID = codec.requestID(in: text)
-                        await hub.refuse(id, requestID: requestID, code: .rateLimited, message: "too many frames; slow down")
-                        continue reading
-                    case .close:
-                        await hub.close(id, code: .rateLimited, reason: "too many frames")
-                        closing = true
-                        continue reading
-                    }
-                    do throws(ProtocolError) {
-                        let decoded = try codec.decodeClientMessage(text)
-                        await hub.receive(id, decoded)
-                    } catch {
-                        await hub.refuse(id, requestID: error.requestID, code: error.errorCode, message: error.message)
-                    }
-                }
-            } catch {
-                logger.debug("websocket read ended", metadata: ["connection.id": "\(id)", "error": "\(error)"])
-            }
-            inboundEnded.withLockedValue { $0 = true }
-            await hub.disconnected(id)
-            await group.waitForAll()
+        } catch {
+            logger.debug("websocket read ended", metadata: ["connection.id": "\(id)", "error": "\(error)"])
         }
+        inboundEnded.withLockedValue { $0 = true }
+        await hub.disconnected(id)
     }
 
     /// Installs a handler right after the WebSocket frame decoder that notes every inbound frame,
@@ -192,11 +190,20 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     }
 }
 
-final class FrameActivityHandler: ChannelInboundHandler, Sendable {
+/// Sits right after the WebSocket frame decoder. Inbound, it notes every frame the client sends.
+/// Outbound, it lets nothing follow a close frame (RFC 6455, 5.5.1): the hub writes into the channel
+/// directly (`ChannelOutbound`), and until it learns of a close that swift-websocket sent on its own
+/// (answering the client's, or a protocol error) its frames would go out after it.
+final class FrameActivityHandler: ChannelDuplexHandler, @unchecked Sendable {
     typealias InboundIn = WebSocketFrame
     typealias InboundOut = WebSocketFrame
+    typealias OutboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
 
     let onFrame: @Sendable () -> Void
+    /// Touched on the channel's event loop only (hence `@unchecked Sendable`: the handler is made
+    /// off the loop and handed to it).
+    private var closeSent = false
 
     init(onFrame: @escaping @Sendable () -> Void) { self.onFrame = onFrame }
 
@@ -204,6 +211,15 @@ final class FrameActivityHandler: ChannelInboundHandler, Sendable {
         // Pongs only answer the server; the heartbeat is what the client sends of its own accord.
         if unwrapInboundIn(data).opcode != .pong { onFrame() }
         context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard !closeSent else {
+            promise?.fail(ChannelError.outputClosed)
+            return
+        }
+        if unwrapOutboundIn(data).opcode == .connectionClose { closeSent = true }
+        context.write(data, promise: promise)
     }
 }
 
