@@ -342,6 +342,24 @@ struct QualityTests {
         #expect(controller.setting.bitrateKbps < 48)
     }
 
+    /// A path that spreads its round trips with jitter but loses nothing and does not queue gets
+    /// the bitrate a clean one gets (it stayed at 32 kbit/s while round trips read over 150 ms).
+    @Test func aJitteryPathThatDoesNotQueueIsRaisedLikeACleanOne() {
+        var controller = BitrateController()
+        // 0–80 ms of jitter each way on a 40 ms path, read as about 22 ms of jitter: round trips of
+        // 110–280 ms, none lower than 150 after the first (as a call in the quality benchmark read).
+        _ = controller.update(lossPct: 0, rttMs: 110, jitterMs: 20, now: .seconds(1))
+        let rtts: [Double] = [180, 150, 200, 170, 160, 190]
+        for second in 2..<40 {
+            _ = controller.update(lossPct: 0, rttMs: rtts[second % rtts.count], jitterMs: 22, meanRttMs: 175, now: .seconds(second))
+        }
+        #expect(controller.setting.bitrateKbps > 50, "\(controller.setting)")
+        // Round trips past 300 ms are not raised on: the lowest may have crossed a queue too.
+        var long = BitrateController()
+        for second in 1..<40 { _ = long.update(lossPct: 0, rttMs: 320, jitterMs: 2, now: .seconds(second)) }
+        #expect(long.setting.bitrateKbps == 32)
+    }
+
     @Test func aFillingQueueLowersTheBitrateBeforeAnyLoss() throws {
         var controller = BitrateController()
         _ = controller.update(lossPct: 0, rttMs: 40, now: .seconds(1))
