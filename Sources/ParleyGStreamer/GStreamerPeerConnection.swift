@@ -183,6 +183,12 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                 throw MediaEngineError(.pipeline, "the audio level extension could not be requested")
             }
             if chain == chains.first { bridge.rememberSendChain(bin) }
+            // Nothing goes out before the call connects: it would wait in the chain and go out late.
+            let file: String? = if chain == chains.first, case .file = configuration.input { PipelineDescription.playedFile } else { nil }
+            let end = chain == chains.first ? PipelineDescription.audioCaps : PipelineDescription.videoCaps
+            guard parley_send_from_connection(webrtc, bin, end, file) == 1 else {
+                throw MediaEngineError(.pipeline, "the send chain has no \(end)")
+            }
             guard parley_bin_add_and_link_to(pipeline, bin, webrtc) == 0 else {
                 throw MediaEngineError(.pipeline, "the send chain would not start (is the audio file or device missing?)")
             }

@@ -4,7 +4,7 @@ import Foundation
 public enum AudioInput: Hashable, Sendable {
     /// A sine tone.
     case tone(hertz: Double)
-    /// A WAV file, played once (then silence) or looped.
+    /// A WAV file, played once (then silence) or looped, from when the call connects (ICE and DTLS).
     case file(URL, loop: Bool)
     case silence
     /// The default microphone (PulseAudio or ALSA), when the machine has one.

@@ -20,6 +20,10 @@ enum PipelineDescription {
     }
 
     static let audioCaps = "audiocaps"
+    /// Where a played file's audio enters the audio send chain's mixer (`AudioInput.file`).
+    static let playedFile = "playedfile"
+    /// The video send chain's last element.
+    static let videoCaps = "videocaps"
 
     /// The SSRC a send chain uses, fixed in its caps so the SDP announces the one the packets carry
     /// (Janus drops packets whose SSRC the SDP did not announce).
@@ -50,7 +54,7 @@ enum PipelineDescription {
         return source + " ! video/x-raw,width=\(v.width),height=\(v.height),framerate=\(v.framesPerSecond)/1"
             + " ! videoconvert ! queue ! vp8enc deadline=1 cpu-used=8 keyframe-max-dist=60 target-bitrate=\(v.bitrateKbps * 1000)"
             + " ! rtpvp8pay pt=\(payloadType) ! queue"
-            + " ! capsfilter caps=\"application/x-rtp,media=video,encoding-name=VP8,clock-rate=90000,payload=\(payloadType),ssrc=(uint)\(randomSSRC())\""
+            + " ! capsfilter name=\(videoCaps) caps=\"application/x-rtp,media=video,encoding-name=VP8,clock-rate=90000,payload=\(payloadType),ssrc=(uint)\(randomSSRC())\""
     }
 
     /// The audio source up to 48 kHz mono raw audio, voice processing included.
@@ -65,8 +69,9 @@ enum PipelineDescription {
             source = "autoaudiosrc"
         case .file(let url, let loop):
             // A live silent bed keeps the stream going (and timed) after a file played once ends.
-            let file = "filesrc location=\(quoted(url.path)) ! wavparse ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=1 ! inputmix. "
-            let looped = loop ? "multifilesrc location=\(quoted(url.path)) loop=true ! wavparse ignore-length=true ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=1 ! inputmix. " : file
+            // The file waits at `playedFile` for the call to connect (`parley_send_from_connection`).
+            let file = "filesrc location=\(quoted(url.path)) ! wavparse ! audioconvert ! audioresample ! capsfilter name=\(playedFile) caps=audio/x-raw,rate=48000,channels=1 ! inputmix. "
+            let looped = loop ? "multifilesrc location=\(quoted(url.path)) loop=true ! wavparse ignore-length=true ! audioconvert ! audioresample ! capsfilter name=\(playedFile) caps=audio/x-raw,rate=48000,channels=1 ! inputmix. " : file
             source = looped + " audiotestsrc is-live=true wave=silence ! audiomixer name=inputmix"
         }
         var chain = source + " ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=1"

@@ -54,6 +54,42 @@ struct ImpairedCallTests {
         }
     }
 
+    /// Nothing is sent before the call connects (ICE and DTLS), however long that takes, and a
+    /// file played into the call starts then. Over a 500 ms round trip the send chains run for
+    /// seconds before the connection: what they made meanwhile used to wait in webrtcbin and go out
+    /// in a burst when it came, so the far side heard the call that much late (its recording ran
+    /// 1.5 s longer than the call) and the first sender reports, sent late, read round trips of
+    /// seconds (at 20 % loss one took a call's bitrate to its floor for good).
+    @Test func nothingIsSentBeforeTheCallConnects() throws {
+        let lab = try ImpairedWireLab(impairment: "delay=250ms")
+        defer { _ = lab.stop(); lab.removeFiles() }
+        let call = try lab.call(seconds: 8)
+        let reference = try WAV.read(lab.speech).mono()
+        for side in [call.caller, call.callee] {
+            let heard = try WAV.read(side.recording).mono()
+            let sent = Self.speechStart(reference), came = Self.speechStart(heard, loudest: Self.loudest(reference))
+            #expect(came.map { abs($0 - sent!) <= 0.3 } == true,
+                    "\(side.name): the speech starts \(sent ?? -1) s into the file and \(came ?? -1) s into what was heard")
+            // Heard from the first audio to the hang-up, and no more.
+            let heardFor = side.talkSeconds - (side.firstAudioSeconds - side.connectedSeconds)
+            #expect(side.recordingSeconds < heardFor + 0.5, "\(side.name): recorded \(side.recordingSeconds) s of \(heardFor) s heard")
+            let roundTrips = side.log.compactMap { $0["rttMs"] as? Double }.filter { $0 > 0 }
+            #expect(!roundTrips.isEmpty && roundTrips.allSatisfy { $0 < 1000 }, "\(side.name): round trips \(roundTrips) on a 500 ms path")
+        }
+    }
+
+    static func loudest(_ samples: [Float]) -> Double {
+        stride(from: 0, to: samples.count - 960, by: 960).map { AudioAnalysis.rms(Array(samples[$0..<$0 + 960])) }.max() ?? 0
+    }
+
+    /// Where speech first reaches a fifth of `loudest` (that of `samples` if not given), seconds.
+    static func speechStart(_ samples: [Float], loudest: Double? = nil) -> Double? {
+        let level = 0.2 * (loudest ?? Self.loudest(samples))
+        return stride(from: 0, to: samples.count - 960, by: 960)
+            .first { AudioAnalysis.rms(Array(samples[$0..<$0 + 960])) > level }
+            .map { Double($0) / 48_000 }
+    }
+
     /// A deep queue, as cellular links have: a shallow one could not pass the DTLS handshake.
     @Test func aBottleneckBringsTheBitrateDownWithFEC() throws {
         let lab = try ImpairedWireLab(impairment: "delay=20ms,rate=32kbit,queue=1500ms")

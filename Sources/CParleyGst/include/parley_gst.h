@@ -140,6 +140,14 @@ typedef struct {
     uint64_t gap_runs;                  // in how many runs of consecutive ones (from their first read on)
 } parley_jitter_stats;
 
+/// Until `webrtc` is connected (ICE and DTLS): drops what the send chain `bin` lets out at its
+/// last element `end`, and holds a played file at `file` (NULL when none) so that it starts at the
+/// connection. webrtcbin holds its transport back until DTLS is up, and what a send chain made
+/// meanwhile (audio and the RTCP sender reports timed by it) used to queue up and go out in a burst
+/// at the connection: seconds of stale audio, and sender reports whose round trips read seconds
+/// long. 0 when an element is not in `bin`.
+int parley_send_from_connection(void *webrtc, void *bin, const char *end, const char *file);
+
 /// Makes the lost-packet events reaching an Opus depayloader (`depay`, its sink pad) say how much
 /// audio was lost in whole packets: the jitter buffer estimates a gap's duration from when packets
 /// arrived, which jitter skews, and the Opus decoder rebuilds a packet from the next one's in-band
