@@ -600,7 +600,6 @@ static void add_jitter_stats(GstElement *jitterbuffer, void *data) {
 /// A send chain waiting for the call to connect.
 typedef struct {
     GMutex lock;
-    GstElement *pipeline;
     GstPad *end;       // the chain's last pad, into webrtcbin: dropped until the connection
     gulong dropping;   // 0 once released
     GstPad *file;      // a played file's pad into the chain's mixer, or NULL: held until then
@@ -611,7 +610,6 @@ static void parley_waiting_chain_free(gpointer data, GClosure *closure) {
     parley_waiting_chain *chain = data;
     gst_object_unref(chain->end);
     if (chain->file) gst_object_unref(chain->file);
-    gst_object_unref(chain->pipeline);
     g_mutex_clear(&chain->lock);
     g_free(chain);
 }
@@ -625,7 +623,7 @@ static GstPadProbeReturn hold_buffers(GstPad *pad, GstPadProbeInfo *info, gpoint
     return GST_PAD_PROBE_OK;
 }
 
-static void start_sending(parley_waiting_chain *chain) {
+static void start_sending(parley_waiting_chain *chain, GstElement *webrtc) {
     g_mutex_lock(&chain->lock);
     gulong dropping = chain->dropping, holding = chain->holding;
     chain->dropping = chain->holding = 0;
@@ -633,7 +631,7 @@ static void start_sending(parley_waiting_chain *chain) {
     if (holding) {
         // The file's first sample plays now: its running time starts at the pipeline's (setting
         // the offset makes the pad send its segment again, shifted, before the next buffer).
-        GstClockTime now = gst_element_get_current_running_time(chain->pipeline);
+        GstClockTime now = gst_element_get_current_running_time(webrtc);
         if (GST_CLOCK_TIME_IS_VALID(now)) gst_pad_set_offset(chain->file, (gint64)now);
         gst_pad_remove_probe(chain->file, holding);
     }
@@ -647,7 +645,7 @@ static gboolean is_connected(GstElement *webrtc) {
 }
 
 static void on_connection_state_for_chain(GstElement *webrtc, GParamSpec *spec, gpointer data) {
-    if (is_connected(webrtc)) start_sending(data);
+    if (is_connected(webrtc)) start_sending(data, webrtc);
 }
 
 static GstPad *src_pad_of(void *bin, const char *name) {
@@ -661,26 +659,24 @@ static GstPad *src_pad_of(void *bin, const char *name) {
 int parley_send_from_connection(void *webrtc, void *bin, const char *end, const char *file) {
     GstPad *end_pad = src_pad_of(bin, end);
     GstPad *file_pad = file ? src_pad_of(bin, file) : NULL;
-    GstElement *pipeline = GST_ELEMENT(gst_object_get_parent(GST_OBJECT(webrtc)));
-    if (!end_pad || (file && !file_pad) || !pipeline) {
+    if (!end_pad || (file && !file_pad)) {
         if (end_pad) gst_object_unref(end_pad);
         if (file_pad) gst_object_unref(file_pad);
-        if (pipeline) gst_object_unref(pipeline);
         return 0;
     }
     parley_waiting_chain *chain = g_new0(parley_waiting_chain, 1);
     g_mutex_init(&chain->lock);
-    chain->pipeline = pipeline;
     chain->end = end_pad;
     chain->file = file_pad;
     GstPadProbeType buffers = GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_BUFFER_LIST;
     chain->dropping = gst_pad_add_probe(end_pad, buffers, drop_buffers, NULL, NULL);
     if (file_pad) chain->holding = gst_pad_add_probe(file_pad, GST_PAD_PROBE_TYPE_BLOCK | buffers, hold_buffers, NULL, NULL);
-    // Lives as long as webrtcbin (the handler stays connected after the start, doing nothing).
+    // Freed with webrtcbin (the handler stays connected after the start, doing nothing); it holds
+    // the chain's pads, never the pipeline, which would then never be freed.
     g_signal_connect_data(webrtc, "notify::connection-state", G_CALLBACK(on_connection_state_for_chain), chain,
                           parley_waiting_chain_free, 0);
     // A chain made after the call connected (a renegotiation adding video) sends at once.
-    if (is_connected(GST_ELEMENT(webrtc))) start_sending(chain);
+    if (is_connected(GST_ELEMENT(webrtc))) start_sending(chain, GST_ELEMENT(webrtc));
     return 1;
 }
 
