@@ -32,7 +32,7 @@ struct SoftphoneArguments: ParsableArguments {
     @Option(help: "This device's id (1-64 of A-Z a-z 0-9 . _ - @ :); a new one each run by default.")
     var device: String?
 
-    @Option(help: "What to send: tone:<hertz>, silence, device (the microphone), <file.wav>, loop:<file.wav>. Default: the microphone when there is one, else tone:440.")
+    @Option(help: "What to send: tone:<hertz>, silence, device (the microphone), <file.wav>, loop:<file.wav> (a file starts when the call connects). Default: the microphone when there is one, else tone:440.")
     var play: String?
 
     @Option(help: "Record what you hear to this WAV file (16-bit, 48 kHz, mono).")
