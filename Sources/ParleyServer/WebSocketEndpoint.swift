@@ -194,15 +194,14 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
 /// Outbound, it lets nothing follow a close frame (RFC 6455, 5.5.1): the hub writes into the channel
 /// directly (`ChannelOutbound`), and until it learns of a close that swift-websocket sent on its own
 /// (answering the client's, or a protocol error) its frames would go out after it.
-final class FrameActivityHandler: ChannelDuplexHandler, @unchecked Sendable {
+final class FrameActivityHandler: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
     typealias InboundOut = WebSocketFrame
     typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
     let onFrame: @Sendable () -> Void
-    /// Touched on the channel's event loop only (hence `@unchecked Sendable`: the handler is made
-    /// off the loop and handed to it).
+    /// Touched on the channel's event loop only: the handler is made and added there.
     private var closeSent = false
 
     init(onFrame: @escaping @Sendable () -> Void) { self.onFrame = onFrame }
