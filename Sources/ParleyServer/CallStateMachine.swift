@@ -13,6 +13,12 @@ public struct DeviceKey: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "\(user)/\(device)" }
 }
 
+/// A frame for the hub to deliver to one device: what the state machines of calls and rooms answer.
+struct Delivery: Equatable {
+    var to: DeviceKey
+    var message: ServerMessage
+}
+
 /// One one-to-one call as the server sees it.
 ///
 /// ```
@@ -29,12 +35,6 @@ struct CallStateMachine {
         case ringing
         case active(callee: DeviceID, answeredAt: Int64)
         case ended(reason: EndReason, endedAt: Int64)
-    }
-
-    /// A frame to deliver to one device.
-    struct Delivery: Equatable {
-        var to: DeviceKey
-        var message: ServerMessage
     }
 
     let id: CallID

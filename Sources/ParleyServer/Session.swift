@@ -2,9 +2,9 @@ import DequeModule
 import ParleyProtocol
 
 /// A signaling session of one device: its frame numbering, the frames kept for resume, and the
-/// answers remembered for idempotent request ids. Owned and mutated only by the hub actor.
-final class Session {
-    struct Buffered {
+/// answers remembered for idempotent request ids. A value: it lives in the hub's `SessionTable`.
+struct Session {
+    struct Buffered: Equatable {
         var seq: Int
         var text: String
     }
@@ -38,7 +38,7 @@ final class Session {
     }
 
     /// Numbers a frame and keeps it for resume; answers the frame with its seq.
-    func number(_ encode: (Int) -> String) -> Buffered {
+    mutating func number(_ encode: (Int) -> String) -> Buffered {
         let frame = Buffered(seq: nextSeq, text: encode(nextSeq))
         nextSeq += 1
         buffer.append(frame)
@@ -49,7 +49,7 @@ final class Session {
     }
 
     /// The client has every frame up to `seq`.
-    func acknowledge(through seq: Int) {
+    mutating func acknowledge(through seq: Int) {
         while let first = buffer.first, first.seq <= seq { buffer.removeFirst() }
     }
 
@@ -64,8 +64,133 @@ final class Session {
 
     func answer(for requestID: String) -> ServerMessage? { answers[requestID] }
 
-    func remember(_ answer: ServerMessage, for requestID: String) {
+    mutating func remember(_ answer: ServerMessage, for requestID: String) {
         if answers.updateValue(answer, forKey: requestID) == nil { answerOrder.append(requestID) }
         if answerOrder.count > answerLimit, let oldest = answerOrder.popFirst() { answers[oldest] = nil }
+    }
+}
+
+/// The sessions of one node, by device, and the rules of protocol v1's session: which hello starts
+/// a new session and which resumes one, which connection a hello replaces, when a user has too
+/// many devices, which sessions wait for resume and since when.
+///
+/// A value, like `CallStateMachine`: its methods decide and change state and return what the hub
+/// must do (close a connection, replay frames, write a frame on a connection); the hub does it,
+/// and keeps the metrics.
+struct SessionTable {
+    /// What a `hello` comes to.
+    enum HelloOutcome: Equatable {
+        /// The user has `devices` sessions already, the most one may have: the connection is closed
+        /// and no session is made.
+        case refused(devices: Int)
+        /// A session for the device, on this connection from now on. `replaced`: the device's
+        /// previous connection, to close with 4009. `replay`: the frames a resumed session
+        /// re-sends. `created`: a device that had no session here (a new one, not a replacement
+        /// of a session that could not be resumed).
+        case welcomed(session: String, resumed: Bool, created: Bool, replaced: UInt64?, replay: [Session.Buffered])
+    }
+
+    private(set) var sessions: [DeviceKey: Session] = [:]
+    private var devicesByUser: [UserID: Set<DeviceID>] = [:]
+    /// Sessions without a live connection, and since when.
+    private var held: [DeviceKey: Duration] = [:]
+    private let bufferLimit: Int
+    private let answerLimit: Int
+
+    /// - Parameters:
+    ///   - bufferLimit: frames each session keeps for resume.
+    ///   - answerLimit: answers each session remembers, by request id.
+    init(bufferLimit: Int, answerLimit: Int) {
+        self.bufferLimit = bufferLimit
+        self.answerLimit = answerLimit
+    }
+
+    subscript(key: DeviceKey) -> Session? { sessions[key] }
+
+    var count: Int { sessions.count }
+
+    /// The user's devices with a session here, live or held for resume.
+    func devices(of user: UserID) -> Set<DeviceID> { devicesByUser[user] ?? [] }
+
+    /// Whether the device has a session here with a live connection.
+    func isConnected(_ key: DeviceKey) -> Bool { sessions[key]?.connectionID != nil }
+
+    /// A `hello` on a connection: resumes the device's session when the client asks for it and the
+    /// session still has every frame after `lastSeq`; otherwise starts a new one (a resume that
+    /// cannot be served gets a new session, never a session with a gap).
+    mutating func hello(_ key: DeviceKey, resume: ResumeRequest?, on connection: UInt64, devicesPerUser: Int) -> HelloOutcome {
+        let existing = sessions[key]
+        if existing == nil, devices(of: key.user).count >= devicesPerUser {
+            // Each device is rung on every call: one token must not hold thousands of sessions.
+            return .refused(devices: devices(of: key.user).count)
+        }
+        let replaced = existing?.connectionID.flatMap { $0 == connection ? nil : $0 }
+        var session: Session
+        let resumed: Bool
+        var replay: [Session.Buffered] = []
+        if var existing, let resume, resume.session == existing.id, existing.canResume(after: resume.lastSeq) {
+            existing.acknowledge(through: resume.lastSeq)
+            replay = existing.frames(after: resume.lastSeq)
+            session = existing
+            resumed = true
+        } else {
+            session = Session(id: Self.newSessionID(), key: key, bufferLimit: bufferLimit, answerLimit: answerLimit)
+            devicesByUser[key.user, default: []].insert(key.device)
+            resumed = false
+        }
+        session.connectionID = connection
+        sessions[key] = session
+        held[key] = nil
+        return .welcomed(session: session.id, resumed: resumed, created: existing == nil, replaced: replaced, replay: replay)
+    }
+
+    /// Changes a session in place; nil when the device has none.
+    @discardableResult
+    mutating func modify<R>(_ key: DeviceKey, _ body: (inout Session) -> R) -> R? {
+        guard sessions[key] != nil else { return nil }
+        return body(&sessions[key]!)
+    }
+
+    /// A session with no connection for a device that has none here, held for resume from `now`
+    /// (calls restored after a restart, or taken over from a node that is gone). False when the
+    /// device has a session already.
+    mutating func hold(_ key: DeviceKey, now: Duration) -> Bool {
+        guard sessions[key] == nil else { return false }
+        sessions[key] = Session(id: Self.newSessionID(), key: key, bufferLimit: bufferLimit, answerLimit: answerLimit)
+        devicesByUser[key.user, default: []].insert(key.device)
+        held[key] = now
+        return true
+    }
+
+    /// The connection ended: if it is the session's, the session is held for resume from `now`.
+    mutating func detach(_ key: DeviceKey, connection: UInt64, now: Duration) {
+        guard sessions[key]?.connectionID == connection else { return }
+        sessions[key]?.connectionID = nil
+        held[key] = now
+    }
+
+    /// Ends a session (expired, or the device is held by another node now).
+    mutating func remove(_ key: DeviceKey) -> Session? {
+        guard let session = sessions.removeValue(forKey: key) else { return nil }
+        held[key] = nil
+        devicesByUser[key.user]?.remove(key.device)
+        if devicesByUser[key.user]?.isEmpty == true { devicesByUser[key.user] = nil }
+        return session
+    }
+
+    /// Sessions held for at least `window` without a connection: theirs to expire.
+    func expired(at now: Duration, window: Duration) -> [DeviceKey] {
+        held.compactMap { key, since in now - since >= window ? key : nil }
+    }
+
+    /// Numbers a frame in the device's session and keeps it for resume; answers its text and the
+    /// connection to write it on (nil while the session is held). Nil without a session.
+    mutating func number(for key: DeviceKey, _ encode: (Int) -> String) -> (text: String, connection: UInt64?)? {
+        modify(key) { session in (session.number(encode).text, session.connectionID) }
+    }
+
+    private static func newSessionID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<2).map { _ in String(generator.next() as UInt64, radix: 36) }.joined(separator: "-")
     }
 }

@@ -29,10 +29,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     private var connections: [UInt64: ConnectionEntry] = [:]
-    private var sessions: [DeviceKey: Session] = [:]
-    private var devicesByUser: [UserID: Set<DeviceID>] = [:]
-    /// Sessions without a live connection, and since when.
-    private var held: [DeviceKey: Duration] = [:]
+    private var sessions: SessionTable
     private var calls: [CallID: CallStateMachine] = [:]
     /// Calls not yet ended, by each user taking part.
     private var liveCallsByUser: [UserID: Set<CallID>] = [:]
@@ -40,8 +37,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private var endedCalls: Deque<(call: CallID, at: Duration)> = []
     /// Ringing calls' devices woken by a VoIP push: told of the call by an alert if it ends unanswered.
     private var pushedDevices: [CallID: [DeviceRecord]] = [:]
-    private var rooms: [RoomID: [RoomParticipant]] = [:]
-    private var roomsByDevice: [DeviceKey: Set<RoomID>] = [:]
+    private var rooms = RoomTable()
     /// With Janus configured, every room is an AudioBridge room provisioned here.
     private let audioBridge: AudioBridgeRooms?
     private var shuttingDown = false
@@ -76,6 +72,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         self.wallClock = wallClock
         self.audioBridge = configuration.janus.map { AudioBridgeRooms(settings: $0, logger: logger) }
         self.cluster = cluster
+        self.sessions = SessionTable(bufferLimit: configuration.limits.resumeBufferFrames,
+                                     answerLimit: configuration.limits.rememberedRequests)
     }
 
     /// The hub's monotonic time: the duration since it was created.
@@ -123,12 +121,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             liveCallsByUser[call.callee, default: []].insert(call.id)
             metrics.callsRestored.increment()
             if call.phase == .active { metrics.activeCalls.increment() } else { metrics.ringingCalls.increment() }
-            for key in call.participants where sessions[key] == nil && remoteHolders[key] == nil {
-                let session = Session(id: Self.newSessionID(), key: key, bufferLimit: configuration.limits.resumeBufferFrames,
-                                      answerLimit: configuration.limits.rememberedRequests)
-                sessions[key] = session
-                devicesByUser[key.user, default: []].insert(key.device)
-                held[key] = now()
+            for key in call.participants where remoteHolders[key] == nil && sessions.hold(key, now: now()) {
                 metrics.sessions.increment()
             }
         }
@@ -167,10 +160,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         guard let entry = connections.removeValue(forKey: connectionID) else { return }
         entry.connection.outbound.finish()
         metrics.connections.decrement()
-        if let key = entry.session, let session = sessions[key], session.connectionID == connectionID {
-            session.connectionID = nil
-            held[key] = now()
-        }
+        if let key = entry.session { sessions.detach(key, connection: connectionID, now: now()) }
     }
 
     // MARK: Frames in
@@ -196,34 +186,49 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
         switch message {
         case .hello(let hello):
-            send(.error(ErrorMessage(re: hello.id, code: .badRequest, message: "this connection has already said hello")), to: session)
+            send(.error(ErrorMessage(re: hello.id, code: .badRequest, message: "this connection has already said hello")), to: key)
         case .ack(let ack):
-            session.acknowledge(through: ack.seq)
+            sessions.modify(key) { $0.acknowledge(through: ack.seq) }
         default:
             guard let requestID = message.requestID else { return }
             if let answer = session.answer(for: requestID) {
-                send(answer, to: session)
+                send(answer, to: key)
                 return
             }
             // Answered when the work in flight finishes (a repeated id is not run twice).
             guard !session.inFlight.contains(requestID) else { return }
             if case .roomJoin(let join) = message, let audioBridge, await runsHere(join.room) {
-                beginAudioBridgeJoin(join, requestID: requestID, session: session, bridge: audioBridge)
+                beginAudioBridgeJoin(join, requestID: requestID, key: key, bridge: audioBridge)
                 return
             }
             let answer: ServerMessage
             do throws(ErrorMessage) {
                 // Requests that read the store suspend here, and frames of other connections run
                 // meanwhile: what they read about calls is checked again after each read.
-                session.inFlight.insert(requestID)
-                defer { session.inFlight.remove(requestID) }
-                answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: session)))
+                sessions.modify(key) { _ = $0.inFlight.insert(requestID) }
+                defer { finishRequest(requestID, in: session.id, of: key) }
+                answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: key)))
             } catch {
                 answer = .error(ErrorMessage(re: requestID, code: error.code, message: error.message))
             }
-            session.remember(answer, for: requestID)
-            send(answer, to: session)
+            respond(to: requestID, with: answer, in: session.id, of: key)
         }
+    }
+
+    /// The request is no longer in flight in the session it came in (which may have expired, or
+    /// been replaced by a new session of the device's, while it ran).
+    private func finishRequest(_ requestID: String, in sessionID: String, of key: DeviceKey) {
+        sessions.modify(key) { session in
+            if session.id == sessionID { session.inFlight.remove(requestID) }
+        }
+    }
+
+    /// Remembers a request's answer and sends it, in the session the request came in: a session
+    /// that expired or was replaced while the request ran does not get it.
+    private func respond(to requestID: String, with answer: ServerMessage, in sessionID: String, of key: DeviceKey) {
+        guard sessions[key]?.id == sessionID else { return }
+        sessions.modify(key) { $0.remember(answer, for: requestID) }
+        send(answer, to: key)
     }
 
     // MARK: Session
@@ -231,48 +236,33 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func handleHello(_ hello: Hello, on entry: ConnectionEntry) {
         let identity = entry.connection.identity
         let key = DeviceKey(user: identity.user, device: hello.device)
-        let existing = sessions[key]
-        let limit = configuration.limits.devicesPerUser
-        if existing == nil, let devices = devicesByUser[key.user], devices.count >= limit {
-            // Each device is rung on every call: one token must not hold thousands of sessions.
-            let refusal = ErrorMessage(re: hello.id, code: .forbidden,
-                                       message: "\(key.user) has \(devices.count) devices connected or resumable, the most one user may have")
-            entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: .error(refusal)))))
-            metrics.framesOut.increment()
-            metrics.error(refusal.code)
-            close(entry.connection.id, code: .policy, reason: "too many devices for one user")
+        let outcome = sessions.hello(key, resume: hello.resume, on: entry.connection.id, devicesPerUser: configuration.limits.devicesPerUser)
+        guard case .welcomed(let sessionID, let resumed, let created, let replaced, let replay) = outcome else {
+            if case .refused(let devices) = outcome {
+                let refusal = ErrorMessage(re: hello.id, code: .forbidden,
+                                           message: "\(key.user) has \(devices) devices connected or resumable, the most one user may have")
+                entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: .error(refusal)))))
+                metrics.framesOut.increment()
+                metrics.error(refusal.code)
+                close(entry.connection.id, code: .policy, reason: "too many devices for one user")
+            }
             return
         }
-        if let existing, let oldConnection = existing.connectionID, oldConnection != entry.connection.id {
-            close(oldConnection, code: .replaced, reason: "replaced by a newer connection of the same device")
+        if let replaced { close(replaced, code: .replaced, reason: "replaced by a newer connection of the same device") }
+        if created { metrics.sessions.increment() }
+        sessions.modify(key) { session in
+            session.name = identity.name
+            session.address = entry.connection.address
+            if let platform = hello.client?.platform, Platform.known.contains(platform) { session.platform = platform }
         }
-        var session: Session
-        let resumed: Bool
-        if let existing, let resume = hello.resume, resume.session == existing.id, existing.canResume(after: resume.lastSeq) {
-            session = existing
-            session.acknowledge(through: resume.lastSeq)
-            resumed = true
-        } else {
-            session = Session(id: Self.newSessionID(), key: key, bufferLimit: configuration.limits.resumeBufferFrames,
-                              answerLimit: configuration.limits.rememberedRequests)
-            if existing == nil { metrics.sessions.increment() }
-            sessions[key] = session
-            devicesByUser[key.user, default: []].insert(key.device)
-            resumed = false
-        }
-        session.name = identity.name
-        session.address = entry.connection.address
-        if let platform = hello.client?.platform, Platform.known.contains(platform) { session.platform = platform }
-        session.connectionID = entry.connection.id
-        held[key] = nil
         connections[entry.connection.id]?.session = key
 
-        let welcome = Welcome(re: hello.id, session: session.id, user: key.user, device: key.device, resumed: resumed,
+        let welcome = Welcome(re: hello.id, session: sessionID, user: key.user, device: key.device, resumed: resumed,
                               heartbeat: configuration.heartbeat,
                               iceServers: configuration.iceServers.iceServers(for: key.user))
         entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: .welcome(welcome)))))
         metrics.framesOut.increment()
-        logger.debug("session started", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)", "session.resumed": "\(resumed)"])
+        logger.debug("session started", metadata: ["session.id": "\(sessionID)", "peer.device": "\(key)", "session.resumed": "\(resumed)"])
         if let cluster, !resumed {
             // A resumed session was here already. A new one is news for the node that held the device
             // before and for nodes ringing its user: `holds` tells them (`claimed`).
@@ -280,28 +270,29 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             cluster.holds(key, true)
         }
 
-        if resumed, let lastSeq = hello.resume?.lastSeq {
-            for frame in session.frames(after: lastSeq) {
-                entry.connection.outbound.replay(frame.text)
-                metrics.framesOut.increment()
-            }
-        } else {
+        for frame in replay {
+            entry.connection.outbound.replay(frame.text)
+            metrics.framesOut.increment()
+        }
+        if !resumed {
             // A device that connects while an invite to its user still rings gets it at once.
-            for callID in (liveCallsByUser[key.user] ?? []).sorted(by: { $0.rawValue < $1.rawValue }) {
-                guard var call = calls[callID], call.phase == .ringing, call.callee == key.user else { continue }
-                call.rang(key.device)
-                calls[callID] = call
-                send(.callIncoming(call.incoming), to: session)
-            }
+            ringIfRinging(key) { call in send(.callIncoming(call.incoming), to: key) }
+        }
+    }
+
+    /// Rings a device that arrived while calls to its user ring (on this node, or on another).
+    private func ringIfRinging(_ key: DeviceKey, tell: (CallStateMachine) -> Void) {
+        for callID in (liveCallsByUser[key.user] ?? []).sorted(by: { $0.rawValue < $1.rawValue }) {
+            guard var call = calls[callID], call.phase == .ringing, call.callee == key.user else { continue }
+            call.rang(key.device)
+            calls[callID] = call
+            tell(call)
         }
     }
 
     private func expire(_ key: DeviceKey) {
-        guard let session = sessions.removeValue(forKey: key) else { return }
-        held[key] = nil
+        guard let session = sessions.remove(key) else { return }
         metrics.sessions.decrement()
-        devicesByUser[key.user]?.remove(key.device)
-        if devicesByUser[key.user]?.isEmpty == true { devicesByUser[key.user] = nil }
         logger.debug("session expired", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)"])
         if let cluster {
             cluster.holds(key, false)
@@ -310,20 +301,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         for callID in liveCallsByUser[key.user] ?? [] {
             update(callID) { call, now in call.connectionLost(key, now: now) }
         }
-        for room in roomsByDevice[key] ?? [] {
+        for room in rooms.rooms(of: key) {
             leaveRoom(room, key: key)
         }
     }
 
-    private static func newSessionID() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<2).map { _ in String(generator.next() as UInt64, radix: 36) }.joined(separator: "-")
-    }
-
     // MARK: Requests
 
-    private func execute(_ message: ClientMessage, requestID: String, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
-        let key = session.key
+    private func execute(_ message: ClientMessage, requestID: String, from key: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
         if cluster != nil, let callID = message.aboutCall ?? message.invitedCall, calls[callID] == nil,
            let runner = await owner(of: callID, adopting: message.invitedCall == nil) {
             do {
@@ -331,8 +316,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             } catch where error.code == .unavailable {
                 // The owner went silent: if it is gone, the call is taken over here (or by a third node).
                 callOwners[callID] = nil
-                guard calls[callID] == nil else { return try await execute(message, from: session) }
-                guard let next = await owner(of: callID) else { return try await execute(message, from: session) }
+                guard calls[callID] == nil else { return try await execute(message, from: key) }
+                guard let next = await owner(of: callID) else { return try await execute(message, from: key) }
                 guard next != runner else { throw error }
                 return try await forward(message, from: key, to: next)
             }
@@ -341,16 +326,15 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
            let runner = try? await cluster?.roomOwner(room, claim: false) {
             return try await forward(message, from: key, to: runner)
         }
-        return try await execute(message, from: session)
+        return try await execute(message, from: key)
     }
 
-    private func execute(_ message: ClientMessage, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
-        let key = session.key
+    private func execute(_ message: ClientMessage, from key: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
         switch message {
         case .ping:
             return [:]
         case .callInvite(let invite):
-            return try await startCall(invite, from: session)
+            return try await startCall(invite, from: key)
         case .callRinging(let request):
             try await update(request.call, by: key) { call, _ throws(ErrorMessage) in try call.ringing(from: key) }
             return [:]
@@ -389,21 +373,21 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         case .roomJoin(let join):
             return try joinRoom(join, key: key)
         case .roomLeave(let leave):
-            guard roomsByDevice[key]?.contains(leave.room) == true else {
+            guard rooms.contains(key, in: leave.room) else {
                 throw ErrorMessage(code: .notInRoom, message: "this device is not in room \(leave.room)")
             }
             leaveRoom(leave.room, key: key)
             return [:]
         case .roomSignal(let signal):
-            try relayRoomSignal(signal, from: key)
+            let delivery = try rooms.signal(signal, from: key)
+            deliver(delivery.message, to: delivery.to)
             return [:]
         case .hello, .ack:
             return [:]
         }
     }
 
-    private func startCall(_ invite: CallInvite, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
-        let caller = session.key
+    private func startCall(_ invite: CallInvite, from caller: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
         if let result = try answerToKnownCall(invite, from: caller) { return result }
         if let record = try await storedCall(invite.call) {
             guard record.caller == caller.user || record.callee == caller.user else {
@@ -439,12 +423,12 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let expiresAt = now + Int64(configuration.ringTimeout.components.seconds * 1000)
             + configuration.ringTimeout.components.attoseconds / 1_000_000_000_000_000
         // On a LAN the callee is shown where the call comes from: the name is the caller's own choice.
-        let address = configuration.lan != nil ? session.address : nil
-        var call = CallStateMachine(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: session.name,
+        let address = configuration.lan != nil ? sessions[caller]?.address : nil
+        var call = CallStateMachine(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: sessions[caller]?.name,
                                                                    address: address),
                                     callee: invite.to, media: invite.media, metadata: invite.metadata,
                                     createdAt: now, expiresAt: expiresAt)
-        let online = (devicesByUser[invite.to] ?? []).union(remoteHolders.devices(of: invite.to)).sorted()
+        let online = sessions.devices(of: invite.to).union(remoteHolders.devices(of: invite.to)).sorted()
         for device in online { call.rang(device) }
         calls[invite.call] = call
         liveCallsByUser[caller.user, default: []].insert(invite.call)
@@ -509,7 +493,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         for device in devices {
             guard let voip = device.voip else { continue }
             let key = DeviceKey(user: device.user, device: device.device)
-            if let session = sessions[key], session.connectionID != nil { continue }
+            if sessions.isConnected(key) { continue }
             if remoteHolders[key] != nil { continue }
             let payload = VoIPPushPayload(parley: .init(call: call.id, from: .init(user: call.caller.user, name: call.caller.name),
                                                         media: call.media, expiresAt: call.expiresAt))
@@ -536,7 +520,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// Runs one event on a call and performs what it says: deliveries, the record, the end.
     private func update(_ callID: CallID, by sender: DeviceKey,
-                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [CallStateMachine.Delivery]) async throws(ErrorMessage) {
+                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [Delivery]) async throws(ErrorMessage) {
         guard calls[callID] != nil else {
             // Not in memory: an old call (its record says whether it ended) or no call at all.
             let record = try await storedCall(callID)
@@ -558,7 +542,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     private func update(_ callID: CallID,
-                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [CallStateMachine.Delivery]) throws(ErrorMessage) {
+                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [Delivery]) throws(ErrorMessage) {
         guard var call = calls[callID] else { return }
         let before = call.phase
         let deliveries = try event(&call, wallClock())
@@ -581,7 +565,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
     }
 
-    private func update(_ callID: CallID, _ event: (inout CallStateMachine, Int64) -> [CallStateMachine.Delivery]) {
+    private func update(_ callID: CallID, _ event: (inout CallStateMachine, Int64) -> [Delivery]) {
         try? update(callID) { (call: inout CallStateMachine, now: Int64) throws(ErrorMessage) in event(&call, now) }
     }
 
@@ -664,68 +648,42 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         return (try? JSONValue.fields(of: RoomJoinResult(room: join.room, participants: others, media: .mesh))) ?? [:]
     }
 
-    /// A device id already in the room under another user is refused, and so is a newcomer to a full room.
+    /// Rooms need a server (not a LAN listener); then the room table's rules (`RoomTable.checkJoin`).
     private func checkJoin(_ join: RoomJoin, key: DeviceKey, limit: Int) throws(ErrorMessage) {
         if configuration.lan != nil {
             throw ErrorMessage(code: .forbidden, message: "rooms need a Parley server; a device on a local network takes one-to-one calls only")
         }
-        let members = rooms[join.room] ?? []
-        if let member = members.first(where: { $0.device == key.device }), member.user != key.user {
-            throw ErrorMessage(code: .badRequest, message: "device \(key.device) is already in the room under another user")
-        }
-        if !members.contains(where: { $0.device == key.device }), members.count >= limit {
-            throw ErrorMessage(code: .roomFull, message: "room \(join.room) is full (\(limit) devices)")
-        }
+        try rooms.checkJoin(join.room, by: key, limit: limit)
     }
 
     /// Puts the device in the room (or updates its display), tells the others it joined; answers
     /// the other members.
     private func admit(_ join: RoomJoin, key: DeviceKey) -> [RoomParticipant] {
-        var members = rooms[join.room] ?? []
-        if let index = members.firstIndex(where: { $0.device == key.device && $0.user == key.user }) {
-            members[index].display = join.display ?? members[index].display
-        } else {
-            let participant = RoomParticipant(user: key.user, device: key.device, display: join.display)
-            for member in members {
-                deliver(.roomParticipantJoined(RoomParticipantJoined(room: join.room, participant: participant)),
-                        to: DeviceKey(user: member.user, device: member.device))
-            }
-            members.append(participant)
-            roomsByDevice[key, default: []].insert(join.room)
-        }
-        rooms[join.room] = members
-        return members.filter { $0.device != key.device }
+        let (others, deliveries) = rooms.admit(join, by: key)
+        for delivery in deliveries { deliver(delivery.message, to: delivery.to) }
+        return others
     }
 
     private func leaveRoom(_ room: RoomID, key: DeviceKey) {
-        roomsByDevice[key]?.remove(room)
-        if roomsByDevice[key]?.isEmpty == true { roomsByDevice[key] = nil }
-        guard var members = rooms[room] else { return }
-        members.removeAll { $0.device == key.device && $0.user == key.user }
-        rooms[room] = members.isEmpty ? nil : members
+        guard let (deliveries, isEmpty) = rooms.leave(room, by: key) else { return }
         if let audioBridge {
-            let empty = members.isEmpty
-            Task { await audioBridge.release(room: room, device: key, roomIsEmpty: empty) }
+            Task { await audioBridge.release(room: room, device: key, roomIsEmpty: isEmpty) }
         }
-        for member in members {
-            deliver(.roomParticipantLeft(RoomParticipantLeft(room: room, user: key.user, device: key.device)),
-                    to: DeviceKey(user: member.user, device: member.device))
-        }
+        for delivery in deliveries { deliver(delivery.message, to: delivery.to) }
     }
 
     /// `room.join` with Janus: checked here, admitted by Janus (which takes round trips), then
     /// answered from `finishAudioBridgeJoin`.
-    private func beginAudioBridgeJoin(_ join: RoomJoin, requestID: String, session: Session, bridge: AudioBridgeRooms) {
-        let key = session.key
+    private func beginAudioBridgeJoin(_ join: RoomJoin, requestID: String, key: DeviceKey, bridge: AudioBridgeRooms) {
         do throws(ErrorMessage) {
             try checkJoin(join, key: key, limit: configuration.janus?.roomLimit ?? 0)
         } catch {
             let answer = ServerMessage.error(ErrorMessage(re: requestID, code: error.code, message: error.message))
-            session.remember(answer, for: requestID)
-            send(answer, to: session)
+            sessions.modify(key) { $0.remember(answer, for: requestID) }
+            send(answer, to: key)
             return
         }
-        session.inFlight.insert(requestID)
+        sessions.modify(key) { _ = $0.inFlight.insert(requestID) }
         Task {
             let result: Result<RoomMedia.Janus, any Error>
             do { result = .success(try await bridge.admit(room: join.room, device: key)) } catch { result = .failure(error) }
@@ -734,10 +692,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     private func finishAudioBridgeJoin(_ join: RoomJoin, requestID: String, key: DeviceKey, result: Result<RoomMedia.Janus, any Error>) {
-        guard let session = sessions[key], session.inFlight.remove(requestID) != nil else {
-            // The session expired meanwhile: take the admission back.
+        guard sessions.modify(key, { $0.inFlight.remove(requestID) }) != nil else {
+            // The session expired (or was replaced by a new one) meanwhile: take the admission back.
             if case .success = result, let audioBridge {
-                let empty = rooms[join.room]?.isEmpty ?? true
+                let empty = rooms.members(of: join.room).isEmpty
                 Task { await audioBridge.release(room: join.room, device: key, roomIsEmpty: empty) }
             }
             return
@@ -751,19 +709,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             logger.warning("AudioBridge admission failed", metadata: ["room": "\(join.room)", "error": "\(error)"])
             answer = .error(ErrorMessage(re: requestID, code: .unavailable, message: "the voice room server (Janus) cannot be reached right now"))
         }
-        session.remember(answer, for: requestID)
-        send(answer, to: session)
-    }
-
-    private func relayRoomSignal(_ signal: RoomSignal, from key: DeviceKey) throws(ErrorMessage) {
-        guard let members = rooms[signal.room], members.contains(where: { $0.device == key.device && $0.user == key.user }) else {
-            throw ErrorMessage(code: .notInRoom, message: "this device is not in room \(signal.room)")
-        }
-        guard let target = members.first(where: { $0.device == signal.to }) else {
-            throw ErrorMessage(code: .notFound, message: "device \(signal.to) is not in room \(signal.room)")
-        }
-        deliver(.roomSignal(RoomSignalled(room: signal.room, from: Party(user: key.user, device: key.device), signal: signal.signal)),
-                to: DeviceKey(user: target.user, device: target.device))
+        sessions.modify(key) { $0.remember(answer, for: requestID) }
+        send(answer, to: key)
     }
 
     // MARK: Several nodes
@@ -839,7 +786,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             if let callID = decoded.message.aboutCall, calls[callID] == nil {
                 if case .callEnded = decoded.message { callOwners[callID] = nil } else { callOwners[callID] = from }
             }
-            send(decoded.message, to: session)
+            send(decoded.message, to: key)
         case .request(let id, let from, let sender, let frame):
             let result: Result<[String: JSONValue], ErrorMessage>
             do throws(ErrorMessage) {
@@ -862,12 +809,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             remoteHolders[key] = node
             if sessions[key] != nil { forget(key) }
             // A device that connected elsewhere while a call to its user rings here rings too.
-            for callID in (liveCallsByUser[key.user] ?? []).sorted(by: { $0.rawValue < $1.rawValue }) {
-                guard var call = calls[callID], call.phase == .ringing, call.callee == key.user else { continue }
-                call.rang(key.device)
-                calls[callID] = call
-                deliver(.callIncoming(call.incoming), to: key)
-            }
+            ringIfRinging(key) { call in deliver(.callIncoming(call.incoming), to: key) }
         case .left(let node):
             if node != cluster.node { await nodeLeft(node) }
         case .released(let key, let node):
@@ -876,7 +818,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             for callID in liveCallsByUser[key.user] ?? [] where calls[callID]?.participants.contains(key) == true {
                 update(callID) { call, now in call.connectionLost(key, now: now) }
             }
-            for room in roomsByDevice[key] ?? [] { leaveRoom(room, key: key) }
+            for room in rooms.rooms(of: key) { leaveRoom(room, key: key) }
         }
     }
 
@@ -903,14 +845,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             let joined = RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .audioBridge(janus))
             return (try? JSONValue.fields(of: joined)) ?? [:]
         }
-        let session = Session(id: "", key: key, bufferLimit: 0, answerLimit: 0)
-        return try await execute(message, from: session)
+        return try await execute(message, from: key)
     }
 
     /// Whether a room runs on this node: it has members here, or its row names this node (a join
     /// claims a room no live node runs). Always, with one node.
     private func runsHere(_ room: RoomID, claiming: Bool = true) async -> Bool {
-        guard let cluster, rooms[room] == nil else { return true }
+        guard let cluster, rooms.members(of: room).isEmpty else { return true }
         do {
             guard let runner = try await cluster.roomOwner(room, claim: claiming) else { return true }
             return runner == cluster.node
@@ -931,11 +872,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         for key in remoteHolders.keys(on: node) {
             remoteHolders[key] = nil
             let inCall = (liveCallsByUser[key.user] ?? []).contains { calls[$0]?.participants.contains(key) == true }
-            guard inCall || roomsByDevice[key] != nil, sessions[key] == nil else { continue }
-            sessions[key] = Session(id: Self.newSessionID(), key: key, bufferLimit: configuration.limits.resumeBufferFrames,
-                                    answerLimit: configuration.limits.rememberedRequests)
-            devicesByUser[key.user, default: []].insert(key.device)
-            held[key] = now()
+            guard inCall || !rooms.rooms(of: key).isEmpty, sessions.hold(key, now: now()) else { continue }
             metrics.sessions.increment()
         }
         await adopt()
@@ -943,16 +880,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// Lets a session go that another node holds now: its calls go on there.
     private func forget(_ key: DeviceKey) {
-        guard let session = sessions.removeValue(forKey: key) else { return }
+        guard let session = sessions.remove(key) else { return }
         if let connectionID = session.connectionID {
             // 1001, not 4009: if this connection is the device's newest after all, it comes back.
             close(connectionID, code: .goingAway, reason: "this device connected to another server")
         }
-        held[key] = nil
         metrics.sessions.decrement()
-        devicesByUser[key.user]?.remove(key.device)
-        if devicesByUser[key.user]?.isEmpty == true { devicesByUser[key.user] = nil }
-        for room in roomsByDevice[key] ?? [] { leaveRoom(room, key: key) }
+        for room in rooms.rooms(of: key) { leaveRoom(room, key: key) }
     }
 
     // MARK: Frames out
@@ -960,25 +894,27 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// Sends to a device's session, live or held for resume, here or on the node that holds it; a
     /// device without one misses it.
     private func deliver(_ message: ServerMessage, to key: DeviceKey) {
-        if let session = sessions[key] {
-            send(message, to: session)
+        if sessions[key] != nil {
+            send(message, to: key)
         } else if let cluster, let node = remoteHolders[key] {
             cluster.send(.deliver(to: key, frame: encode(ServerFrame(seq: nil, message: message)), from: cluster.node), to: node)
         }
     }
 
-    private func send(_ message: ServerMessage, to session: Session) {
-        let frame = session.number { seq in encode(ServerFrame(seq: seq, message: message)) }
+    /// Sends in the device's session: numbered and kept for resume, and written on its connection
+    /// if it has one.
+    private func send(_ message: ServerMessage, to key: DeviceKey) {
+        guard let frame = sessions.number(for: key, { seq in encode(ServerFrame(seq: seq, message: message)) }) else { return }
         if case .error(let error) = message { metrics.error(error.code) }
-        guard let connectionID = session.connectionID, let entry = connections[connectionID] else { return }
+        guard let connectionID = frame.connection, let entry = connections[connectionID] else { return }
         entry.connection.outbound.write(.text(frame.text))
         metrics.framesOut.increment()
     }
 
     /// Sends on a connection: numbered in its session after hello, unnumbered before.
     private func send(_ message: ServerMessage, on entry: ConnectionEntry) {
-        if let key = entry.session, let session = sessions[key] {
-            send(message, to: session)
+        if let key = entry.session, sessions[key] != nil {
+            send(message, to: key)
             return
         }
         if case .error(let error) = message { metrics.error(error.code) }
@@ -1008,7 +944,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 close(id, code: .heartbeatTimeout, reason: "no heartbeat")
             }
         }
-        for (key, since) in held where now - since >= configuration.resumeWindow {
+        for key in sessions.expired(at: now, window: configuration.resumeWindow) {
             expire(key)
         }
         for (callID, call) in calls where call.phase == .ringing && call.expiresAt <= wallNow {
@@ -1045,6 +981,6 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     public var isShuttingDown: Bool { shuttingDown }
 
     /// Whether a device of `user` is connected or held for resume.
-    public func isPresent(_ user: UserID) -> Bool { !(devicesByUser[user]?.isEmpty ?? true) }
+    public func isPresent(_ user: UserID) -> Bool { !sessions.devices(of: user).isEmpty }
     public var sessionCount: Int { sessions.count }
 }

@@ -143,14 +143,4 @@ struct LimitTests {
         _ = laptop
         try await server.stop()
     }
-
-    /// A session remembers the answers to its last `rememberedRequests` request ids (a retried id gets
-    /// the same answer, not a second execution); older ones are forgotten, so memory stays bounded.
-    @Test func rememberedAnswersAreBounded() {
-        let session = Session(id: "s", key: DeviceKey(user: "alice", device: "phone"), bufferLimit: 16, answerLimit: 3)
-        for index in 1...5 { session.remember(.ack(Ack(re: "r\(index)")), for: "r\(index)") }
-        #expect(session.answer(for: "r1") == nil && session.answer(for: "r2") == nil)
-        #expect(session.answer(for: "r5") == .ack(Ack(re: "r5")))
-        #expect([3, 4, 5].allSatisfy { session.answer(for: "r\($0)") != nil })
-    }
 }

@@ -1,0 +1,172 @@
+import ParleyProtocol
+@testable import ParleyServer
+import Testing
+
+/// The session table's rules, as values: no hub, no connection, no clock.
+@Suite("Session table")
+struct SessionTableTests {
+    let phone = DeviceKey(user: "alice", device: "phone")
+    let laptop = DeviceKey(user: "alice", device: "laptop")
+
+    struct NotWelcomed: Error {}
+
+    /// A hello that must be welcomed, and what it came to.
+    func hello(_ table: inout SessionTable, _ key: DeviceKey, resume: ResumeRequest? = nil, on connection: UInt64,
+               devicesPerUser: Int = 4) throws -> (session: String, resumed: Bool, created: Bool, replaced: UInt64?,
+                                                   replay: [Session.Buffered]) {
+        let outcome = table.hello(key, resume: resume, on: connection, devicesPerUser: devicesPerUser)
+        guard case .welcomed(let session, let resumed, let created, let replaced, let replay) = outcome else { throw NotWelcomed() }
+        return (session, resumed, created, replaced, replay)
+    }
+
+    @Test func aHelloResumesOnlyTheSessionItNamesAndReplaysWhatWasNotAcknowledged() throws {
+        var table = SessionTable(bufferLimit: 8, answerLimit: 4)
+        let first = try hello(&table, phone, on: 1)
+        #expect(!first.resumed && first.created && first.replaced == nil)
+        for text in ["a", "b", "c"] { _ = table.number(for: phone) { seq in "\(text)\(seq)" } }
+        table.modify(phone) { $0.acknowledge(through: 1) }
+        table.detach(phone, connection: 1, now: .seconds(10))
+        #expect(table.expired(at: .seconds(69), window: .seconds(60)).isEmpty)
+        #expect(table.expired(at: .seconds(70), window: .seconds(60)) == [phone])
+
+        let resumed = try hello(&table, phone, resume: ResumeRequest(session: first.session, lastSeq: 2), on: 2)
+        #expect(resumed.resumed && !resumed.created && resumed.session == first.session)
+        #expect(resumed.replay == [Session.Buffered(seq: 3, text: "c3")])
+        #expect(table.expired(at: .seconds(1000), window: .seconds(60)).isEmpty, "a session with a connection never expires")
+
+        // Another session's id, or a seq the server never sent: a new session, the old one replaced.
+        let wrong = try hello(&table, phone, resume: ResumeRequest(session: "someone-else", lastSeq: 3), on: 3)
+        #expect(!wrong.resumed && !wrong.created && wrong.session != first.session && wrong.replaced == 2)
+        let ahead = try hello(&table, phone, resume: ResumeRequest(session: wrong.session, lastSeq: 9), on: 4)
+        #expect(!ahead.resumed && ahead.replaced == 3)
+        #expect(table.count == 1)
+    }
+
+    @Test func aResumeFromBeforeWhatAFullBufferDroppedGetsANewSession() throws {
+        var table = SessionTable(bufferLimit: 2, answerLimit: 4)
+        let first = try hello(&table, phone, on: 1)
+        for _ in 1...3 { _ = table.number(for: phone) { "frame \($0)" } }
+        let late = try hello(&table, phone, resume: ResumeRequest(session: first.session, lastSeq: 0), on: 2)
+        #expect(!late.resumed && late.replay.isEmpty)
+        #expect(table[phone]?.nextSeq == 1, "a new session numbers from 1")
+    }
+
+    @Test func aUserHasAtMostItsLimitOfDevicesAndARefusalChangesNothing() throws {
+        var table = SessionTable(bufferLimit: 8, answerLimit: 4)
+        _ = table.hello(phone, resume: nil, on: 1, devicesPerUser: 1)
+        let refused = table.hello(laptop, resume: nil, on: 2, devicesPerUser: 1)
+        #expect(refused == .refused(devices: 1))
+        #expect(table[laptop] == nil && table.devices(of: "alice") == ["phone"])
+        // The device that has a session may always come back.
+        _ = try hello(&table, phone, on: 3, devicesPerUser: 1)
+        // So may a new device once the old one's session has gone.
+        _ = table.remove(phone)
+        #expect(table.devices(of: "alice").isEmpty)
+        #expect(try hello(&table, laptop, on: 4, devicesPerUser: 1).created)
+    }
+
+    @Test func onlyTheSessionsOwnConnectionHoldsItAndHeldSessionsAreNumberedButNotWritten() throws {
+        var table = SessionTable(bufferLimit: 8, answerLimit: 4)
+        _ = table.hello(phone, resume: nil, on: 1, devicesPerUser: 4)
+        _ = table.hello(phone, resume: nil, on: 2, devicesPerUser: 4)
+        table.detach(phone, connection: 1, now: .seconds(5))
+        #expect(table.isConnected(phone), "the replaced connection's end leaves the new one in place")
+        let live = table.number(for: phone) { "f\($0)" }
+        #expect(live?.connection == 2)
+        table.detach(phone, connection: 2, now: .seconds(5))
+        let held = table.number(for: phone) { "f\($0)" }
+        #expect(held?.connection == nil && held?.text == "f2")
+        let none = table.number(for: laptop) { "f\($0)" }
+        #expect(none == nil)
+    }
+
+    @Test func holdMakesASessionOnlyForADeviceThatHasNone() {
+        var table = SessionTable(bufferLimit: 8, answerLimit: 4)
+        let made = table.hold(phone, now: .seconds(1))
+        let again = table.hold(phone, now: .seconds(2))
+        #expect(made && !again)
+        #expect(!table.isConnected(phone) && table.devices(of: "alice") == ["phone"])
+        #expect(table.expired(at: .seconds(61), window: .seconds(60)) == [phone])
+    }
+
+    /// A session remembers the answers to its last `answerLimit` request ids (a retried id gets the
+    /// same answer, not a second execution); older ones are forgotten, so memory stays bounded.
+    @Test func rememberedAnswersAreBounded() {
+        var session = Session(id: "s", key: phone, bufferLimit: 16, answerLimit: 3)
+        for index in 1...5 { session.remember(.ack(Ack(re: "r\(index)")), for: "r\(index)") }
+        #expect(session.answer(for: "r1") == nil && session.answer(for: "r2") == nil)
+        #expect(session.answer(for: "r5") == .ack(Ack(re: "r5")))
+        #expect([3, 4, 5].allSatisfy { session.answer(for: "r\($0)") != nil })
+    }
+}
+
+/// The room table's rules, as values.
+@Suite("Room table")
+struct RoomTableTests {
+    let alice = DeviceKey(user: "alice", device: "a1")
+    let bob = DeviceKey(user: "bob", device: "b1")
+    let carol = DeviceKey(user: "carol", device: "c1")
+
+    @Test func joiningTellsTheMembersAndAnswersThemAndARepeatOnlyUpdatesTheDisplay() {
+        var rooms = RoomTable()
+        let first = rooms.admit(RoomJoin(id: "1", room: "r", display: "Alice"), by: alice)
+        #expect(first.others.isEmpty && first.deliveries.isEmpty)
+        let second = rooms.admit(RoomJoin(id: "2", room: "r", display: "Bob"), by: bob)
+        #expect(second.others == [RoomParticipant(user: "alice", device: "a1", display: "Alice")])
+        #expect(second.deliveries == [Delivery(to: alice, message: .roomParticipantJoined(RoomParticipantJoined(
+            room: "r", participant: RoomParticipant(user: "bob", device: "b1", display: "Bob"))))])
+
+        let again = rooms.admit(RoomJoin(id: "3", room: "r", display: "Alice A."), by: alice)
+        #expect(again.deliveries.isEmpty)
+        #expect(rooms.members(of: "r").map(\.display) == ["Alice A.", "Bob"])
+        #expect(rooms.rooms(of: alice) == ["r"])
+    }
+
+    @Test func aDeviceIdOfAnotherUserAndAFullRoomAreRefused() throws {
+        var rooms = RoomTable()
+        _ = rooms.admit(RoomJoin(id: "1", room: "r"), by: alice)
+        _ = rooms.admit(RoomJoin(id: "2", room: "r"), by: bob)
+        let impostor = DeviceKey(user: "mallory", device: "a1")
+        #expect(throws: ErrorMessage(code: .badRequest, message: "device a1 is already in the room under another user")) {
+            try rooms.checkJoin("r", by: impostor, limit: 4)
+        }
+        #expect(throws: ErrorMessage(code: .roomFull, message: "room r is full (2 devices)")) {
+            try rooms.checkJoin("r", by: carol, limit: 2)
+        }
+        // A member joining again is not a newcomer, however full the room is.
+        try rooms.checkJoin("r", by: bob, limit: 2)
+    }
+
+    @Test func leavingTellsTheOthersAndTheLastOneOutForgetsTheRoom() throws {
+        var rooms = RoomTable()
+        _ = rooms.admit(RoomJoin(id: "1", room: "r"), by: alice)
+        _ = rooms.admit(RoomJoin(id: "2", room: "r"), by: bob)
+        let stranger = rooms.leave("r", by: carol)
+        #expect(stranger == nil, "a device that is not in the room changes nothing")
+        let aliceLeft = rooms.leave("r", by: alice)
+        let left = try #require(aliceLeft)
+        #expect(!left.isEmpty)
+        #expect(left.deliveries == [Delivery(to: bob, message: .roomParticipantLeft(RoomParticipantLeft(room: "r", user: "alice",
+                                                                                                          device: "a1")))])
+        #expect(rooms.rooms(of: alice).isEmpty)
+        let bobLeft = rooms.leave("r", by: bob)
+        let last = try #require(bobLeft)
+        #expect(last.isEmpty && last.deliveries.isEmpty && rooms.members(of: "r").isEmpty)
+    }
+
+    @Test func signalsGoFromAMemberToAMemberOnly() throws {
+        var rooms = RoomTable()
+        _ = rooms.admit(RoomJoin(id: "1", room: "r"), by: alice)
+        _ = rooms.admit(RoomJoin(id: "2", room: "r"), by: bob)
+        let payload = SignalPayload(restartIce: true)
+        let delivery = try rooms.signal(RoomSignal(id: "3", room: "r", to: "b1", signal: payload), from: alice)
+        #expect(delivery == Delivery(to: bob, message: .roomSignal(RoomSignalled(room: "r", from: Party(user: "alice", device: "a1"),
+                                                                                 signal: payload))))
+        #expect(throws: ErrorMessage(code: .notInRoom, message: "this device is not in room r")) {
+            try rooms.signal(RoomSignal(id: "4", room: "r", to: "b1", signal: payload), from: carol)
+        }
+        #expect(throws: ErrorMessage(code: .notFound, message: "device c1 is not in room r")) {
+            try rooms.signal(RoomSignal(id: "5", room: "r", to: "c1", signal: payload), from: alice)
+        }
+    }
+}
