@@ -1,4 +1,3 @@
-import DequeModule
 import Foundation
 import Logging
 import ParleyProtocol
@@ -30,11 +29,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     private var connections: [UInt64: ConnectionEntry] = [:]
     private var sessions: SessionTable
-    private var calls: [CallID: CallStateMachine] = [:]
-    /// Calls not yet ended, by each user taking part.
-    private var liveCallsByUser: [UserID: Set<CallID>] = [:]
-    /// Ended calls kept for `call.state` and `call.report`, oldest first, with when they ended.
-    private var endedCalls: Deque<(call: CallID, at: Duration)> = []
+    private var calls = CallTable()
     /// Ringing calls' devices woken by a VoIP push: told of the call by an alert if it ends unanswered.
     private var pushedDevices: [CallID: [DeviceRecord]] = [:]
     private var rooms = RoomTable()
@@ -116,9 +111,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     public func restore(_ unfinished: [StoredCall]) {
         for stored in unfinished where calls[stored.record.call] == nil {
             let call = CallStateMachine(restoring: stored)
-            calls[call.id] = call
-            liveCallsByUser[call.caller.user, default: []].insert(call.id)
-            liveCallsByUser[call.callee, default: []].insert(call.id)
+            calls.insert(call)
             metrics.callsRestored.increment()
             if call.phase == .active { metrics.activeCalls.increment() } else { metrics.ringingCalls.increment() }
             for key in call.participants where remoteHolders[key] == nil && sessions.hold(key, now: now()) {
@@ -276,17 +269,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
         if !resumed {
             // A device that connects while an invite to its user still rings gets it at once.
-            ringIfRinging(key) { call in send(.callIncoming(call.incoming), to: key) }
-        }
-    }
-
-    /// Rings a device that arrived while calls to its user ring (on this node, or on another).
-    private func ringIfRinging(_ key: DeviceKey, tell: (CallStateMachine) -> Void) {
-        for callID in (liveCallsByUser[key.user] ?? []).sorted(by: { $0.rawValue < $1.rawValue }) {
-            guard var call = calls[callID], call.phase == .ringing, call.callee == key.user else { continue }
-            call.rang(key.device)
-            calls[callID] = call
-            tell(call)
+            for call in calls.ring(key) { send(.callIncoming(call.incoming), to: key) }
         }
     }
 
@@ -298,7 +281,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             cluster.holds(key, false)
             cluster.send(.released(key, by: cluster.node), to: nil)
         }
-        for callID in liveCallsByUser[key.user] ?? [] {
+        for callID in calls.live(of: key.user) {
             update(callID) { call, now in call.connectionLost(key, now: now) }
         }
         for room in rooms.rooms(of: key) {
@@ -414,7 +397,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 throw ErrorMessage(code: .forbidden, message: "this is \(lan.host)'s device on a local network: it takes calls to \(lan.host) only")
             }
             // Strangers on the network do not get to ring it over and over at once.
-            if (liveCallsByUser[lan.host] ?? []).contains(where: { calls[$0]?.phase == .ringing }) {
+            if calls.live(of: lan.host).contains(where: { calls[$0]?.phase == .ringing }) {
                 throw ErrorMessage(code: .rateLimited, message: "\(lan.host) is being called already; try again in a moment")
             }
         }
@@ -430,9 +413,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                                     createdAt: now, expiresAt: expiresAt)
         let online = sessions.devices(of: invite.to).union(remoteHolders.devices(of: invite.to)).sorted()
         for device in online { call.rang(device) }
-        calls[invite.call] = call
-        liveCallsByUser[caller.user, default: []].insert(invite.call)
-        liveCallsByUser[invite.to, default: []].insert(invite.call)
+        calls.insert(call)
         metrics.callsStarted.increment()
         metrics.ringingCalls.increment()
         save(call)
@@ -543,22 +524,15 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     private func update(_ callID: CallID,
                         _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [Delivery]) throws(ErrorMessage) {
-        guard var call = calls[callID] else { return }
-        let before = call.phase
-        let deliveries = try event(&call, wallClock())
-        calls[callID] = call
+        guard let (deliveries, transition) = try calls.apply(callID, at: now(), wallClock: wallClock(), event) else { return }
         for delivery in deliveries { deliver(delivery.message, to: delivery.to) }
-        guard call.phase != before else { return }
+        guard let transition else { return }
+        let call = transition.call
         save(call)
-        if before == .ringing { metrics.ringingCalls.decrement() }
+        if transition.from == .ringing { metrics.ringingCalls.decrement() }
         if call.phase == .active { metrics.activeCalls.increment() }
         if call.phase == .ended {
-            if before == .active { metrics.activeCalls.decrement() }
-            liveCallsByUser[call.caller.user]?.remove(callID)
-            liveCallsByUser[call.callee]?.remove(callID)
-            if liveCallsByUser[call.caller.user]?.isEmpty == true { liveCallsByUser[call.caller.user] = nil }
-            if liveCallsByUser[call.callee]?.isEmpty == true { liveCallsByUser[call.callee] = nil }
-            endedCalls.append((callID, now()))
+            if transition.from == .active { metrics.activeCalls.decrement() }
             sendMissedCallAlerts(for: call)
             if let reason = call.endReason { metrics.callEnded(reason) }
             logger.debug("call ended", metadata: ["call.id": "\(callID)", "call.reason": "\(call.endReason?.rawValue ?? "")"])
@@ -809,13 +783,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             remoteHolders[key] = node
             if sessions[key] != nil { forget(key) }
             // A device that connected elsewhere while a call to its user rings here rings too.
-            ringIfRinging(key) { call in deliver(.callIncoming(call.incoming), to: key) }
+            for call in calls.ring(key) { deliver(.callIncoming(call.incoming), to: key) }
         case .left(let node):
             if node != cluster.node { await nodeLeft(node) }
         case .released(let key, let node):
             guard remoteHolders[key] == node else { return }
             remoteHolders[key] = nil
-            for callID in liveCallsByUser[key.user] ?? [] where calls[callID]?.participants.contains(key) == true {
+            for callID in calls.live(of: key.user) where calls[callID]?.participants.contains(key) == true {
                 update(callID) { call, now in call.connectionLost(key, now: now) }
             }
             for room in rooms.rooms(of: key) { leaveRoom(room, key: key) }
@@ -871,8 +845,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
         for key in remoteHolders.keys(on: node) {
             remoteHolders[key] = nil
-            let inCall = (liveCallsByUser[key.user] ?? []).contains { calls[$0]?.participants.contains(key) == true }
-            guard inCall || !rooms.rooms(of: key).isEmpty, sessions.hold(key, now: now()) else { continue }
+            guard calls.isInCall(key) || !rooms.rooms(of: key).isEmpty, sessions.hold(key, now: now()) else { continue }
             metrics.sessions.increment()
         }
         await adopt()
@@ -947,14 +920,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         for key in sessions.expired(at: now, window: configuration.resumeWindow) {
             expire(key)
         }
-        for (callID, call) in calls where call.phase == .ringing && call.expiresAt <= wallNow {
+        for callID in calls.ringing(expiredBy: wallNow) {
             update(callID) { call, now in call.ringTimeout(now: now) }
         }
-        // An ended call leaves memory only once its record is stored: until then the store cannot answer for it.
-        while let oldest = endedCalls.first, now - oldest.at >= configuration.endedCallRetention, !records.isPending(oldest.call) {
-            endedCalls.removeFirst()
-            calls[oldest.call] = nil
-        }
+        calls.evict(at: now, retention: configuration.endedCallRetention) { records.isPending($0) }
     }
 
     // MARK: Shutdown

@@ -170,3 +170,75 @@ struct RoomTableTests {
         }
     }
 }
+
+/// The call table's bookkeeping around the call state machine, as a value.
+@Suite("Call table")
+struct CallTableTests {
+    let alice = DeviceKey(user: "alice", device: "a1")
+    let phone = DeviceKey(user: "bob", device: "phone")
+    let laptop = DeviceKey(user: "bob", device: "laptop")
+
+    func call(_ id: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21", expiresAt: Int64 = 46_000) -> CallStateMachine {
+        var call = CallStateMachine(id: id, caller: Party(user: "alice", device: "a1"), callee: "bob", media: .audioOnly,
+                                    metadata: nil, createdAt: 1000, expiresAt: expiresAt)
+        call.rang("phone")
+        return call
+    }
+
+    @Test func anEventAnswersItsDeliveriesAndThePhaseItLeftAndAnEndedCallIsNoLongerLive() throws {
+        var table = CallTable()
+        let id = call().id
+        table.insert(call())
+        #expect(table.live(of: "alice") == [id] && table.live(of: "bob") == [id])
+        let ringing = try #require(try table.apply(id, at: .seconds(1), wallClock: 1500) { call, _ throws(ErrorMessage) in
+            try call.ringing(from: phone)
+        })
+        #expect(ringing.transition == nil && ringing.deliveries.map(\.to) == [alice])
+
+        let accepted = try #require(try table.apply(id, at: .seconds(2), wallClock: 2000) { call, now throws(ErrorMessage) in
+            try call.accept(from: phone, now: now)
+        })
+        #expect(accepted.transition?.from == .ringing && accepted.transition?.call.phase == .active)
+        #expect(table.isInCall(phone) && !table.isInCall(laptop))
+
+        // A refused event changes nothing.
+        #expect(throws: ErrorMessage.self) {
+            try table.apply(id, at: .seconds(3), wallClock: 3000) { call, now throws(ErrorMessage) in
+                try call.hangup(from: DeviceKey(user: "mallory", device: "m"), detail: nil, now: now)
+            }
+        }
+        #expect(table[id]?.phase == .active)
+
+        let ended = try #require(try table.apply(id, at: .seconds(4), wallClock: 4000) { call, now throws(ErrorMessage) in
+            try call.hangup(from: alice, detail: nil, now: now)
+        })
+        #expect(ended.transition?.from == .active && table[id]?.phase == .ended)
+        #expect(table.live(of: "alice").isEmpty && table.live(of: "bob").isEmpty)
+        #expect(try table.apply("00000000-0000-4000-8000-000000000000", at: .seconds(5), wallClock: 5000) { _, _ in [] } == nil)
+    }
+
+    @Test func endedCallsAreKeptForTheirRetentionAndUntilTheirRecordIsStored() throws {
+        var table = CallTable()
+        let id = call().id
+        table.insert(call())
+        _ = try table.apply(id, at: .seconds(10), wallClock: 2000) { call, now throws(ErrorMessage) in
+            try call.hangup(from: alice, detail: nil, now: now)
+        }
+        table.evict(at: .seconds(69), retention: .seconds(60)) { _ in false }
+        #expect(table[id] != nil)
+        table.evict(at: .seconds(70), retention: .seconds(60)) { _ in true }
+        #expect(table[id] != nil, "a call whose record is not stored yet stays")
+        table.evict(at: .seconds(70), retention: .seconds(60)) { _ in false }
+        #expect(table[id] == nil)
+    }
+
+    @Test func aLateDeviceRingsOnlyInCallsToItsUserThatStillRing() {
+        var table = CallTable()
+        table.insert(call(expiresAt: 46_000))
+        table.insert(call("7f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21", expiresAt: 10_000))
+        let rung = table.ring(laptop)
+        #expect(rung.count == 2 && rung.allSatisfy { $0.rungDevices.contains("laptop") })
+        #expect(table.ring(alice).isEmpty, "the caller's devices are not rung")
+        #expect(table.ringing(expiredBy: 20_000) == ["7f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"])
+    }
+}
