@@ -13,6 +13,10 @@ public struct DeviceKey: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "\(user)/\(device)" }
 }
 
+extension Party {
+    var key: DeviceKey { DeviceKey(user: user, device: device) }
+}
+
 /// A frame for the hub to deliver to one device: what the state machines of calls and rooms answer.
 struct Delivery: Equatable {
     var to: DeviceKey

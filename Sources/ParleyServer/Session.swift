@@ -151,6 +151,14 @@ struct SessionTable {
         return body(&sessions[key]!)
     }
 
+    /// Changes a session in place if it is still the one named `id` (a request may outlive the
+    /// session it came in: the session expires, or a hello replaces it); nil otherwise.
+    @discardableResult
+    mutating func modify<R>(_ key: DeviceKey, ifSession id: String, _ body: (inout Session) -> R) -> R? {
+        guard sessions[key]?.id == id else { return nil }
+        return body(&sessions[key]!)
+    }
+
     /// A session with no connection for a device that has none here, held for resume from `now`
     /// (calls restored after a restart, or taken over from a node that is gone). False when the
     /// device has a session already.

@@ -191,16 +191,16 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             // Answered when the work in flight finishes (a repeated id is not run twice).
             guard !session.inFlight.contains(requestID) else { return }
             if case .roomJoin(let join) = message, let audioBridge, await runsHere(join.room) {
-                beginAudioBridgeJoin(join, requestID: requestID, key: key, bridge: audioBridge)
+                beginAudioBridgeJoin(join, requestID: requestID, in: session.id, of: key, bridge: audioBridge)
                 return
             }
             let answer: ServerMessage
             do throws(ErrorMessage) {
                 // Requests that read the store suspend here, and frames of other connections run
                 // meanwhile: what they read about calls is checked again after each read.
-                sessions.modify(key) { _ = $0.inFlight.insert(requestID) }
-                defer { finishRequest(requestID, in: session.id, of: key) }
-                answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: key)))
+                sessions.modify(key, ifSession: session.id) { _ = $0.inFlight.insert(requestID) }
+                defer { sessions.modify(key, ifSession: session.id) { _ = $0.inFlight.remove(requestID) } }
+                answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: session)))
             } catch {
                 answer = .error(ErrorMessage(re: requestID, code: error.code, message: error.message))
             }
@@ -208,19 +208,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
     }
 
-    /// The request is no longer in flight in the session it came in (which may have expired, or
-    /// been replaced by a new session of the device's, while it ran).
-    private func finishRequest(_ requestID: String, in sessionID: String, of key: DeviceKey) {
-        sessions.modify(key) { session in
-            if session.id == sessionID { session.inFlight.remove(requestID) }
-        }
-    }
-
     /// Remembers a request's answer and sends it, in the session the request came in: a session
     /// that expired or was replaced while the request ran does not get it.
     private func respond(to requestID: String, with answer: ServerMessage, in sessionID: String, of key: DeviceKey) {
-        guard sessions[key]?.id == sessionID else { return }
-        sessions.modify(key) { $0.remember(answer, for: requestID) }
+        guard sessions.modify(key, ifSession: sessionID, { $0.remember(answer, for: requestID) }) != nil else { return }
         send(answer, to: key)
     }
 
@@ -291,7 +282,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     // MARK: Requests
 
-    private func execute(_ message: ClientMessage, requestID: String, from key: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
+    /// Runs a request of a session here, or forwards it to the node that runs its call or room.
+    private func execute(_ message: ClientMessage, requestID: String, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
+        let key = session.key
+        // Who asks, as the session said when the request came (it may expire or change meanwhile).
+        let sender = Party(user: key.user, device: key.device, name: session.name, address: session.address)
         if cluster != nil, let callID = message.aboutCall ?? message.invitedCall, calls[callID] == nil,
            let runner = await owner(of: callID, adopting: message.invitedCall == nil) {
             do {
@@ -299,8 +294,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             } catch where error.code == .unavailable {
                 // The owner went silent: if it is gone, the call is taken over here (or by a third node).
                 callOwners[callID] = nil
-                guard calls[callID] == nil else { return try await execute(message, from: key) }
-                guard let next = await owner(of: callID) else { return try await execute(message, from: key) }
+                guard calls[callID] == nil else { return try await execute(message, from: sender) }
+                guard let next = await owner(of: callID) else { return try await execute(message, from: sender) }
                 guard next != runner else { throw error }
                 return try await forward(message, from: key, to: next)
             }
@@ -309,15 +304,16 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
            let runner = try? await cluster?.roomOwner(room, claim: false) {
             return try await forward(message, from: key, to: runner)
         }
-        return try await execute(message, from: key)
+        return try await execute(message, from: sender)
     }
 
-    private func execute(_ message: ClientMessage, from key: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
+    private func execute(_ message: ClientMessage, from sender: Party) async throws(ErrorMessage) -> [String: JSONValue] {
+        let key = sender.key
         switch message {
         case .ping:
             return [:]
         case .callInvite(let invite):
-            return try await startCall(invite, from: key)
+            return try await startCall(invite, from: sender)
         case .callRinging(let request):
             try await update(request.call, by: key) { call, _ throws(ErrorMessage) in try call.ringing(from: key) }
             return [:]
@@ -370,7 +366,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
     }
 
-    private func startCall(_ invite: CallInvite, from caller: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
+    private func startCall(_ invite: CallInvite, from sender: Party) async throws(ErrorMessage) -> [String: JSONValue] {
+        let caller = sender.key
         if let result = try answerToKnownCall(invite, from: caller) { return result }
         if let record = try await storedCall(invite.call) {
             guard record.caller == caller.user || record.callee == caller.user else {
@@ -406,8 +403,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let expiresAt = now + Int64(configuration.ringTimeout.components.seconds * 1000)
             + configuration.ringTimeout.components.attoseconds / 1_000_000_000_000_000
         // On a LAN the callee is shown where the call comes from: the name is the caller's own choice.
-        let address = configuration.lan != nil ? sessions[caller]?.address : nil
-        var call = CallStateMachine(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: sessions[caller]?.name,
+        let address = configuration.lan != nil ? sender.address : nil
+        var call = CallStateMachine(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: sender.name,
                                                                    address: address),
                                     callee: invite.to, media: invite.media, metadata: invite.metadata,
                                     createdAt: now, expiresAt: expiresAt)
@@ -648,25 +645,26 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// `room.join` with Janus: checked here, admitted by Janus (which takes round trips), then
     /// answered from `finishAudioBridgeJoin`.
-    private func beginAudioBridgeJoin(_ join: RoomJoin, requestID: String, key: DeviceKey, bridge: AudioBridgeRooms) {
+    private func beginAudioBridgeJoin(_ join: RoomJoin, requestID: String, in sessionID: String, of key: DeviceKey,
+                                      bridge: AudioBridgeRooms) {
         do throws(ErrorMessage) {
             try checkJoin(join, key: key, limit: configuration.janus?.roomLimit ?? 0)
         } catch {
             let answer = ServerMessage.error(ErrorMessage(re: requestID, code: error.code, message: error.message))
-            sessions.modify(key) { $0.remember(answer, for: requestID) }
-            send(answer, to: key)
+            respond(to: requestID, with: answer, in: sessionID, of: key)
             return
         }
-        sessions.modify(key) { _ = $0.inFlight.insert(requestID) }
+        guard sessions.modify(key, ifSession: sessionID, { _ = $0.inFlight.insert(requestID) }) != nil else { return }
         Task {
             let result: Result<RoomMedia.Janus, any Error>
             do { result = .success(try await bridge.admit(room: join.room, device: key)) } catch { result = .failure(error) }
-            self.finishAudioBridgeJoin(join, requestID: requestID, key: key, result: result)
+            self.finishAudioBridgeJoin(join, requestID: requestID, in: sessionID, of: key, result: result)
         }
     }
 
-    private func finishAudioBridgeJoin(_ join: RoomJoin, requestID: String, key: DeviceKey, result: Result<RoomMedia.Janus, any Error>) {
-        guard sessions.modify(key, { $0.inFlight.remove(requestID) }) != nil else {
+    private func finishAudioBridgeJoin(_ join: RoomJoin, requestID: String, in sessionID: String, of key: DeviceKey,
+                                       result: Result<RoomMedia.Janus, any Error>) {
+        guard case .some(.some) = sessions.modify(key, ifSession: sessionID, { $0.inFlight.remove(requestID) }) else {
             // The session expired (or was replaced by a new one) meanwhile: take the admission back.
             if case .success = result, let audioBridge {
                 let empty = rooms.members(of: join.room).isEmpty
@@ -683,8 +681,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             logger.warning("AudioBridge admission failed", metadata: ["room": "\(join.room)", "error": "\(error)"])
             answer = .error(ErrorMessage(re: requestID, code: .unavailable, message: "the voice room server (Janus) cannot be reached right now"))
         }
-        sessions.modify(key) { $0.remember(answer, for: requestID) }
-        send(answer, to: key)
+        respond(to: requestID, with: answer, in: sessionID, of: key)
     }
 
     // MARK: Several nodes
@@ -756,6 +753,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             guard let session = sessions[key], let decoded = try? codec.decodeServerFrame(frame) else { return }
             if case .callIncoming(let incoming) = decoded.message, session.connectionID == nil {
                 await pushIncoming(incoming, to: key)
+                // A new session of the device's meanwhile hears of the call from its owner (`claimed`).
+                guard sessions[key]?.id == session.id else { return }
             }
             if let callID = decoded.message.aboutCall, calls[callID] == nil {
                 if case .callEnded = decoded.message { callOwners[callID] = nil } else { callOwners[callID] = from }
@@ -819,7 +818,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             let joined = RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .audioBridge(janus))
             return (try? JSONValue.fields(of: joined)) ?? [:]
         }
-        return try await execute(message, from: key)
+        return try await execute(message, from: Party(user: key.user, device: key.device))
     }
 
     /// Whether a room runs on this node: it has members here, or its row names this node (a join

@@ -72,6 +72,51 @@ struct AudioBridgeRoomTests {
         try await server.stop()
     }
 
+    /// A join still waiting for Janus when its device starts a new session (a hello without
+    /// resume): the admission is taken back once Janus answers, nobody hears that the device joined,
+    /// and the new session neither gets the old request's answer nor finds it under that id.
+    @Test func aJoinThatOutlivesItsSessionIsTakenBackAndAnsweredToNoOne() async throws {
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        let h = try HubHarness { $0.janus = JanusSettings(url: janus.url) }
+        func answer(_ id: String, to device: TestDevice) async throws -> ServerMessage {
+            var answer: ServerMessage?
+            try await eventually("an answer to \(id)") {
+                answer = device.events().first { $0.requestID == id }
+                return answer != nil
+            }
+            return answer!
+        }
+        let bob = await h.device("bob", "b1")
+        await bob.send(.roomJoin(RoomJoin(id: "bob-join", room: "lobby", display: "Bob")))
+        guard case .ack = try await answer("bob-join", to: bob) else { throw TestFailure("bob could not join") }
+
+        // Janus stops answering: alice's join waits for it, and alice says hello again meanwhile.
+        let pid = janus.process.processIdentifier
+        kill(pid, SIGSTOP)
+        let alice = await h.device("alice", "a1")
+        await alice.send(.roomJoin(RoomJoin(id: "join", room: "lobby", display: "Alice")))
+        let again = await h.device("alice", "a1")
+        #expect(again.welcome?.resumed == false)
+        kill(pid, SIGCONT)
+
+        // Janus answers the joins in order: carol's answer comes after alice's admission is over.
+        let carol = await h.device("carol", "c1")
+        await carol.send(.roomJoin(RoomJoin(id: "carol-join", room: "lobby", display: "Carol")))
+        guard case .ack(let carolJoined) = try await answer("carol-join", to: carol) else { throw TestFailure("carol could not join") }
+        #expect(try carolJoined.decodeResult(RoomJoinResult.self).participants.map(\.device) == ["b1"])
+        try await Task.sleep(for: .milliseconds(300))
+        let bobHeard = bob.events().compactMap { message -> DeviceID? in
+            if case .roomParticipantJoined(let joined) = message { joined.device } else { nil }
+        }
+        #expect(bobHeard == ["c1"], "alice's old session's join put no one in the room")
+        #expect(again.events().allSatisfy { $0.requestID != "join" })
+        // The new session runs its own request of that id.
+        await again.send(.ping(Ping(id: "join")))
+        #expect(again.events() == [.ack(Ack(re: "join"))])
+    }
+
     static func client(_ janus: JanusServer) async throws -> JanusClient {
         let client = JanusClient(transport: try await JanusWebSocketTransport.connect(to: janus.url))
         try await client.createSession()

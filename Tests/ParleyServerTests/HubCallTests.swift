@@ -239,4 +239,14 @@ extension ServerMessage {
         if case .callEnded(let ended) = self { return ended.reason }
         return nil
     }
+
+    /// The request an answer answers.
+    var requestID: String? {
+        switch self {
+        case .ack(let ack): ack.re
+        case .error(let error): error.re
+        case .welcome(let welcome): welcome.re
+        default: nil
+        }
+    }
 }
