@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 import ParleyJanus
@@ -8,6 +9,11 @@ import ParleyProtocol
 /// with a one-time token through `allowed`, revokes the token and kicks the participant when the
 /// device leaves, and destroys an empty room after a grace period. After Janus restarts, rooms are
 /// created again under the same numbers on the next join.
+///
+/// A room's number and secret are derived from the deployment's room key (`JanusSettings.roomKey`),
+/// so every node, and the same node after a restart or a crash, finds a room's Janus room where
+/// the one that made it left it: a room whose node went away goes on in the same Janus room, and
+/// its members on Janus are not split from those who join after.
 actor AudioBridgeRooms {
     private struct Member {
         var token: String
@@ -38,7 +44,7 @@ actor AudioBridgeRooms {
     /// Admits `device` to room `name`, creating the Janus room if needed; answers what the client joins with.
     func admit(room name: RoomID, device: DeviceKey) async throws -> RoomMedia.Janus {
         let bridge = try await connected()
-        var room = rooms[name] ?? Room(number: Self.randomID(), secret: Self.randomToken())
+        var room = rooms[name] ?? newRoom(name)
         room.destroyTimer?.cancel()
         room.destroyTimer = nil
         let previous = room.members[device]
@@ -75,11 +81,14 @@ actor AudioBridgeRooms {
         if let bridge, room.createdIn == generation { await revoke(member, in: room, on: bridge) }
     }
 
-    /// Destroys every room and ends the Janus session (server shutdown).
+    /// Ends the Janus session (server shutdown). Rooms with members stay in Janus when their
+    /// numbers are derived (`roomKey`): their members go on talking, and the node that runs the room
+    /// next (this one restarted, or another) finds it. Empty rooms, and rooms no other process could
+    /// find again, are destroyed.
     func shutdown() async {
         for room in rooms.values { room.destroyTimer?.cancel() }
         if let bridge {
-            for room in rooms.values where room.createdIn == generation {
+            for room in rooms.values where room.createdIn == generation && (room.members.isEmpty || settings.roomKey == nil) {
                 try? await bridge.destroy(room: room.number, secret: room.secret)
             }
             try? await bridge.client.destroy()
@@ -169,6 +178,24 @@ actor AudioBridgeRooms {
         guard session == generation, bridge != nil else { return }
         logger.warning("lost the Janus session; rooms are created again on their next join", metadata: ["reason": "\(reason)"])
         bridge = nil
+    }
+
+    /// A room not in use here yet: its number and secret derived from the room key, or random.
+    private func newRoom(_ name: RoomID) -> Room {
+        guard let key = settings.roomKey else { return Room(number: Self.randomID(), secret: Self.randomToken()) }
+        let derived = Self.derive(name, key: key)
+        return Room(number: derived.number, secret: derived.secret)
+    }
+
+    /// A room's Janus number (1 … 2^53 − 1, so JSON numbers carry it exactly) and secret: HMAC-SHA256
+    /// of the room's name under the key. Clients cannot derive either without the key.
+    static func derive(_ name: RoomID, key: [UInt8]) -> (number: Int64, secret: String) {
+        let key = SymmetricKey(data: key)
+        let number = HMAC<SHA256>.authenticationCode(for: Data("audiobridge room number \(name.rawValue)".utf8), using: key)
+            .prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } & ((1 << 53) - 1)
+        let secret = HMAC<SHA256>.authenticationCode(for: Data("audiobridge room secret \(name.rawValue)".utf8), using: key)
+            .map { String(format: "%02x", $0) }.joined()
+        return (max(1, Int64(number)), secret)
     }
 
     static func randomID() -> Int64 { Int64.random(in: 1...((1 << 53) - 1)) }

@@ -145,6 +145,9 @@ public final class PostgresStore: SignalingStore {
         Migration(version: 3, description: "several nodes: who runs which room", statements: [
             "CREATE TABLE cluster_room (room_id TEXT PRIMARY KEY, node_id TEXT NOT NULL)",
         ]),
+        Migration(version: 4, description: "secrets of the deployment", statements: [
+            "CREATE TABLE deployment_secret (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        ]),
     ]
 
     /// The schema version this build migrates to.
@@ -301,6 +304,24 @@ public final class PostgresStore: SignalingStore {
             SELECT \(unescaped: Self.callColumns) FROM call WHERE caller = \(user.rawValue) OR callee = \(user.rawValue)
             ORDER BY created_at DESC, seq DESC LIMIT \(limit)
             """).map(\.record)
+    }
+
+    public func deploymentSecret(_ name: String) async throws -> [UInt8] {
+        // The first node to ask makes it; every other gets that one.
+        let rows = try await client.query("""
+            WITH made AS (
+              INSERT INTO deployment_secret (name, value) VALUES (\(name), \(DeploymentSecret.make()))
+              ON CONFLICT (name) DO NOTHING RETURNING value)
+            SELECT value FROM made UNION ALL SELECT value FROM deployment_secret WHERE name = \(name)
+            """, logger: logger)
+        var kept: String?
+        for try await value in rows.decode(String.self) where kept == nil { kept = value }
+        if kept == nil {
+            // Another node's insert won the race after this statement's snapshot: a new one sees it.
+            let again = try await client.query("SELECT value FROM deployment_secret WHERE name = \(name)", logger: logger)
+            for try await value in again.decode(String.self) where kept == nil { kept = value }
+        }
+        return try DeploymentSecret.read(kept, name: name)
     }
 
     public func unfinishedCalls() async throws -> [StoredCall] {

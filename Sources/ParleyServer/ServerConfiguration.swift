@@ -185,6 +185,10 @@ public struct JanusSettings: Sendable {
     public var audioLevelAverage: Int = 40
     /// How long a Janus request may take.
     public var requestTimeout: Duration = .seconds(5)
+    /// The key each room's Janus number and secret are derived from, the same on every node and
+    /// after every restart: `SignalingServer` reads it from its store (`deploymentSecret`). Nil:
+    /// random numbers and secrets, known to this process only.
+    public var roomKey: [UInt8]?
 
     public init(url: String, clientURL: String? = nil) {
         self.url = url

@@ -64,6 +64,15 @@ public final class SignalingServer: Sendable {
             if ownsStore { await store.close() }
             throw error
         }
+        var configuration = configuration
+        if configuration.janus != nil {
+            do {
+                configuration.janus?.roomKey = try await store.deploymentSecret("audiobridge-rooms")
+            } catch {
+                if ownsStore { await store.close() }
+                throw error
+            }
+        }
         let metrics = ServerMetrics()
         self.metrics = metrics
         let (pushes, pushContinuation) = AsyncStream<Push>.makeStream()

@@ -68,6 +68,10 @@ public protocol SignalingStore: Sendable {
     func calls(of user: UserID, limit: Int) async throws -> [CallRecord]
     /// Every call that has not ended (ringing or active), oldest first.
     func unfinishedCalls() async throws -> [StoredCall]
+    /// A random 32-byte secret, made the first time it is asked for under `name` and kept from then
+    /// on: for what every node of a deployment, and every run after a restart or a crash, must
+    /// derive alike with nothing to configure (the AudioBridge rooms' numbers and secrets).
+    func deploymentSecret(_ name: String) async throws -> [UInt8]
     /// Lets go of connections and files; nothing may be asked after it.
     func close() async
 }
@@ -144,6 +148,12 @@ public final class SQLiteStore: SignalingStore {
         }
         migrator.registerMigration("v4: recordings with consent") { db in
             try db.alter(table: "call") { t in t.add(column: "recordings", .text) }
+        }
+        migrator.registerMigration("v5: secrets of the deployment") { db in
+            try db.create(table: "deploymentSecret") { t in
+                t.primaryKey("name", .text)
+                t.column("value", .text).notNull()
+            }
         }
         return migrator
     }
@@ -239,6 +249,15 @@ public final class SQLiteStore: SignalingStore {
         }
     }
 
+    public func deploymentSecret(_ name: String) async throws -> [UInt8] {
+        let made = DeploymentSecret.make()
+        let kept = try await database.write { db in
+            try db.execute(sql: "INSERT OR IGNORE INTO deploymentSecret (name, value) VALUES (?, ?)", arguments: [name, made])
+            return try String.fetchOne(db, sql: "SELECT value FROM deploymentSecret WHERE name = ?", arguments: [name])
+        }
+        return try DeploymentSecret.read(kept, name: name)
+    }
+
     public func unfinishedCalls() async throws -> [StoredCall] {
         try await database.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM call WHERE endedAt IS NULL ORDER BY createdAt, rowid").compactMap { row in
@@ -274,5 +293,31 @@ public final class SQLiteStore: SignalingStore {
                           answeredAt: row["answeredAt"], endedAt: row["endedAt"],
                           reason: (row["reason"] as String?).map(EndReason.init(rawValue:)), duration: row["duration"],
                           quality: quality, recordings: recordings)
+    }
+}
+
+/// How both stores make and read a deployment secret: 32 random bytes, kept as hex text.
+enum DeploymentSecret {
+    struct Unreadable: Error, CustomStringConvertible {
+        var name: String
+        var description: String { "the store's deployment secret \"\(name)\" is missing or not 64 hex digits" }
+    }
+
+    static func make() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+    }
+
+    static func read(_ text: String?, name: String) throws -> [UInt8] {
+        guard let text, text.utf8.count == 64 else { throw Unreadable(name: name) }
+        var bytes: [UInt8] = []
+        var index = text.startIndex
+        while index < text.endIndex {
+            let next = text.index(index, offsetBy: 2)
+            guard let byte = UInt8(text[index..<next], radix: 16) else { throw Unreadable(name: name) }
+            bytes.append(byte)
+            index = next
+        }
+        return bytes
     }
 }

@@ -117,6 +117,19 @@ struct AudioBridgeRoomTests {
         #expect(again.events() == [.ack(Ack(re: "join"))])
     }
 
+    /// A room's Janus number and secret come from the room key alone: the same on every node and
+    /// after a restart, different for another room or another deployment, in JSON's exact range.
+    @Test func roomNumbersAndSecretsAreDerivedFromTheRoomKey() {
+        let key = [UInt8](repeating: 7, count: 32), otherKey = [UInt8](repeating: 8, count: 32)
+        let standup = AudioBridgeRooms.derive("standup", key: key)
+        #expect(AudioBridgeRooms.derive("standup", key: key) == standup)
+        #expect(AudioBridgeRooms.derive("standup", key: otherKey).number != standup.number)
+        #expect(AudioBridgeRooms.derive("standup", key: otherKey).secret != standup.secret)
+        #expect(AudioBridgeRooms.derive("lobby", key: key).number != standup.number)
+        #expect((1..<(1 << 53)).contains(standup.number))
+        #expect(standup.secret.count == 64)
+    }
+
     static func client(_ janus: JanusServer) async throws -> JanusClient {
         let client = JanusClient(transport: try await JanusWebSocketTransport.connect(to: janus.url))
         try await client.createSession()

@@ -1,4 +1,5 @@
 import Foundation
+import ParleyJanus
 import ParleyProtocol
 import ParleyServer
 import ParleyServerTesting
@@ -192,6 +193,38 @@ struct ClusterTests {
             _ = try await alice.expect { if case .roomParticipantJoined(let m) = $0.message { m } else { nil } }
             #expect(try await bob.request { .roomLeave(RoomLeave(id: $0, room: "standup")) }.isSuccess)
             _ = try await alice.expect { if case .roomParticipantLeft(let m) = $0.message { m } else { nil } }
+        }
+    }
+
+    /// The node running an AudioBridge room stops (a deploy; a crash leaves Janus the same): the
+    /// members keep talking in the Janus room, and whoever joins through another node joins that
+    /// same room, with them in it — not a new room of the same name.
+    @Test func anAudioBridgeRoomOutlivesTheNodeThatRanIt() async throws {
+        guard JanusAvailability.enabled else { return }
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        try await withNodes(configure: { $0.janus = JanusSettings(url: janus.url) }) { nodes, _ in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let aliceTicket = try #require(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Alice")) }.get()
+                .decodeResult(RoomJoinResult.self).media.janus)
+            let aliceJanus = try await AudioBridge.attach(try await AudioBridgeRoomTests.client(janus))
+            let aliceHears = EventLog(aliceJanus.events)
+            _ = try await aliceJanus.join(room: aliceTicket.room, display: "Alice", token: aliceTicket.token, id: aliceTicket.participant)
+
+            try await a.stop()
+            let bob = try await b.device("bob", "b1")
+            let bobTicket = try #require(try await bob.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Bob")) }.get()
+                .decodeResult(RoomJoinResult.self).media.janus)
+            #expect(bobTicket.room == aliceTicket.room, "the room's Janus room, found by the node that runs the room now")
+            let bobJanus = try await AudioBridge.attach(try await AudioBridgeRoomTests.client(janus))
+            let bobIn = try await bobJanus.join(room: bobTicket.room, display: "Bob", token: bobTicket.token, id: bobTicket.participant)
+            #expect(bobIn.participants.map(\.id) == [aliceTicket.participant], "alice is still in it, and bob hears her")
+            #expect(!aliceHears.contains(.destroyed(room: aliceTicket.room)))
+            #expect(!aliceHears.contains(.kicked(room: aliceTicket.room, id: aliceTicket.participant)))
+            try? await aliceJanus.client.destroy()
+            try? await bobJanus.client.destroy()
         }
     }
 }

@@ -87,6 +87,7 @@ struct FailingStore: SignalingStore {
     func call(_ id: CallID) throws -> CallRecord? { throw Down() }
     func calls(of user: UserID, limit: Int) throws -> [CallRecord] { [] }
     func unfinishedCalls() throws -> [StoredCall] { [] }
+    func deploymentSecret(_ name: String) throws -> [UInt8] { throw Down() }
 }
 
 @Suite("A store that keeps failing")

@@ -136,6 +136,27 @@ struct StoreContractTests {
         }
     }
 
+    /// Made once, then the same for every store opened on the database (every node, every restart),
+    /// also when several ask at once; another name is another secret.
+    @Test(arguments: StoreKind.allCases)
+    func aDeploymentSecretIsMadeOnceAndKept(_ kind: StoreKind) async throws {
+        try await with(kind) { store, database in
+            let other = try await database.open()
+            let secrets = try await withThrowingTaskGroup(of: [UInt8].self) { group in
+                for index in 0..<8 { group.addTask { try await (index.isMultiple(of: 2) ? store : other).deploymentSecret("rooms") } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            await other.close()
+            #expect(secrets[0].count == 32)
+            #expect(Set(secrets).count == 1)
+            #expect(Set(secrets[0]).count > 8, "random bytes, not a constant")
+            let reopened = try await database.open()
+            #expect(try await reopened.deploymentSecret("rooms") == secrets[0])
+            #expect(try await reopened.deploymentSecret("other") != secrets[0])
+            await reopened.close()
+        }
+    }
+
     @Test func nodesThatStartTogetherMigrateOnce() async throws {
         guard TestDatabase.canRun(.postgres, "PostgreSQL migration tests") else { return }
         let database = try await TestDatabase(.postgres)
