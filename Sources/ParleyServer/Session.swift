@@ -119,19 +119,22 @@ struct SessionTable {
     /// session still has every frame after `lastSeq`; otherwise starts a new one (a resume that
     /// cannot be served gets a new session, never a session with a gap).
     mutating func hello(_ key: DeviceKey, resume: ResumeRequest?, on connection: UInt64, devicesPerUser: Int) -> HelloOutcome {
-        let existing = sessions[key]
-        if existing == nil, devices(of: key.user).count >= devicesPerUser {
+        if sessions[key] == nil, devices(of: key.user).count >= devicesPerUser {
             // Each device is rung on every call: one token must not hold thousands of sessions.
             return .refused(devices: devices(of: key.user).count)
         }
+        // Taken out of the table, so that resuming changes it in place rather than a copy of its buffers.
+        var existing = sessions.removeValue(forKey: key)
+        let created = existing == nil
         let replaced = existing?.connectionID.flatMap { $0 == connection ? nil : $0 }
         var session: Session
         let resumed: Bool
         var replay: [Session.Buffered] = []
-        if var existing, let resume, resume.session == existing.id, existing.canResume(after: resume.lastSeq) {
-            existing.acknowledge(through: resume.lastSeq)
-            replay = existing.frames(after: resume.lastSeq)
-            session = existing
+        if let resume, var kept = existing, kept.id == resume.session, kept.canResume(after: resume.lastSeq) {
+            existing = nil
+            kept.acknowledge(through: resume.lastSeq)
+            replay = kept.frames(after: resume.lastSeq)
+            session = kept
             resumed = true
         } else {
             session = Session(id: Self.newSessionID(), key: key, bufferLimit: bufferLimit, answerLimit: answerLimit)
@@ -141,7 +144,7 @@ struct SessionTable {
         session.connectionID = connection
         sessions[key] = session
         held[key] = nil
-        return .welcomed(session: session.id, resumed: resumed, created: existing == nil, replaced: replaced, replay: replay)
+        return .welcomed(session: session.id, resumed: resumed, created: created, replaced: replaced, replay: replay)
     }
 
     /// Changes a session in place; nil when the device has none.

@@ -169,7 +169,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     public func receive(_ connectionID: UInt64, _ message: ClientMessage) async {
         guard let entry = connections[connectionID] else { return }
         metrics.framesIn.increment()
-        guard let key = entry.session, let session = sessions[key] else {
+        // The session's id, not a copy of it: a copy held while the table's session changes would
+        // make every change copy its resume buffer and remembered answers.
+        guard let key = entry.session, let sessionID = sessions[key]?.id else {
             if case .hello(let hello) = message {
                 handleHello(hello, on: entry)
             } else {
@@ -184,27 +186,29 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             sessions.modify(key) { $0.acknowledge(through: ack.seq) }
         default:
             guard let requestID = message.requestID else { return }
-            if let answer = session.answer(for: requestID) {
+            if let answer = sessions[key]?.answer(for: requestID) {
                 send(answer, to: key)
                 return
             }
             // Answered when the work in flight finishes (a repeated id is not run twice).
-            guard !session.inFlight.contains(requestID) else { return }
+            guard sessions[key]?.inFlight.contains(requestID) == false else { return }
             if case .roomJoin(let join) = message, let audioBridge, await runsHere(join.room) {
-                beginAudioBridgeJoin(join, requestID: requestID, in: session.id, of: key, bridge: audioBridge)
+                beginAudioBridgeJoin(join, requestID: requestID, in: sessionID, of: key, bridge: audioBridge)
                 return
             }
             let answer: ServerMessage
             do throws(ErrorMessage) {
                 // Requests that read the store suspend here, and frames of other connections run
                 // meanwhile: what they read about calls is checked again after each read.
-                sessions.modify(key, ifSession: session.id) { _ = $0.inFlight.insert(requestID) }
-                defer { sessions.modify(key, ifSession: session.id) { _ = $0.inFlight.remove(requestID) } }
-                answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: session)))
+                sessions.modify(key, ifSession: sessionID) { _ = $0.inFlight.insert(requestID) }
+                defer { sessions.modify(key, ifSession: sessionID) { _ = $0.inFlight.remove(requestID) } }
+                // Who asks, as the session said when the request came (it may expire or change meanwhile).
+                let sender = Party(user: key.user, device: key.device, name: sessions[key]?.name, address: sessions[key]?.address)
+                answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: sender)))
             } catch {
                 answer = .error(ErrorMessage(re: requestID, code: error.code, message: error.message))
             }
-            respond(to: requestID, with: answer, in: session.id, of: key)
+            respond(to: requestID, with: answer, in: sessionID, of: key)
         }
     }
 
@@ -283,10 +287,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     // MARK: Requests
 
     /// Runs a request of a session here, or forwards it to the node that runs its call or room.
-    private func execute(_ message: ClientMessage, requestID: String, from session: Session) async throws(ErrorMessage) -> [String: JSONValue] {
-        let key = session.key
-        // Who asks, as the session said when the request came (it may expire or change meanwhile).
-        let sender = Party(user: key.user, device: key.device, name: session.name, address: session.address)
+    private func execute(_ message: ClientMessage, requestID: String, from sender: Party) async throws(ErrorMessage) -> [String: JSONValue] {
+        let key = sender.key
         if cluster != nil, let callID = message.aboutCall ?? message.invitedCall, calls[callID] == nil,
            let runner = await owner(of: callID, adopting: message.invitedCall == nil) {
             do {
@@ -750,11 +752,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         guard let cluster else { return }
         switch message {
         case .deliver(let key, let frame, let from):
-            guard let session = sessions[key], let decoded = try? codec.decodeServerFrame(frame) else { return }
-            if case .callIncoming(let incoming) = decoded.message, session.connectionID == nil {
+            guard let sessionID = sessions[key]?.id, let decoded = try? codec.decodeServerFrame(frame) else { return }
+            if case .callIncoming(let incoming) = decoded.message, !sessions.isConnected(key) {
                 await pushIncoming(incoming, to: key)
                 // A new session of the device's meanwhile hears of the call from its owner (`claimed`).
-                guard sessions[key]?.id == session.id else { return }
+                guard sessions[key]?.id == sessionID else { return }
             }
             if let callID = decoded.message.aboutCall, calls[callID] == nil {
                 if case .callEnded = decoded.message { callOwners[callID] = nil } else { callOwners[callID] = from }
