@@ -36,9 +36,14 @@ actor AudioBridgeRooms {
     private var generation = 0
     private var connecting: Task<AudioBridge, any Error>?
 
+    /// The key rooms' numbers and secrets are derived from: the deployment's (`JanusSettings.roomKey`),
+    /// or one of this process's own.
+    private let key: SymmetricKey
+
     init(settings: JanusSettings, logger: Logger) {
         self.settings = settings
         self.logger = logger
+        self.key = settings.roomKey.map { SymmetricKey(data: $0) } ?? SymmetricKey(size: .bits256)
     }
 
     /// Admits `device` to room `name`, creating the Janus room if needed; answers what the client joins with.
@@ -66,25 +71,21 @@ actor AudioBridgeRooms {
         return RoomMedia.Janus(url: settings.clientURL, room: room.number, token: member.token, participant: member.participant)
     }
 
-    /// The device left (or its session expired): its token no longer admits, its participant is kicked.
-    func release(room name: RoomID, device: DeviceKey, roomIsEmpty: Bool) async {
-        guard var room = rooms[name], let member = room.members.removeValue(forKey: device) else { return }
-        if roomIsEmpty, room.members.isEmpty {
-            let grace = settings.emptyRoomGrace
-            room.destroyTimer = Task { [weak self] in
-                try? await Task.sleep(for: grace)
-                guard !Task.isCancelled else { return }
-                await self?.destroyIfEmpty(name)
-            }
-        }
+    /// The device left (or its session expired): its token no longer admits, its participant is
+    /// kicked. With `token`, only if that is still the device's admission (a join taken back must
+    /// not revoke a newer one).
+    func release(room name: RoomID, device: DeviceKey, token: String? = nil, roomIsEmpty: Bool) async {
+        guard var room = rooms[name], token == nil || room.members[device]?.token == token,
+              let member = room.members.removeValue(forKey: device) else { return }
+        if roomIsEmpty, room.members.isEmpty { room.destroyTimer = destroyLater(name) }
         rooms[name] = room
         if let bridge, room.createdIn == generation { await revoke(member, in: room, on: bridge) }
     }
 
     /// Ends the Janus session (server shutdown). Rooms with members stay in Janus when their
-    /// numbers are derived (`roomKey`): their members go on talking, and the node that runs the room
-    /// next (this one restarted, or another) finds it. Empty rooms, and rooms no other process could
-    /// find again, are destroyed.
+    /// numbers are the deployment's (`roomKey`): their members go on talking, and the node that runs
+    /// the room next (this one restarted, or another) finds it. Empty rooms, and rooms no other
+    /// process could find again, are destroyed.
     func shutdown() async {
         for room in rooms.values { room.destroyTimer?.cancel() }
         if let bridge {
@@ -129,8 +130,26 @@ actor AudioBridgeRooms {
         }
     }
 
+    private func destroyLater(_ name: RoomID) -> Task<Void, Never> {
+        let grace = settings.emptyRoomGrace
+        return Task { [weak self] in
+            try? await Task.sleep(for: grace)
+            guard !Task.isCancelled else { return }
+            await self?.destroyIfEmpty(name)
+        }
+    }
+
+    /// Destroys a room no member has joined again within the grace period, unless Janus still has
+    /// participants in it: members from before this node ran the room (it was taken over from a node
+    /// that went away), whom this node does not know. Those are asked after again a grace period on.
     private func destroyIfEmpty(_ name: RoomID) async {
         guard let room = rooms[name], room.members.isEmpty else { return }
+        if let bridge, room.createdIn == generation,
+           let participants = try? await bridge.listParticipants(room: room.number), !participants.isEmpty {
+            if rooms[name]?.members.isEmpty == true { rooms[name]?.destroyTimer = destroyLater(name) }
+            return
+        }
+        guard rooms[name]?.members.isEmpty == true else { return }
         rooms[name] = nil
         guard let bridge, room.createdIn == generation else { return }
         do {
@@ -180,17 +199,15 @@ actor AudioBridgeRooms {
         bridge = nil
     }
 
-    /// A room not in use here yet: its number and secret derived from the room key, or random.
+    /// A room not in use here yet, under its derived number and secret.
     private func newRoom(_ name: RoomID) -> Room {
-        guard let key = settings.roomKey else { return Room(number: Self.randomID(), secret: Self.randomToken()) }
         let derived = Self.derive(name, key: key)
         return Room(number: derived.number, secret: derived.secret)
     }
 
     /// A room's Janus number (1 … 2^53 − 1, so JSON numbers carry it exactly) and secret: HMAC-SHA256
     /// of the room's name under the key. Clients cannot derive either without the key.
-    static func derive(_ name: RoomID, key: [UInt8]) -> (number: Int64, secret: String) {
-        let key = SymmetricKey(data: key)
+    static func derive(_ name: RoomID, key: SymmetricKey) -> (number: Int64, secret: String) {
         let number = HMAC<SHA256>.authenticationCode(for: Data("audiobridge room number \(name.rawValue)".utf8), using: key)
             .prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } & ((1 << 53) - 1)
         let secret = HMAC<SHA256>.authenticationCode(for: Data("audiobridge room secret \(name.rawValue)".utf8), using: key)

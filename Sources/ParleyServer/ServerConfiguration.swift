@@ -186,9 +186,9 @@ public struct JanusSettings: Sendable {
     /// How long a Janus request may take.
     public var requestTimeout: Duration = .seconds(5)
     /// The key each room's Janus number and secret are derived from, the same on every node and
-    /// after every restart: `SignalingServer` reads it from its store (`deploymentSecret`). Nil:
-    /// random numbers and secrets, known to this process only.
-    public var roomKey: [UInt8]?
+    /// after every restart: `SignalingServer` reads it from its store (`deploymentSecret`) and
+    /// gives it to its hub only. Nil: a key of the process's own.
+    var roomKey: [UInt8]?
 
     public init(url: String, clientURL: String? = nil) {
         self.url = url

@@ -667,10 +667,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func finishAudioBridgeJoin(_ join: RoomJoin, requestID: String, in sessionID: String, of key: DeviceKey,
                                        result: Result<RoomMedia.Janus, any Error>) {
         guard case .some(.some) = sessions.modify(key, ifSession: sessionID, { $0.inFlight.remove(requestID) }) else {
-            // The session expired (or was replaced by a new one) meanwhile: take the admission back.
-            if case .success = result, let audioBridge {
+            // The session expired (or was replaced by a new one) meanwhile: take this admission back,
+            // unless the device is in the room after all (it joined before), whose token it now is.
+            if case .success(let janus) = result, let audioBridge, !rooms.contains(key, in: join.room) {
                 let empty = rooms.members(of: join.room).isEmpty
-                Task { await audioBridge.release(room: join.room, device: key, roomIsEmpty: empty) }
+                Task { await audioBridge.release(room: join.room, device: key, token: janus.token, roomIsEmpty: empty) }
             }
             return
         }
@@ -940,7 +941,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         pushes?.finish()
     }
 
-    /// Destroys the AudioBridge rooms and ends the server's Janus session (after `shutdown()`).
+    /// Ends the server's Janus session (after `shutdown()`): empty AudioBridge rooms are destroyed,
+    /// rooms with members are left to the node that runs them next (`AudioBridgeRooms.shutdown`).
     public func closeRooms() async {
         await audioBridge?.shutdown()
     }

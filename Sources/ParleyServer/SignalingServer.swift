@@ -64,10 +64,11 @@ public final class SignalingServer: Sendable {
             if ownsStore { await store.close() }
             throw error
         }
-        var configuration = configuration
+        // The hub's own copy carries the deployment's room key; the server's never shows it.
+        var hubConfiguration = configuration
         if configuration.janus != nil {
             do {
-                configuration.janus?.roomKey = try await store.deploymentSecret("audiobridge-rooms")
+                hubConfiguration.janus?.roomKey = try await store.deploymentSecret("audiobridge-rooms")
             } catch {
                 if ownsStore { await store.close() }
                 throw error
@@ -79,7 +80,7 @@ public final class SignalingServer: Sendable {
         self.pushes = pushes
         self.pushSender = pushSender
         self.onRunning = onRunning
-        self.hub = SignalingHub(configuration: configuration, store: store, metrics: metrics, clock: ContinuousClock(),
+        self.hub = SignalingHub(configuration: hubConfiguration, store: store, metrics: metrics, clock: ContinuousClock(),
                                 logger: logger, pushes: pushContinuation, cluster: cluster)
         // Before the first connection: a restart, graceful or a crash, ends no call. With several
         // nodes, this one takes over the calls of nodes that are gone, and only those.

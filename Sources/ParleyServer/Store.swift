@@ -309,15 +309,19 @@ enum DeploymentSecret {
     }
 
     static func read(_ text: String?, name: String) throws -> [UInt8] {
-        guard let text, text.utf8.count == 64 else { throw Unreadable(name: name) }
-        var bytes: [UInt8] = []
-        var index = text.startIndex
-        while index < text.endIndex {
-            let next = text.index(index, offsetBy: 2)
-            guard let byte = UInt8(text[index..<next], radix: 16) else { throw Unreadable(name: name) }
-            bytes.append(byte)
-            index = next
+        func digit(_ char: UInt8) -> UInt8? {
+            switch char {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): char - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): char - UInt8(ascii: "a") + 10
+            default: nil
+            }
         }
-        return bytes
+        guard let text else { throw Unreadable(name: name) }
+        let chars = Array(text.utf8)
+        guard chars.count == 64 else { throw Unreadable(name: name) }
+        return try stride(from: 0, to: 64, by: 2).map { index in
+            guard let high = digit(chars[index]), let low = digit(chars[index + 1]) else { throw Unreadable(name: name) }
+            return high << 4 | low
+        }
     }
 }

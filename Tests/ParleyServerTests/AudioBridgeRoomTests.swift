@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import ParleyJanus
 import ParleyProtocol
@@ -120,7 +121,7 @@ struct AudioBridgeRoomTests {
     /// A room's Janus number and secret come from the room key alone: the same on every node and
     /// after a restart, different for another room or another deployment, in JSON's exact range.
     @Test func roomNumbersAndSecretsAreDerivedFromTheRoomKey() {
-        let key = [UInt8](repeating: 7, count: 32), otherKey = [UInt8](repeating: 8, count: 32)
+        let key = SymmetricKey(data: [UInt8](repeating: 7, count: 32)), otherKey = SymmetricKey(data: [UInt8](repeating: 8, count: 32))
         let standup = AudioBridgeRooms.derive("standup", key: key)
         #expect(AudioBridgeRooms.derive("standup", key: key) == standup)
         #expect(AudioBridgeRooms.derive("standup", key: otherKey).number != standup.number)

@@ -204,7 +204,10 @@ struct ClusterTests {
         try TestNetwork.janusLink()
         let janus = try await JanusServer.start()
         defer { janus.stop() }
-        try await withNodes(configure: { $0.janus = JanusSettings(url: janus.url) }) { nodes, _ in
+        try await withNodes(configure: {
+            $0.janus = JanusSettings(url: janus.url)
+            $0.janus?.emptyRoomGrace = .milliseconds(300)
+        }) { nodes, _ in
             let (a, b) = (nodes[0], nodes[1])
             let alice = try await a.device("alice", "a1")
             let aliceTicket = try #require(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Alice")) }.get()
@@ -223,6 +226,16 @@ struct ClusterTests {
             #expect(bobIn.participants.map(\.id) == [aliceTicket.participant], "alice is still in it, and bob hears her")
             #expect(!aliceHears.contains(.destroyed(room: aliceTicket.room)))
             #expect(!aliceHears.contains(.kicked(room: aliceTicket.room, id: aliceTicket.participant)))
+
+            // Bob leaves: the node's own list is empty, but alice is still in the room on Janus, so
+            // it stays; once she leaves Janus too, it is destroyed.
+            try await bobJanus.leave()
+            #expect(try await bob.request { .roomLeave(RoomLeave(id: $0, room: "standup")) }.isSuccess)
+            try await Task.sleep(for: .seconds(1))
+            #expect(try await bobJanus.exists(room: aliceTicket.room), "alice is still talking in it")
+            #expect(!aliceHears.contains(.destroyed(room: aliceTicket.room)))
+            try await aliceJanus.leave()
+            try await eventually("the room destroyed once nobody is in it") { try await bobJanus.exists(room: aliceTicket.room) == false }
             try? await aliceJanus.client.destroy()
             try? await bobJanus.client.destroy()
         }

@@ -1,3 +1,4 @@
+import Foundation
 import ParleyProtocol
 @testable import ParleyServer
 import Testing
@@ -97,6 +98,19 @@ struct SessionTableTests {
         #expect(session.answer(for: "r1") == nil && session.answer(for: "r2") == nil)
         #expect(session.answer(for: "r5") == .ack(Ack(re: "r5")))
         #expect([3, 4, 5].allSatisfy { session.answer(for: "r\($0)") != nil })
+    }
+}
+
+/// A deployment secret is read back exactly, and anything else in its place is refused, not trusted.
+@Suite("Deployment secrets")
+struct DeploymentSecretTests {
+    @Test func madeSecretsReadBackAndOthersAreRefused() throws {
+        let made = DeploymentSecret.make()
+        let bytes = try DeploymentSecret.read(made, name: "rooms")
+        #expect(bytes.count == 32 && bytes.map { String(format: "%02x", $0) }.joined() == made)
+        for bad in [nil, "", String(made.dropLast()), "+f" + made.dropFirst(2), "é" + made.dropFirst(2), made.uppercased() + "0"] {
+            #expect(throws: DeploymentSecret.Unreadable.self) { try DeploymentSecret.read(bad, name: "rooms") }
+        }
     }
 }
 
