@@ -68,10 +68,9 @@ struct CallTable {
     mutating func ring(_ key: DeviceKey) -> [CallStateMachine] {
         var rung: [CallStateMachine] = []
         for id in live(of: key.user) {
-            guard var call = calls[id], call.phase == .ringing, call.callee == key.user else { continue }
-            call.rang(key.device)
-            calls[id] = call
-            rung.append(call)
+            guard calls[id]?.phase == .ringing, calls[id]?.callee == key.user else { continue }
+            calls[id]!.rang(key.device)
+            rung.append(calls[id]!)
         }
         return rung
     }

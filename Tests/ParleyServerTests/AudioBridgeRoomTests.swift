@@ -118,6 +118,38 @@ struct AudioBridgeRoomTests {
         #expect(again.events() == [.ack(Ack(re: "join"))])
     }
 
+    /// A server on SQLite restarts under a room: the member on Janus keeps talking, and the next
+    /// join, on the restarted server, is into that same room (the room key is in the database).
+    @Test func aRoomOutlivesItsServersRestart() async throws {
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        let database = try await TestDatabase(.sqlite)
+        defer { database.close() }
+        let configure: (inout ServerConfiguration) -> Void = { $0.janus = JanusSettings(url: janus.url) }
+        let first = try await LiveServer.start(databasePath: database.setting, configure: configure)
+        let alice = try await first.device("alice", "a1")
+        let aliceTicket = try #require(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Alice")) }.get()
+            .decodeResult(RoomJoinResult.self).media.janus)
+        let aliceJanus = try await AudioBridge.attach(try await Self.client(janus))
+        let aliceHears = EventLog(aliceJanus.events)
+        _ = try await aliceJanus.join(room: aliceTicket.room, display: "Alice", token: aliceTicket.token, id: aliceTicket.participant)
+        try await first.stop()
+
+        let second = try await LiveServer.start(databasePath: database.setting, configure: configure)
+        let bob = try await second.device("bob", "b1")
+        let bobTicket = try #require(try await bob.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Bob")) }.get()
+            .decodeResult(RoomJoinResult.self).media.janus)
+        #expect(bobTicket.room == aliceTicket.room)
+        let bobJanus = try await AudioBridge.attach(try await Self.client(janus))
+        let bobIn = try await bobJanus.join(room: bobTicket.room, display: "Bob", token: bobTicket.token, id: bobTicket.participant)
+        #expect(bobIn.participants.map(\.id) == [aliceTicket.participant])
+        #expect(!aliceHears.contains(.destroyed(room: aliceTicket.room)))
+        try? await aliceJanus.client.destroy()
+        try? await bobJanus.client.destroy()
+        try await second.stop()
+    }
+
     /// A room's Janus number and secret come from the room key alone: the same on every node and
     /// after a restart, different for another room or another deployment, in JSON's exact range.
     @Test func roomNumbersAndSecretsAreDerivedFromTheRoomKey() {
