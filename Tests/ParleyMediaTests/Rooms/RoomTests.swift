@@ -144,4 +144,50 @@ struct RoomRestartTests {
         await bob.stop()
         try await server.stop()
     }
+
+    /// The Parley server restarts under a room (same database, same port): the members' media on
+    /// Janus never stops, and their rooms join again on the new server by themselves, so a newcomer
+    /// is told who is there.
+    @Test func aServerRestartStopsNoRoomAndItsMembersAreListedAgain() async throws {
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-serverrestart-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = directory.appendingPathComponent("parley.sqlite").path
+        let first = try await LiveServer.start(databasePath: database) { $0.janus = JanusSettings(url: janus.url) }
+        let port = first.port
+        let pattern = directory.appendingPathComponent("bursts.wav")
+        try RoomLab.writeBursts(to: pattern)
+        let alice = try await RoomLab.phone(first, "alice", input: .file(pattern, loop: true), record: nil)
+        let bob = try await RoomLab.phone(first, "bob", input: .silence, record: nil)
+        let (aliceRoom, aliceHears) = try await RoomLab.join(alice)
+        let (bobRoom, bobHears) = try await RoomLab.join(bob)
+        try await bobHears.wait("bob hears alice talk") { if case .talking(let member, true) = $0 { member.display == "alice" } else { false } }
+
+        try await first.stop()
+        let restartedAt = ContinuousClock.now
+        let second = try await LiveServer.start(databasePath: database) {
+            $0.janus = JanusSettings(url: janus.url)
+            $0.port = port
+        }
+        let carol = try await RoomLab.phone(second, "carol", input: .silence, record: nil)
+        let carolSignaling = try #require(await carol.signalingClient)
+        try await eventually(timeout: .seconds(20), "alice and bob listed in the room again") {
+            try await Task.sleep(for: .milliseconds(250))   // a person's pace: the server limits frames
+            let ack = try await carolSignaling.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "carol")) }
+            return Set(try ack.decodeResult(RoomJoinResult.self).participants.map(\.user)) == ["alice", "bob"]
+        }
+        try await eventually(timeout: .seconds(15), "bob hears alice talk and stop after the restart") {
+            bobHears.talking(of: "alice", since: restartedAt).count >= 2
+        }
+        #expect(aliceHears.count(since: restartedAt) { if case .reconnecting = $0 { true } else { false } } == 0,
+                "alice's media was never torn down")
+        #expect(bobHears.count(since: restartedAt) { if case .reconnecting = $0 { true } else { false } } == 0)
+        await aliceRoom.leave()
+        await bobRoom.leave()
+        for phone in [alice, bob, carol] { await phone.stop() }
+        try await second.stop()
+    }
 }
