@@ -114,9 +114,6 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
     private var reconnectNow = false
     /// Counts connections, to know which one a request went out on.
     private var generation = 0
-    /// Listeners to `sessionStarts()`.
-    private var sessionListeners: [Int: AsyncStream<Welcome>.Continuation] = [:]
-    private var nextListener = 0
 
     /// - Parameters:
     ///   - tokens: answers a valid access token; asked before every connection attempt.
@@ -135,24 +132,6 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
 
     /// The current session, while connected.
     public var session: Welcome? { connection == nil ? nil : welcome }
-
-    /// Every session that starts from now on (each connect and reconnect's `welcome`), for any
-    /// number of listeners beside `events`' one reader: a voice room joins again on the server when
-    /// a session starts with `resumed: false`. Finishes when the client stops.
-    public func sessionStarts() -> AsyncStream<Welcome> {
-        let (stream, sink) = AsyncStream<Welcome>.makeStream()
-        guard !stopped else {
-            sink.finish()
-            return stream
-        }
-        let id = nextListener
-        nextListener += 1
-        sessionListeners[id] = sink
-        sink.onTermination = { [weak self] _ in Task { await self?.stopListening(id) } }
-        return stream
-    }
-
-    private func stopListening(_ id: Int) { sessionListeners[id] = nil }
 
     /// Connects, and keeps connecting until `stop()`.
     public func start() {
@@ -236,8 +215,6 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         }
         eventSink.yield(.stopped(reason: reason))
         eventSink.finish()
-        for listener in sessionListeners.values { listener.finish() }
-        sessionListeners.removeAll()
     }
 
     // MARK: The connection loop
@@ -342,7 +319,6 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         }
         self.welcome = welcome
         eventSink.yield(.connected(welcome))
-        for listener in sessionListeners.values { listener.yield(welcome) }
         for id in order {
             guard let request = pending[id] else { continue }
             if request.resend || request.sentOn == nil {

@@ -52,10 +52,6 @@ public actor RoomSession {
     private var participantID: Int64?
     private var members: [Int64: RoomMember] = [:]
     private var tasks: [Task<Void, Never>] = []
-    /// Watches the signaling client's sessions while the room is joined (`watchSessions`).
-    private var sessionWatch: Task<Void, Never>?
-    /// The Janus room the bridge is in.
-    private var janusRoom: Int64?
     private var muted = false
     private var leaving = false
     private var attempt = 0
@@ -108,8 +104,6 @@ public actor RoomSession {
             }
         })
         let result = try await bridge.join(room: ticket.room, display: display, token: ticket.token, muted: muted, id: ticket.participant)
-        janusRoom = ticket.room
-        watchSessions()
         participantID = result.id
         members = [result.id: RoomMember(id: result.id, display: display, isSelf: true)]
         for participant in result.participants {
@@ -187,7 +181,6 @@ public actor RoomSession {
     public func leave() async {
         leaving = true
         rejoining?.cancel()
-        sessionWatch?.cancel()
         if let bridge {
             self.bridge = nil
             try? await bridge.leave()
@@ -198,33 +191,6 @@ public actor RoomSession {
         let room = self.room
         _ = try? await signaling.request { .roomLeave(RoomLeave(id: $0, room: room)) }
         end("left")
-    }
-
-    /// After the signaling session is lost (a server restart, or its node gone), the room joins
-    /// again on the server, so that it lists this device again; the media stays as it is when the
-    /// server answers with the same Janus room, which it does when it keeps its rooms, and is made
-    /// again when it does not.
-    private func watchSessions() {
-        guard sessionWatch == nil else { return }
-        let signaling = self.signaling
-        sessionWatch = Task { [weak self] in
-            for await welcome in await signaling.sessionStarts() where !welcome.resumed {
-                await self?.joinAgainOnServer()
-            }
-        }
-    }
-
-    private func joinAgainOnServer() async {
-        guard !leaving, rejoining == nil, bridge != nil else { return }
-        let room = self.room, display = self.display
-        do {
-            let ack = try await signaling.request { .roomJoin(RoomJoin(id: $0, room: room, display: display)) }
-            let joined = try ack.decodeResult(RoomJoinResult.self)
-            guard joined.media.janus?.room != janusRoom else { return }
-            await lost("the server moved room \(room) to another Janus room")
-        } catch {
-            logger.info("joining the room again on the server failed", metadata: ["error": "\(error)"])
-        }
     }
 
     private func lost(_ reason: String) async {
@@ -265,8 +231,6 @@ public actor RoomSession {
     }
 
     private func end(_ reason: String) {
-        sessionWatch?.cancel()
-        sessionWatch = nil
         sink.yield(.ended(reason: reason))
         sink.finish()
         let tasks = self.tasks
