@@ -853,7 +853,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         await adopt()
     }
 
-    /// Lets a session go that another node holds now: its calls go on there.
+    /// Lets a session go that another node holds now. The device keeps its place in calls and rooms
+    /// run here, as a device does that starts a new session: what is for it goes to that node
+    /// (`remoteHolders`), and it leaves them when that node says its session ended (`released`).
     private func forget(_ key: DeviceKey) {
         guard let session = sessions.remove(key) else { return }
         if let connectionID = session.connectionID {
@@ -861,7 +863,6 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             close(connectionID, code: .goingAway, reason: "this device connected to another server")
         }
         metrics.sessions.decrement()
-        for room in rooms.rooms(of: key) { leaveRoom(room, key: key) }
     }
 
     // MARK: Frames out

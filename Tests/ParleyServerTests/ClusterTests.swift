@@ -196,6 +196,38 @@ struct ClusterTests {
         }
     }
 
+    /// A member of a voice room connects to another node (its own node went away, or the load
+    /// balancer moved it): it keeps its place in the room, as a new session on the same node does,
+    /// and its Janus participant is not kicked.
+    @Test func aRoomMemberThatMovesToAnotherNodeKeepsItsPlace() async throws {
+        guard JanusAvailability.enabled else { return }
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        try await withNodes(configure: { $0.janus = JanusSettings(url: janus.url) }) { nodes, _ in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let ticket = try #require(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Alice")) }.get()
+                .decodeResult(RoomJoinResult.self).media.janus)
+            let aliceJanus = try await AudioBridge.attach(try await AudioBridgeRoomTests.client(janus))
+            let aliceHears = EventLog(aliceJanus.events)
+            _ = try await aliceJanus.join(room: ticket.room, display: "Alice", token: ticket.token, id: ticket.participant)
+
+            let aliceMoved = try await b.device("alice", "a1")
+            #expect(await alice.closeCode() == 1001, "the old node let her session go")
+            let bob = try await b.device("bob", "b1")
+            let joined = try await bob.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Bob")) }.get()
+                .decodeResult(RoomJoinResult.self)
+            #expect(joined.participants.map(\.device) == ["a1"], "alice is still in the room")
+            let told = try await aliceMoved.expect { if case .roomParticipantJoined(let m) = $0.message { m } else { nil } }
+            #expect(told.device == "b1", "and is told of newcomers where she is now")
+            #expect(!aliceHears.contains(.kicked(room: ticket.room, id: ticket.participant)))
+            #expect(try await aliceMoved.request { .roomLeave(RoomLeave(id: $0, room: "standup")) }.isSuccess)
+            try await eventually("her participant kicked once she leaves") { aliceHears.contains(.kicked(room: ticket.room, id: ticket.participant)) }
+            try? await aliceJanus.client.destroy()
+        }
+    }
+
     /// The node running an AudioBridge room stops (a deploy; a crash leaves Janus the same): the
     /// members keep talking in the Janus room, and whoever joins through another node joins that
     /// same room, with them in it — not a new room of the same name.
