@@ -131,9 +131,7 @@ struct AudioBridgeRoomTests {
         let alice = try await first.device("alice", "a1")
         let aliceTicket = try #require(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Alice")) }.get()
             .decodeResult(RoomJoinResult.self).media.janus)
-        let aliceJanus = try await AudioBridge.attach(try await Self.client(janus))
-        let aliceHears = EventLog(aliceJanus.events)
-        _ = try await aliceJanus.join(room: aliceTicket.room, display: "Alice", token: aliceTicket.token, id: aliceTicket.participant)
+        let aliceJanus = try await Self.enter(janus, with: aliceTicket, as: "Alice")
         try await first.stop()
 
         let second = try await LiveServer.start(databasePath: database.setting, configure: configure)
@@ -141,12 +139,11 @@ struct AudioBridgeRoomTests {
         let bobTicket = try #require(try await bob.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Bob")) }.get()
             .decodeResult(RoomJoinResult.self).media.janus)
         #expect(bobTicket.room == aliceTicket.room)
-        let bobJanus = try await AudioBridge.attach(try await Self.client(janus))
-        let bobIn = try await bobJanus.join(room: bobTicket.room, display: "Bob", token: bobTicket.token, id: bobTicket.participant)
-        #expect(bobIn.participants.map(\.id) == [aliceTicket.participant])
-        #expect(!aliceHears.contains(.destroyed(room: aliceTicket.room)))
-        try? await aliceJanus.client.destroy()
-        try? await bobJanus.client.destroy()
+        let bobJanus = try await Self.enter(janus, with: bobTicket, as: "Bob")
+        #expect(bobJanus.others.map(\.id) == [aliceTicket.participant])
+        #expect(!aliceJanus.hears.contains(.destroyed(room: aliceTicket.room)))
+        try? await aliceJanus.bridge.client.destroy()
+        try? await bobJanus.bridge.client.destroy()
         try await second.stop()
     }
 
@@ -161,6 +158,21 @@ struct AudioBridgeRoomTests {
         #expect(AudioBridgeRooms.derive("lobby", key: key).number != standup.number)
         #expect((1..<(1 << 53)).contains(standup.number))
         #expect(standup.secret.count == 64)
+    }
+
+    /// A client in the Janus room a `room.join` ticket names, joined as the SDK joins it (the
+    /// ticket's token and participant id), with what it hears logged from before it joins.
+    struct JanusMember {
+        let bridge: AudioBridge
+        let hears: EventLog
+        let others: [AudioBridgeParticipant]
+    }
+
+    static func enter(_ janus: JanusServer, with ticket: RoomMedia.Janus, as display: String) async throws -> JanusMember {
+        let bridge = try await AudioBridge.attach(try await client(janus))
+        let hears = EventLog(bridge.events)
+        let joined = try await bridge.join(room: ticket.room, display: display, token: ticket.token, id: ticket.participant)
+        return JanusMember(bridge: bridge, hears: hears, others: joined.participants)
     }
 
     static func client(_ janus: JanusServer) async throws -> JanusClient {

@@ -28,6 +28,18 @@ struct ClusterTests {
         for node in nodes { try? await node.stop() }
     }
 
+    /// Two nodes whose rooms are AudioBridge rooms on one real Janus (started, and stopped after `body`).
+    func withJanusNodes(emptyRoomGrace: Duration? = nil, _ body: ([LiveServer], JanusServer) async throws -> Void) async throws {
+        guard JanusAvailability.enabled else { return }
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        try await withNodes(configure: {
+            $0.janus = JanusSettings(url: janus.url)
+            if let emptyRoomGrace { $0.janus?.emptyRoomGrace = emptyRoomGrace }
+        }) { nodes, _ in try await body(nodes, janus) }
+    }
+
     static func incoming(_ frame: ServerFrame) -> CallIncoming? {
         if case .callIncoming(let message) = frame.message { message } else { nil }
     }
@@ -174,11 +186,7 @@ struct ClusterTests {
     }
 
     @Test func anAudioBridgeRoomIsOneJanusRoomWhateverNodeItsMembersAreOn() async throws {
-        guard JanusAvailability.enabled else { return }
-        try TestNetwork.janusLink()
-        let janus = try await JanusServer.start()
-        defer { janus.stop() }
-        try await withNodes(configure: { $0.janus = JanusSettings(url: janus.url) }) { nodes, _ in
+        try await withJanusNodes { nodes, janus in
             let (a, b) = (nodes[0], nodes[1])
             let alice = try await a.device("alice", "a1")
             let bob = try await b.device("bob", "b1")
@@ -200,18 +208,13 @@ struct ClusterTests {
     /// balancer moved it): it keeps its place in the room, as a new session on the same node does,
     /// and its Janus participant is not kicked.
     @Test func aRoomMemberThatMovesToAnotherNodeKeepsItsPlace() async throws {
-        guard JanusAvailability.enabled else { return }
-        try TestNetwork.janusLink()
-        let janus = try await JanusServer.start()
-        defer { janus.stop() }
-        try await withNodes(configure: { $0.janus = JanusSettings(url: janus.url) }) { nodes, _ in
+        try await withJanusNodes { nodes, janus in
             let (a, b) = (nodes[0], nodes[1])
             let alice = try await a.device("alice", "a1")
             let ticket = try #require(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Alice")) }.get()
                 .decodeResult(RoomJoinResult.self).media.janus)
-            let aliceJanus = try await AudioBridge.attach(try await AudioBridgeRoomTests.client(janus))
-            let aliceHears = EventLog(aliceJanus.events)
-            _ = try await aliceJanus.join(room: ticket.room, display: "Alice", token: ticket.token, id: ticket.participant)
+            let aliceJanus = try await AudioBridgeRoomTests.enter(janus, with: ticket, as: "Alice")
+            let aliceHears = aliceJanus.hears
 
             let aliceMoved = try await b.device("alice", "a1")
             #expect(await alice.closeCode() == 1001, "the old node let her session go")
@@ -224,7 +227,7 @@ struct ClusterTests {
             #expect(!aliceHears.contains(.kicked(room: ticket.room, id: ticket.participant)))
             #expect(try await aliceMoved.request { .roomLeave(RoomLeave(id: $0, room: "standup")) }.isSuccess)
             try await eventually("her participant kicked once she leaves") { aliceHears.contains(.kicked(room: ticket.room, id: ticket.participant)) }
-            try? await aliceJanus.client.destroy()
+            try? await aliceJanus.bridge.client.destroy()
         }
     }
 
@@ -232,30 +235,22 @@ struct ClusterTests {
     /// members keep talking in the Janus room, and whoever joins through another node joins that
     /// same room, with them in it — not a new room of the same name.
     @Test func anAudioBridgeRoomOutlivesTheNodeThatRanIt() async throws {
-        guard JanusAvailability.enabled else { return }
-        try TestNetwork.janusLink()
-        let janus = try await JanusServer.start()
-        defer { janus.stop() }
-        try await withNodes(configure: {
-            $0.janus = JanusSettings(url: janus.url)
-            $0.janus?.emptyRoomGrace = .milliseconds(300)
-        }) { nodes, _ in
+        try await withJanusNodes(emptyRoomGrace: .milliseconds(300)) { nodes, janus in
             let (a, b) = (nodes[0], nodes[1])
             let alice = try await a.device("alice", "a1")
             let aliceTicket = try #require(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Alice")) }.get()
                 .decodeResult(RoomJoinResult.self).media.janus)
-            let aliceJanus = try await AudioBridge.attach(try await AudioBridgeRoomTests.client(janus))
-            let aliceHears = EventLog(aliceJanus.events)
-            _ = try await aliceJanus.join(room: aliceTicket.room, display: "Alice", token: aliceTicket.token, id: aliceTicket.participant)
+            let alicesClient = try await AudioBridgeRoomTests.enter(janus, with: aliceTicket, as: "Alice")
+            let (aliceJanus, aliceHears) = (alicesClient.bridge, alicesClient.hears)
 
             try await a.stop()
             let bob = try await b.device("bob", "b1")
             let bobTicket = try #require(try await bob.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Bob")) }.get()
                 .decodeResult(RoomJoinResult.self).media.janus)
             #expect(bobTicket.room == aliceTicket.room, "the room's Janus room, found by the node that runs the room now")
-            let bobJanus = try await AudioBridge.attach(try await AudioBridgeRoomTests.client(janus))
-            let bobIn = try await bobJanus.join(room: bobTicket.room, display: "Bob", token: bobTicket.token, id: bobTicket.participant)
-            #expect(bobIn.participants.map(\.id) == [aliceTicket.participant], "alice is still in it, and bob hears her")
+            let bobsClient = try await AudioBridgeRoomTests.enter(janus, with: bobTicket, as: "Bob")
+            let bobJanus = bobsClient.bridge
+            #expect(bobsClient.others.map(\.id) == [aliceTicket.participant], "alice is still in it, and bob hears her")
             #expect(!aliceHears.contains(.destroyed(room: aliceTicket.room)))
             #expect(!aliceHears.contains(.kicked(room: aliceTicket.room, id: aliceTicket.participant)))
 
