@@ -25,13 +25,27 @@ let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
-// Apple's frameworks exist only on Apple platforms. On Linux, modules of the same names hold the
-// declarations ParleyApple uses, transcribed from the headers, so the adapters compile and are tested
-// here.
-// Nothing Apple-only is resolved on Linux; on Apple platforms the WebRTC binary package is.
+// A program that runs the GStreamer engine exports its SSL_new, which wraps OpenSSL's for
+// GStreamer's DTLS handshakes (Sources/CParleyGst/parley_dtls_timer.c): the dtls plugin, loaded
+// later, binds to it only if the executable exports it. Set on executables and tests only, so the
+// library products stay free of unsafe flags and usable as versioned dependencies; a program of
+// yours that embeds ParleyGStreamer passes the same flag.
+let exportsSSLNew: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=SSL_new"], .when(platforms: [.linux]))]
+
+// The manifest is evaluated on the machine that builds: `#if os(Linux)` below asks where the build
+// runs, not what it builds for (Xcode on a Mac evaluates it as macOS for an iPhone build too). What is
+// declared here is declared on every host; what only a Linux host can build is in the block after it.
+//
+// On a Mac: `swift build` builds the server, the protocol, the SDK core, the Janus client and the
+// `parley` command's server side (serve, token, push); ParleyApple builds for iOS (for macOS it is an
+// empty module: CallKit's provider, AVAudioSession and VoIP pushes are iOS-only); the tests declared
+// everywhere are the protocol's and the SDK core's. On Linux: everything, with Apple's frameworks
+// replaced by the stand-ins in Sources/AppleStandIns (docs/apple-stand-ins.md).
 #if os(Linux)
+// Modules of the names of Apple's frameworks, holding the declarations ParleyApple uses, transcribed
+// from the headers, so the adapters compile and are tested here. Nothing Apple-only is resolved on Linux.
 let standInSettings = swiftSettings
-let appleTargets: [Target] = [
+let appleStandIns: [Target] = [
     .target(name: "StandInSupport", path: "Sources/AppleStandIns/StandInSupport", swiftSettings: standInSettings),
     .target(name: "AVFAudio", path: "Sources/AppleStandIns/AVFAudio", swiftSettings: standInSettings),
     .target(name: "CallKit", dependencies: ["AVFAudio", "StandInSupport"], path: "Sources/AppleStandIns/CallKit", swiftSettings: standInSettings),
@@ -42,20 +56,20 @@ let appleTargets: [Target] = [
     .target(name: "AVFoundation", dependencies: ["AVFAudio", "CoreMedia"], path: "Sources/AppleStandIns/AVFoundation", swiftSettings: standInSettings),
     .target(name: "WebRTC", dependencies: ["AVFoundation", "StandInSupport"], path: "Sources/AppleStandIns/WebRTC", swiftSettings: standInSettings),
 ]
-// A program that runs the GStreamer engine exports its SSL_new, which wraps OpenSSL's for
-// GStreamer's DTLS handshakes (Sources/CParleyGst/parley_dtls_timer.c): the dtls plugin, loaded
-// later, binds to it only if the executable exports it. Set on executables and tests only, so the
-// library products stay free of unsafe flags and usable as versioned dependencies; a program of
-// yours that embeds ParleyGStreamer passes the same flag.
-let exportsSSLNew: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=SSL_new"], .when(platforms: [.linux]))]
-
 let appleFrameworks: [Target.Dependency] = ["AVFAudio", "AVFoundation", "CoreMedia", "CallKit", "PushKit", "NetworkStandIn", "WebRTC"]
 let applePackages: [Package.Dependency] = []
+// `parley`'s softphone commands (call, listen, lan, room, demo, doctor) and benchmarks run on Linux:
+// the GStreamer engine, Avahi and /proc.
+let cliOnLinux: (dependencies: [Target.Dependency], sources: [String]) = (["ParleyGStreamer", "ParleySoftphone", "ParleyAvahi"], [])
 #else
-let appleTargets: [Target] = []
+let appleStandIns: [Target] = []
 let appleFrameworks: [Target.Dependency] = [.product(name: "WebRTC", package: "WebRTC", condition: .when(platforms: [.iOS]))]
-// Google's WebRTC as a binary package, pinned.
+// Google's WebRTC as a binary package, pinned (iOS only).
 let applePackages: [Package.Dependency] = [.package(url: "https://github.com/stasel/WebRTC.git", exact: "120.0.0")]
+let cliOnLinux: (dependencies: [Target.Dependency], sources: [String]) = ([], [
+    "Bench.swift", "BenchCalls.swift", "BenchNodes.swift", "BenchPage.swift", "BenchRelay.swift", "BenchRooms.swift", "Soak.swift",
+    "Call.swift", "Demo.swift", "Doctor.swift", "EmbeddedServer.swift", "LAN.swift", "Listen.swift", "Room.swift", "SoftphoneConsole.swift",
+])
 #endif
 
 let package = Package(
@@ -69,16 +83,11 @@ let package = Package(
         .library(name: "ParleyAPNsTesting", targets: ["ParleyAPNsTesting"]),
         .library(name: "ParleyKit", targets: ["ParleyKit"]),
         .library(name: "ParleyNIOTransport", targets: ["ParleyNIOTransport"]),
-        .library(name: "ParleyGStreamer", targets: ["ParleyGStreamer"]),
-        .library(name: "ParleySoftphone", targets: ["ParleySoftphone"]),
-        .library(name: "ParleyAvahi", targets: ["ParleyAvahi"]),
         .library(name: "ParleyJanus", targets: ["ParleyJanus"]),
         .library(name: "ParleyRooms", targets: ["ParleyRooms"]),
         .library(name: "ParleyTesting", targets: ["ParleyTesting"]),
         .library(name: "ParleyApple", targets: ["ParleyApple"]),
         .executable(name: "parley", targets: ["ParleyCLI"]),
-        .executable(name: "parley-wire", targets: ["ParleyWireCLI"]),
-        .executable(name: "parley-fuzz", targets: ["ParleyFuzz"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -103,7 +112,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
     ] + applePackages,
-    targets: appleTargets + [
+    targets: [
         .target(
             name: "ParleyApple",
             dependencies: [
@@ -112,12 +121,6 @@ let package = Package(
                 "ParleyProtocol",
                 .product(name: "Logging", package: "swift-log"),
             ] + appleFrameworks,
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "ParleyAppleTests",
-            dependencies: ["ParleyApple", "ParleyKit", "ParleyProtocol", "ParleyTesting", "ParleyNIOTransport", "ParleyServerTesting",
-                           "ParleyLocalServices", .product(name: "Logging", package: "swift-log")] + appleFrameworks,
             swiftSettings: swiftSettings
         ),
         .target(
@@ -217,49 +220,6 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .systemLibrary(
-            name: "CGStreamer",
-            pkgConfig: "gstreamer-webrtc-1.0 gstreamer-sdp-1.0 gstreamer-rtp-1.0 gstreamer-1.0 nice",
-            providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev", "libnice-dev"])]
-        ),
-        .systemLibrary(
-            name: "CAvahi",
-            pkgConfig: "avahi-client",
-            providers: [.apt(["libavahi-client-dev"])]
-        ),
-        .target(
-            name: "ParleyAvahi",
-            dependencies: ["CAvahi", "ParleyKit", "ParleyProtocol"],
-            swiftSettings: swiftSettings
-        ),
-        .target(
-            name: "CParleyGst",
-            dependencies: ["CGStreamer"],
-            linkerSettings: [.linkedLibrary("dl")]
-        ),
-        .target(
-            name: "ParleyGStreamer",
-            dependencies: [
-                "CParleyGst",
-                "ParleyKit",
-                "ParleyProtocol",
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            swiftSettings: swiftSettings
-        ),
-        .target(
-            name: "ParleySoftphone",
-            dependencies: [
-                "ParleyGStreamer",
-                "ParleyJanus",
-                "ParleyRooms",
-                "ParleyKit",
-                "ParleyNIOTransport",
-                "ParleyProtocol",
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            swiftSettings: swiftSettings
-        ),
         .target(
             name: "ParleyRooms",
             dependencies: [
@@ -296,9 +256,6 @@ let package = Package(
                 "ParleyLocalServices",
                 "ParleyKit",
                 "ParleyNIOTransport",
-                "ParleyGStreamer",
-                "ParleySoftphone",
-                "ParleyAvahi",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -308,44 +265,10 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-            ],
+            ] + cliOnLinux.dependencies,
+            exclude: cliOnLinux.sources,
             swiftSettings: swiftSettings,
             linkerSettings: exportsSSLNew
-        ),
-        .target(name: "CParleyNet"),
-        .target(
-            name: "ParleyWire",
-            dependencies: ["CParleyNet"],
-            swiftSettings: swiftSettings
-        ),
-        .executableTarget(
-            name: "ParleyWireCLI",
-            dependencies: [
-                "ParleyWire",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            swiftSettings: swiftSettings
-        ),
-        // The fuzzers' targets, and the command libFuzzer drives (scripts/fuzz.sh) or that replays files.
-        .target(
-            name: "ParleyFuzzTargets",
-            dependencies: ["ParleyProtocol", "ParleyServer", "ParleyGStreamer", "ParleyJanus", "ParleyTesting", .product(name: "Logging", package: "swift-log")],
-            swiftSettings: swiftSettings
-        ),
-        .executableTarget(
-            name: "ParleyFuzz",
-            dependencies: ["ParleyFuzzTargets"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "ParleyFuzzTests",
-            dependencies: ["ParleyFuzzTargets", "ParleyProtocol", "ParleyWire"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "ParleyWireTests",
-            dependencies: ["ParleyWire"],
-            swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "ParleyProtocolTests",
@@ -364,50 +287,149 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .testTarget(
-            name: "ParleyMediaTests",
-            dependencies: [
-                "ParleyAPNsTesting",
-                "ParleyApple",
-                "ParleyNIOTransport",
-                "ParleyGStreamer",
-                "ParleySoftphone",
-                "ParleyKit",
-                "ParleyServer",
-                "ParleyServerTesting",
-                "ParleyProtocol",
-                "ParleyWire",
-                .product(name: "Logging", package: "swift-log"),
-            ] + appleFrameworks,
-            swiftSettings: swiftSettings,
-            linkerSettings: exportsSSLNew
-        ),
-        .testTarget(
-            name: "ParleyJanusTests",
-            dependencies: ["ParleyJanus", "ParleyProtocol", "ParleyServerTesting"],
-            exclude: ["Fixtures"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "ParleyServerTests",
-            dependencies: [
-                "ParleyServer",
-                "ParleyAPNs",
-                "ParleyAPNsTesting",
-                .product(name: "Crypto", package: "swift-crypto"),
-                "ParleyJanus",
-                "ParleyServerTesting",
-                "ParleyTesting",
-                "ParleyProtocol",
-                .product(name: "WSClient", package: "swift-websocket"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOWebSocket", package: "swift-nio"),
-                .product(name: "NIOEmbedded", package: "swift-nio"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "GRDB", package: "GRDB.swift"),
-            ],
-            swiftSettings: swiftSettings
-        ),
     ]
 )
+
+#if os(Linux)
+// What only Linux builds: the GStreamer engine and the softphone, Avahi, the impaired wire (TUN), the
+// fuzzers, and the tests that start Linux services (Janus, PostgreSQL, coturn, Chromium) or use the
+// stand-ins. Tests run from a fresh Linux clone: scripts/test.sh.
+package.products += [
+    .library(name: "ParleyGStreamer", targets: ["ParleyGStreamer"]),
+    .library(name: "ParleySoftphone", targets: ["ParleySoftphone"]),
+    .library(name: "ParleyAvahi", targets: ["ParleyAvahi"]),
+    .executable(name: "parley-wire", targets: ["ParleyWireCLI"]),
+    .executable(name: "parley-fuzz", targets: ["ParleyFuzz"]),
+]
+package.targets += appleStandIns + [
+    .testTarget(
+        name: "ParleyAppleTests",
+        dependencies: ["ParleyApple", "ParleyKit", "ParleyProtocol", "ParleyTesting", "ParleyNIOTransport", "ParleyServerTesting",
+                       "ParleyLocalServices", .product(name: "Logging", package: "swift-log")] + appleFrameworks,
+        swiftSettings: swiftSettings
+    ),
+    .systemLibrary(
+        name: "CGStreamer",
+        pkgConfig: "gstreamer-webrtc-1.0 gstreamer-sdp-1.0 gstreamer-rtp-1.0 gstreamer-1.0 nice",
+        providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev", "libgstreamer-plugins-bad1.0-dev", "libnice-dev"])]
+    ),
+    .systemLibrary(
+        name: "CAvahi",
+        pkgConfig: "avahi-client",
+        providers: [.apt(["libavahi-client-dev"])]
+    ),
+    .target(
+        name: "ParleyAvahi",
+        dependencies: ["CAvahi", "ParleyKit", "ParleyProtocol"],
+        swiftSettings: swiftSettings
+    ),
+    .target(
+        name: "CParleyGst",
+        dependencies: ["CGStreamer"],
+        linkerSettings: [.linkedLibrary("dl")]
+    ),
+    .target(
+        name: "ParleyGStreamer",
+        dependencies: [
+            "CParleyGst",
+            "ParleyKit",
+            "ParleyProtocol",
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .target(
+        name: "ParleySoftphone",
+        dependencies: [
+            "ParleyGStreamer",
+            "ParleyJanus",
+            "ParleyRooms",
+            "ParleyKit",
+            "ParleyNIOTransport",
+            "ParleyProtocol",
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .target(name: "CParleyNet"),
+    .target(
+        name: "ParleyWire",
+        dependencies: ["CParleyNet"],
+        swiftSettings: swiftSettings
+    ),
+    .executableTarget(
+        name: "ParleyWireCLI",
+        dependencies: [
+            "ParleyWire",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    // The fuzzers' targets, and the command libFuzzer drives (scripts/fuzz.sh) or that replays files.
+    .target(
+        name: "ParleyFuzzTargets",
+        dependencies: ["ParleyProtocol", "ParleyServer", "ParleyGStreamer", "ParleyJanus", "ParleyTesting", .product(name: "Logging", package: "swift-log")],
+        swiftSettings: swiftSettings
+    ),
+    .executableTarget(
+        name: "ParleyFuzz",
+        dependencies: ["ParleyFuzzTargets"],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "ParleyFuzzTests",
+        dependencies: ["ParleyFuzzTargets", "ParleyProtocol", "ParleyWire"],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "ParleyWireTests",
+        dependencies: ["ParleyWire"],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "ParleyMediaTests",
+        dependencies: [
+            "ParleyAPNsTesting",
+            "ParleyApple",
+            "ParleyNIOTransport",
+            "ParleyGStreamer",
+            "ParleySoftphone",
+            "ParleyKit",
+            "ParleyServer",
+            "ParleyServerTesting",
+            "ParleyProtocol",
+            "ParleyWire",
+            .product(name: "Logging", package: "swift-log"),
+        ] + appleFrameworks,
+        swiftSettings: swiftSettings,
+        linkerSettings: exportsSSLNew
+    ),
+    .testTarget(
+        name: "ParleyJanusTests",
+        dependencies: ["ParleyJanus", "ParleyProtocol", "ParleyServerTesting"],
+        exclude: ["Fixtures"],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "ParleyServerTests",
+        dependencies: [
+            "ParleyServer",
+            "ParleyAPNs",
+            "ParleyAPNsTesting",
+            .product(name: "Crypto", package: "swift-crypto"),
+            "ParleyJanus",
+            "ParleyServerTesting",
+            "ParleyTesting",
+            "ParleyProtocol",
+            .product(name: "WSClient", package: "swift-websocket"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOWebSocket", package: "swift-nio"),
+            .product(name: "NIOEmbedded", package: "swift-nio"),
+            .product(name: "HTTPTypes", package: "swift-http-types"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "GRDB", package: "GRDB.swift"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+]
+#endif

@@ -1,3 +1,5 @@
+// iOS, and Linux against the stand-ins (Package.swift); on macOS the module is empty.
+#if os(iOS) || os(Linux)
 import AVFAudio
 import Foundation
 import Logging
@@ -43,10 +45,27 @@ public final class AppleAudioSession: AudioSession, @unchecked Sendable {
     // MARK: AudioSession
 
     public func configure(_ configuration: CallAudioConfiguration) async {
-        withConfiguration { rtc in
-            try rtc.setCategory(.playAndRecord, mode: configuration.video ? .videoChat : .voiceChat,
-                                options: [.allowBluetooth, .allowBluetoothA2DP])
-        }
+        let category = AVAudioSession.Category.playAndRecord
+        let mode: AVAudioSession.Mode = configuration.video ? .videoChat : .voiceChat
+        let options: AVAudioSession.CategoryOptions = [Self.bluetoothHFP, .allowBluetoothA2DP]
+        // WebRTC applies its own configuration when its audio unit starts (voiceChat, HFP only,
+        // unless told otherwise): it is told the call's, so the start changes nothing.
+        let webRTC = RTCAudioSessionConfiguration.webRTC()
+        webRTC.category = category.rawValue
+        webRTC.mode = mode.rawValue
+        webRTC.categoryOptions = options
+        RTCAudioSessionConfiguration.setWebRTC(webRTC)
+        withConfiguration { rtc in try rtc.setCategory(category, mode: mode, options: options) }
+    }
+
+    /// Bluetooth hands-free (HFP): `allowBluetoothHFP` in the iOS 26 SDK (Xcode 26, Swift 6.2), which
+    /// deprecates the older name; `allowBluetooth`, the same option, in the iOS 18 SDK (Xcode 16).
+    static var bluetoothHFP: AVAudioSession.CategoryOptions {
+        #if compiler(>=6.2)
+        .allowBluetoothHFP
+        #else
+        .allowBluetooth
+        #endif
     }
 
     public func setAudioEnabled(_ enabled: Bool) async {
@@ -79,17 +98,21 @@ public final class AppleAudioSession: AudioSession, @unchecked Sendable {
         }
     }
 
-    /// A voice room is not a CallKit call, so no `didActivate` comes: the app activates the session
-    /// itself while it is in the room (never during a CallKit call).
+    /// A voice room is not a CallKit call, so no `didActivate` comes: the session is configured and
+    /// audio enabled, and WebRTC activates the session when its audio unit starts (the room's media
+    /// is negotiated). Never during a CallKit call.
     public func activateForRoom() async {
         await configure(CallAudioConfiguration(video: false))
-        withConfiguration { rtc in try rtc.setActive(true) }
-        await setAudioEnabled(true)
+        rtc.isAudioEnabled = true
     }
 
+    /// Leaving a room: audio off, and WebRTC's audio unit, stopping, makes the last deactivation,
+    /// which gives the session back to the system and lets other apps' audio resume
+    /// (RTCAudioSession.mm deactivates only while it counts itself active, on the last unbalanced
+    /// activation: telling it of a deactivation first, or activating the session beside it, would
+    /// leave AVAudioSession active for good).
     public func deactivateAfterRoom() async {
-        await setAudioEnabled(false)
-        withConfiguration { rtc in try rtc.setActive(false) }
+        rtc.isAudioEnabled = false
     }
 
     private func withConfiguration(_ body: (RTCAudioSession) throws -> Void) {
@@ -177,3 +200,4 @@ public final class AppleAudioSession: AudioSession, @unchecked Sendable {
         session.availableInputs?.first { $0.portType == type }
     }
 }
+#endif

@@ -1,3 +1,5 @@
+// iOS, and Linux against the stand-ins (Package.swift); on macOS the module is empty.
+#if os(iOS) || os(Linux)
 import Foundation
 #if os(Linux)
 import NetworkStandIn  // see docs/apple-stand-ins.md: a module named Network would confuse SwiftNIO
@@ -252,3 +254,4 @@ private final class BonjourBrowse: @unchecked Sendable {
         return .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
     }
 }
+#endif

@@ -1,3 +1,5 @@
+// iOS, and Linux against the stand-ins (Package.swift); on macOS the module is empty.
+#if os(iOS) || os(Linux)
 import AVFAudio
 import CallKit
 import Foundation
@@ -6,7 +8,11 @@ import ParleyProtocol
 
 /// The SDK's `SystemCallProvider` over CallKit: `CXProvider` for what the system shows and asks,
 /// `CXCallController` for what the app asks of it. Thin by design: every action goes to the core
-/// as a `ProviderAction`, and the core fulfils or fails it (apple-rules.md).
+/// as a `ProviderAction`, and the core fulfils or fails it (docs/ios.md, the rules iOS imposes).
+///
+/// One per app, as Apple asks: `CallSystem` makes it at launch, and each signed-in phone's
+/// `CallManager` takes its actions in turn (`actions`). While no phone runs, the system's actions
+/// fail and VoIP pushes are reported and ended (`PushKitVoIPSource`).
 public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDelegate, @unchecked Sendable {
     public struct Configuration: Sendable {
         /// A sound file in the app bundle; nil for the system ringtone.
@@ -22,8 +28,6 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
         public init() {}
     }
 
-    public let actions: AsyncStream<ProviderAction>
-    private let sink: AsyncStream<ProviderAction>.Continuation
     /// The system's provider (to report call updates the SDK does not make, e.g. a new caller name).
     public let provider: CXProvider
     private let controller = CXCallController()
@@ -31,6 +35,12 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
     private let lock = NSLock()
     /// Actions the core has not fulfilled or failed yet.
     private var pending: [ProviderActionID: CXAction] = [:]
+    /// The manager taking the system's actions, if a phone runs.
+    private var listener: (id: UInt64, sink: AsyncStream<ProviderAction>.Continuation)?
+    private var listeners: UInt64 = 0
+    /// Calls reported inside PushKit's callback, which the core may report again when the same call
+    /// arrives over signaling first: the system has them already.
+    private var reportedByPush: Set<UUID> = []
 
     public init(configuration: Configuration = Configuration()) {
         let system = CXProviderConfiguration()
@@ -42,9 +52,49 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
         system.includesCallsInRecents = configuration.includesCallsInRecents
         system.supportedHandleTypes = [.generic]
         provider = CXProvider(configuration: system)
-        (actions, sink) = AsyncStream.makeStream()
         super.init()
         provider.setDelegate(self, queue: queue)
+    }
+
+    /// What the system asks of the app, in order: a new stream for each `CallManager.run()` (one per
+    /// signed-in phone). The newest takes every action; an older one ends, and the actions it left
+    /// open fail, since no one will complete them.
+    public var actions: AsyncStream<ProviderAction> {
+        let (stream, sink) = AsyncStream.makeStream(of: ProviderAction.self)
+        let (id, previous, open) = lock.withLock { () -> (UInt64, AsyncStream<ProviderAction>.Continuation?, [CXAction]) in
+            listeners += 1
+            defer { listener = (listeners, sink); pending = [:] }
+            return (listeners, listener?.sink, Array(pending.values))
+        }
+        previous?.finish()
+        for action in open { action.fail() }
+        sink.onTermination = { [weak self] _ in self?.detach(id) }
+        return stream
+    }
+
+    private func detach(_ id: UInt64) {
+        let open = lock.withLock { () -> [CXAction] in
+            guard listener?.id == id else { return [] }
+            listener = nil
+            defer { pending = [:] }
+            return Array(pending.values)
+        }
+        for action in open { action.fail() }
+    }
+
+    /// Reports a VoIP push's call from inside PushKit's callback, and ends it at once when
+    /// `endAtOnce` says so, then calls `completion` with whether a phone is to take it (reported,
+    /// and not ended).
+    func reportPushedCall(_ push: VoIPPushReport, completion: @escaping @Sendable (Bool) -> Void) {
+        let call = push.report.call
+        lock.withLock { _ = reportedByPush.insert(call) }
+        provider.reportNewIncomingCall(with: call, update: Self.update(for: push.report)) { [self] error in
+            if let reason = push.endAtOnce {
+                provider.reportCall(with: call, endedAt: Date(), reason: Self.endedReason(reason))
+            }
+            if error != nil || push.endAtOnce != nil { lock.withLock { _ = reportedByPush.remove(call) } }
+            completion(error == nil && push.endAtOnce == nil)
+        }
     }
 
     // MARK: The app asks the system
@@ -79,6 +129,17 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
     // MARK: SystemCallProvider
 
     public func reportIncomingCall(_ report: IncomingCallReport) async throws {
+        // Reported already, by PushKit's callback, before signaling brought the same call here.
+        guard lock.withLock({ reportedByPush.remove(report.call) }) == nil else { return }
+        let update = Self.update(for: report)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            provider.reportNewIncomingCall(with: report.call, update: update) { error in
+                continuation.resume(with: error.map { .failure($0) } ?? .success(()))
+            }
+        }
+    }
+
+    static func update(for report: IncomingCallReport) -> CXCallUpdate {
         let update = CXCallUpdate()
         update.remoteHandle = CXHandle(type: .generic, value: report.caller.rawValue)
         // On a LAN the name is the caller's own choice: the incoming call screen shows where it comes from too.
@@ -89,11 +150,7 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
         update.supportsGrouping = false
         update.supportsUngrouping = false
         update.supportsDTMF = true
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            provider.reportNewIncomingCall(with: report.call, update: update) { error in
-                continuation.resume(with: error.map { .failure($0) } ?? .success(()))
-            }
-        }
+        return update
     }
 
     public func reportOutgoingCallStartedConnecting(_ call: UUID) async {
@@ -105,6 +162,7 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
     }
 
     public func reportCallEnded(_ call: UUID, reason: SystemEndReason) async {
+        lock.withLock { _ = reportedByPush.remove(call) }
         provider.reportCall(with: call, endedAt: Date(), reason: Self.endedReason(reason))
     }
 
@@ -138,7 +196,7 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
     public func providerDidReset(_ provider: CXProvider) {
         // The system forgot every call and every action; so does the adapter, and the core ends its calls.
         lock.withLock { pending = [:] }
-        sink.yield(.reset)
+        deliver(.reset)
     }
 
     public func provider(_ provider: CXProvider, perform action: CXStartCallAction) {
@@ -146,49 +204,59 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
             action.fail()  // not a Parley user id: nobody to call
             return
         }
-        sink.yield(.start(hold(action), call: action.callUUID, to: user, video: action.isVideo))
+        deliver(action) { .start($0, call: action.callUUID, to: user, video: action.isVideo) }
     }
 
     public func provider(_ provider: CXProvider, perform action: CXAnswerCallAction) {
-        sink.yield(.answer(hold(action), call: action.callUUID))
+        deliver(action) { .answer($0, call: action.callUUID) }
     }
 
     public func provider(_ provider: CXProvider, perform action: CXEndCallAction) {
-        sink.yield(.end(hold(action), call: action.callUUID))
+        deliver(action) { .end($0, call: action.callUUID) }
     }
 
     public func provider(_ provider: CXProvider, perform action: CXSetHeldCallAction) {
-        sink.yield(.setHeld(hold(action), call: action.callUUID, held: action.isOnHold))
+        deliver(action) { .setHeld($0, call: action.callUUID, held: action.isOnHold) }
     }
 
     public func provider(_ provider: CXProvider, perform action: CXSetMutedCallAction) {
-        sink.yield(.setMuted(hold(action), call: action.callUUID, muted: action.isMuted))
+        deliver(action) { .setMuted($0, call: action.callUUID, muted: action.isMuted) }
     }
 
     public func provider(_ provider: CXProvider, perform action: CXPlayDTMFCallAction) {
-        sink.yield(.playDTMF(hold(action), call: action.callUUID, digits: action.digits))
+        deliver(action) { .playDTMF($0, call: action.callUUID, digits: action.digits) }
     }
 
     public func provider(_ provider: CXProvider, timedOutPerforming action: CXAction) {
         let id = ProviderActionID(action.uuid)
         guard take(id) != nil else { return }
-        sink.yield(.timedOut(id))
+        deliver(.timedOut(id))
     }
 
     public func provider(_ provider: CXProvider, didActivate audioSession: AVAudioSession) {
-        sink.yield(.audioSessionActivated)
+        deliver(.audioSessionActivated)
     }
 
     public func provider(_ provider: CXProvider, didDeactivate audioSession: AVAudioSession) {
-        sink.yield(.audioSessionDeactivated)
+        deliver(.audioSessionDeactivated)
     }
 
     // MARK: Pending actions
 
-    private func hold(_ action: CXAction) -> ProviderActionID {
+    /// Holds `action` open for the running phone's core, or fails it when no phone runs.
+    private func deliver(_ action: CXAction, as event: (ProviderActionID) -> ProviderAction) {
         let id = ProviderActionID(action.uuid)
-        lock.withLock { pending[id] = action }
-        return id
+        let sink = lock.withLock { () -> AsyncStream<ProviderAction>.Continuation? in
+            guard let sink = listener?.sink else { return nil }
+            pending[id] = action
+            return sink
+        }
+        guard let sink else { return action.fail() }
+        sink.yield(event(id))
+    }
+
+    private func deliver(_ event: ProviderAction) {
+        _ = lock.withLock { listener?.sink }?.yield(event)
     }
 
     @discardableResult
@@ -196,3 +264,4 @@ public final class CallKitProvider: NSObject, SystemCallProvider, CXProviderDele
         lock.withLock { pending.removeValue(forKey: id) }
     }
 }
+#endif

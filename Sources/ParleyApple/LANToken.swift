@@ -1,3 +1,5 @@
+// iOS, and Linux against the stand-ins (Package.swift); on macOS the module is empty.
+#if os(iOS) || os(Linux)
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -44,3 +46,4 @@ public enum LANToken {
         return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
     }
 }
+#endif

@@ -1,3 +1,5 @@
+// iOS, and Linux against the stand-ins (Package.swift); on macOS the module is empty.
+#if os(iOS) || os(Linux)
 import Foundation
 #if os(Linux)
 import NetworkStandIn  // see docs/apple-stand-ins.md: a module named Network would confuse SwiftNIO
@@ -53,3 +55,4 @@ public final class NetworkPathMonitor: @unchecked Sendable {
         Task { await changed() }
     }
 }
+#endif

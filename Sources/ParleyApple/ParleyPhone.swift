@@ -1,3 +1,5 @@
+// iOS, and Linux against the stand-ins (Package.swift); on macOS the module is empty.
+#if os(iOS) || os(Linux)
 import Foundation
 import Logging
 import ParleyKit
@@ -5,15 +7,16 @@ import ParleyProtocol
 import ParleyRooms
 import WebRTC
 
-/// The composition root of an iPhone app: CallKit, PushKit, the audio session, WebRTC, URLSession
-/// signaling and the network monitor, wired to the SDK core. Create one at launch (PushKit delivers
-/// a push that wakes a killed app only to a registry that exists by the end of launch):
+/// The composition root of an iPhone app for one signed-in user: the app's `CallSystem` (CallKit
+/// and PushKit, made once at launch), the audio session, WebRTC, URLSession signaling and the network
+/// monitor, wired to the SDK core. Make one when the user signs in, `signOut()` when they leave; the
+/// next user's phone uses the same `CallSystem`:
 ///
 /// ```swift
 /// let phone = ParleyPhone(configuration: .init(
 ///     server: URL(string: "https://parley.example.com")!, device: deviceID,
 ///     topic: Bundle.main.bundleIdentifier!, pushEnvironment: .production,
-///     token: { try await myBackend.parleyToken() }))
+///     token: { try await myBackend.parleyToken() }), system: appDelegate.system)
 /// phone.start()
 /// let call = try await phone.call("bob")
 /// ```
@@ -29,7 +32,6 @@ public final class ParleyPhone: @unchecked Sendable {
         public var pushEnvironment: VoIPRegistration.Environment
         /// A fresh access token for the signed-in user.
         public var token: @Sendable () async throws -> String
-        public var callKit = CallKitProvider.Configuration()
         public var client = ClientInfo(name: "parley-ios", version: "0.1.0")
 
         public init(server: URL, device: DeviceID, topic: String, pushEnvironment: VoIPRegistration.Environment,
@@ -43,7 +45,8 @@ public final class ParleyPhone: @unchecked Sendable {
     }
 
     public let configuration: Configuration
-    public let callKit: CallKitProvider
+    public let system: CallSystem
+    public var callKit: CallKitProvider { system.callKit }
     public let audio: AppleAudioSession
     public let signaling: SignalingClient<ContinuousClock>
     public let calls: CallManager<ContinuousClock>
@@ -55,11 +58,10 @@ public final class ParleyPhone: @unchecked Sendable {
     private let lock = NSLock()
     private var tasks: [Task<Void, Never>] = []
 
-    public init(configuration: Configuration, logger: Logger = Logger(label: "parley"),
-                pushSource: (any VoIPPushSource)? = nil, peers: (any PeerConnectionFactory)? = nil,
-                transport: (any SignalingTransport)? = nil) {
+    public init(configuration: Configuration, system: CallSystem, logger: Logger = Logger(label: "parley"),
+                peers: (any PeerConnectionFactory)? = nil, transport: (any SignalingTransport)? = nil) {
         self.configuration = configuration
-        callKit = CallKitProvider(configuration: configuration.callKit)
+        self.system = system
         audio = AppleAudioSession(logger: logger)
         var signalingConfiguration = SignalingClient<ContinuousClock>.Configuration(
             url: Self.signalURL(configuration.server), device: configuration.device, client: configuration.client)
@@ -71,9 +73,9 @@ public final class ParleyPhone: @unchecked Sendable {
         let peers = peers ?? WebRTCPeerConnectionFactory()
         self.peers = peers
         self.logger = logger
-        calls = CallManager(signaling: signaling, provider: callKit, audio: audio, peers: peers, clock: ContinuousClock(), logger: logger)
+        calls = CallManager(signaling: signaling, provider: system.callKit, audio: audio, peers: peers, clock: ContinuousClock(), logger: logger)
         pushes = VoIPPushCoordinator(
-            source: pushSource ?? PushKitVoIPSource(), calls: calls,
+            source: system.pushes, calls: calls,
             registrar: HTTPDeviceRegistrar(server: configuration.server, device: configuration.device, token: configuration.token),
             configuration: .init(platform: .ios, topic: configuration.topic, environment: configuration.pushEnvironment),
             clock: ContinuousClock(), logger: logger)
@@ -117,7 +119,8 @@ public final class ParleyPhone: @unchecked Sendable {
         await stop()
     }
 
-    /// Stops everything. Calls in progress are ended by the server when the session lapses.
+    /// Stops everything. Calls in progress are ended by the server when the session lapses; the
+    /// app's `CallSystem` goes on reporting VoIP pushes (and ending their calls) until the next phone.
     public func stop() async {
         network.stop()
         for task in lock.withLock({ () -> [Task<Void, Never>] in defer { tasks = [] }; return tasks }) { task.cancel() }
@@ -176,3 +179,4 @@ public final class ParleyPhone: @unchecked Sendable {
         return components.url!
     }
 }
+#endif

@@ -1,3 +1,5 @@
+// iOS, and Linux against the stand-ins (Package.swift); on macOS the module is empty.
+#if os(iOS) || os(Linux)
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -98,7 +100,7 @@ public final class PhoneModel {
     private var session: Session?
 
     /// - Parameters:
-    ///   - makePhone: builds the phone for a signed-in user (the app passes its PushKit source in).
+    ///   - makePhone: builds the phone for a signed-in user, with the app's `CallSystem`.
     public init(store: any SessionStore, topic: String, pushEnvironment: VoIPRegistration.Environment,
                 makePhone: @escaping @Sendable (ParleyPhone.Configuration) -> ParleyPhone) {
         self.store = store
@@ -361,3 +363,4 @@ public final class PhoneModel {
         return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
     }
 }
+#endif

@@ -1,3 +1,5 @@
+// iOS, and Linux against the stand-ins (Package.swift); on macOS the module is empty.
+#if os(iOS) || os(Linux)
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -130,3 +132,4 @@ public final class URLSessionSignalingConnection: SignalingConnection, @unchecke
         sink.finish()
     }
 }
+#endif

@@ -1,3 +1,5 @@
+// iOS, and Linux against the stand-ins (Package.swift); on macOS the module is empty.
+#if os(iOS) || os(Linux)
 import AVFoundation
 import Foundation
 import ParleyKit
@@ -361,3 +363,4 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
         return states[state]
     }
 }
+#endif

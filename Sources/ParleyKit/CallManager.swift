@@ -278,34 +278,34 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
 
     // MARK: VoIP push
 
-    /// A VoIP push arrived. The call is reported to the system before `completion` runs, whatever
-    /// the payload says: a malformed payload or a call that is already over is reported, then ended.
+    /// A VoIP push arrived that its source did not report. The call is reported to the system
+    /// before `completion` runs, whatever the payload says: a malformed payload is reported, ended,
+    /// then completed.
     public func handleVoIPPush(_ payload: Data, completion: @escaping @Sendable () -> Void) async {
-        guard let push = try? JSONDecoder().decode(VoIPPushBody.self, from: payload) else {
-            // iOS ends an app that does not report a VoIP push: report something, then end it.
-            let placeholder = UUID()
-            try? await provider.reportIncomingCall(IncomingCallReport(call: placeholder, caller: "unknown", callerName: nil, video: false))
-            completion()
-            await provider.reportCallEnded(placeholder, reason: .failed)
-            return
-        }
-        let body = push.parley
-        let report = IncomingCallReport(call: body.call.uuid, caller: body.from.user, callerName: body.from.name, video: body.media.video)
+        let push = VoIPPushReport(payload: payload, phoneRunning: true)
         do {
-            try await provider.reportIncomingCall(report)
+            try await provider.reportIncomingCall(push.report)
         } catch {
-            logger.debug("the system refused the incoming call", metadata: ["call.id": "\(body.call)"])
+            logger.debug("the system refused the incoming call", metadata: ["call.id": "\(push.report.call)"])
         }
+        if let reason = push.endAtOnce { await provider.reportCallEnded(push.report.call, reason: reason) }
         completion()
-        if calls[body.call] == nil {
-            let (machine, _) = CallStateMachine.incoming(body.call, from: body.from.user, name: body.from.name,
-                                                         media: body.media, alreadyReported: true)
-            calls[body.call] = makeLive(machine)
-            eventSink.yield(.incoming(body.call.uuid, from: body.from.user, name: body.from.name, video: body.media.video))
+        await pushedCallReported(push)
+    }
+
+    /// A VoIP push whose call the system was told of (`VoIPPushReport`; one it ended at once is
+    /// ignored): it rings here until the server's answer says whether it still rings — a push may
+    /// come late.
+    public func pushedCallReported(_ push: VoIPPushReport) async {
+        guard push.endAtOnce == nil, let pushed = push.call else { return }
+        if calls[pushed.id] == nil {
+            let (machine, _) = CallStateMachine.incoming(pushed.id, from: pushed.from, name: pushed.name, media: pushed.media,
+                                                         alreadyReported: true)
+            calls[pushed.id] = makeLive(machine)
+            eventSink.yield(.incoming(pushed.id.uuid, from: pushed.from, name: pushed.name, video: pushed.media.video))
         }
-        // The push may be late: ask the server whether the call still rings — in a task of its own,
-        // so the next push is reported at once rather than after this round trip.
-        Task { await self.checkPushedCall(body.call) }
+        // In a task of its own, so the next push is handled at once rather than after this round trip.
+        Task { await self.checkPushedCall(pushed.id) }
     }
 
     private func checkPushedCall(_ call: CallID) async {
@@ -320,22 +320,6 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         } catch {
             logger.debug("could not ask for the pushed call's state", metadata: ["error": "\(error)"])
         }
-    }
-
-    private struct VoIPPushBody: Decodable {
-        struct Body: Decodable {
-            struct From: Decodable {
-                var user: UserID
-                var name: String?
-            }
-
-            var call: CallID
-            var from: From
-            var media: MediaSpec
-            var expiresAt: Int64
-        }
-
-        var parley: Body
     }
 
     // MARK: Signaling

@@ -11,14 +11,75 @@ public enum VoIPPushEvent: Sendable {
     case token(Data)
     /// The token is no longer valid (the user turned pushes off, the app was restored elsewhere).
     case tokenInvalidated
-    /// A VoIP push. `completion` tells the system the push is handled; on iOS it must run only
-    /// after the call was reported (`CallManager.handleVoIPPush` sees to that).
+    /// A VoIP push the source has not reported. `completion` tells the system the push is handled;
+    /// on iOS it must run only after the call was reported (`CallManager.handleVoIPPush` sees to that).
     case push(Data, completion: @Sendable () -> Void)
+    /// A VoIP push the source reported to the system itself, inside the platform's callback, and
+    /// completed: the calls take it from here (`CallManager.pushedCallReported`).
+    case reported(VoIPPushReport)
 }
 
-/// Where VoIP pushes come from: PushKit on iOS (`PushKitVoIPSource`), nothing on Linux.
+/// Where VoIP pushes come from: PushKit on iOS (`PushKitVoIPSource`), nothing on Linux. A source
+/// outlives the phones that listen to it (one per signed-in user): each `subscribe()` is a new
+/// stream that starts with the token the source holds, and ends when a newer one begins.
 public protocol VoIPPushSource: Sendable {
-    var events: AsyncStream<VoIPPushEvent> { get }
+    func subscribe() -> AsyncStream<VoIPPushEvent>
+}
+
+/// What a VoIP push asks of the system, decided from its payload alone, so that a source can report
+/// it inside the platform's callback, before any phone, actor or network is reached: iOS 13 and
+/// later end an app that completes a VoIP push without reporting a call, and a cold launch from a
+/// killed state has little time (apple-rules.md, 2).
+public struct VoIPPushReport: Hashable, Sendable {
+    /// A Parley call, as the push announces it.
+    public struct Call: Hashable, Sendable {
+        public var id: CallID
+        public var from: UserID
+        public var name: String?
+        public var media: MediaSpec
+    }
+
+    /// What the system shows.
+    public var report: IncomingCallReport
+    /// The call it announces; nil when the payload is not Parley's.
+    public var call: Call?
+    /// Set when the call is to be ended as soon as it is reported: the payload is not a Parley
+    /// call, or no phone is signed in to take it. The system is told before the push completes.
+    public var endAtOnce: SystemEndReason?
+
+    /// - Parameters:
+    ///   - payload: the push's JSON (`{"parley": {...}}`, docs/push.md).
+    ///   - phoneRunning: whether a signed-in phone will take the call. With none (signed out, a
+    ///     stored session that could not be read) the call is reported, then ended as failed: the
+    ///     caller's name stays in Recents, and nothing rings that cannot be answered.
+    public init(payload: Data, phoneRunning: Bool) {
+        guard let body = try? JSONDecoder().decode(Payload.self, from: payload).parley else {
+            // Not Parley's: something must still be reported, then ended.
+            report = IncomingCallReport(call: UUID(), caller: "unknown", callerName: nil, video: false)
+            call = nil
+            endAtOnce = .failed
+            return
+        }
+        report = IncomingCallReport(call: body.call.uuid, caller: body.from.user, callerName: body.from.name, video: body.media.video)
+        call = Call(id: body.call, from: body.from.user, name: body.from.name, media: body.media)
+        endAtOnce = phoneRunning ? nil : .failed
+    }
+
+    private struct Payload: Decodable {
+        struct Body: Decodable {
+            struct From: Decodable {
+                var user: UserID
+                var name: String?
+            }
+
+            var call: CallID
+            var from: From
+            var media: MediaSpec
+            var expiresAt: Int64
+        }
+
+        var parley: Body
+    }
 }
 
 /// Registers a device with the server (`PUT /v1/devices/{device}`), with its VoIP token or without.
@@ -71,7 +132,7 @@ public actor VoIPPushCoordinator<C: Clock> where C.Duration == Duration {
 
     /// Handles the source's events until it ends or the task is cancelled.
     public func run() async {
-        for await event in source.events {
+        for await event in source.subscribe() {
             switch event {
             case .token(let token):
                 voip = VoIPRegistration(token: Self.hex(token), topic: configuration.topic, environment: configuration.environment)
@@ -82,6 +143,8 @@ public actor VoIPPushCoordinator<C: Clock> where C.Duration == Duration {
             case .push(let payload, let completion):
                 // Not in a task of its own: pushes are reported in the order they came.
                 await calls.handleVoIPPush(payload, completion: completion)
+            case .reported(let push):
+                await calls.pushedCallReported(push)
             }
         }
         registering?.cancel()

@@ -40,7 +40,7 @@ struct AppleAdapterTests {
         try await eventually("the core fulfils the answer") { answer.standInOutcome == .fulfilled }
         // The session was configured in the action, for a voice call with Bluetooth, and never activated by the app.
         let session = AVAudioSession.sharedInstance().standInRecords
-        #expect(session.contains(.category(.playAndRecord, .voiceChat, [.allowBluetooth, .allowBluetoothA2DP])))
+        #expect(session.contains(.category(.playAndRecord, .voiceChat, [.allowBluetoothHFP, .allowBluetoothA2DP])))
         #expect(!session.contains(.active(true)), "never setActive(true) during a CallKit call")
         #expect(RTCAudioSession.sharedInstance().useManualAudio)
         #expect(!RTCAudioSession.sharedInstance().isAudioEnabled, "no audio before didActivate")

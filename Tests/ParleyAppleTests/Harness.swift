@@ -17,25 +17,35 @@ import WebRTC
 /// open a WebSocket on Linux) to a real server; media from the SDK's fake peer connection.
 struct IPhone {
     let phone: ParleyPhone
-    let pushes: PushKitVoIPSource
     let peers: FakePeerConnectionFactory
 
+    /// What the app made at launch, shared by every phone of the process (one per signed-in user).
+    var calls: CallSystem { phone.system }
+    var pushes: PushKitVoIPSource { phone.system.pushes }
     var system: CXProvider { phone.callKit.provider }
 
-    static func start(_ server: LiveServer, user: UserID, device: DeviceID, holdPeers: Bool = false) async throws -> IPhone {
+    /// The app at launch: its one CallKit provider and PushKit registry (PushKit's delegate on a
+    /// queue of its own: the tests' main queue is not an app's run loop).
+    static func launch() -> CallSystem {
         AVAudioSession.sharedInstance().standInReset()
         RTCAudioSession.sharedInstance().standInReset()
-        let pushes = PushKitVoIPSource()
+        return CallSystem(pushQueue: DispatchQueue(label: "test.pushkit"))
+    }
+
+    /// A user signs in on an app launched with `system` (a new launch if nil).
+    static func start(_ server: LiveServer, user: UserID, device: DeviceID, holdPeers: Bool = false,
+                      system: CallSystem? = nil) async throws -> IPhone {
+        let system = system ?? launch()
         let peers = FakePeerConnectionFactory(name: "\(user)-iphone")
         if holdPeers { peers.holdCreation() }
         var logger = Logger(label: "test.iphone")
         logger.logLevel = .critical
         let phone = ParleyPhone(configuration: .init(server: URL(string: server.baseURL)!, device: device, topic: "net.parley.app",
                                                      pushEnvironment: .sandbox, token: { try await server.token(user) }),
-                                logger: logger, pushSource: pushes, peers: peers, transport: WebSocketSignalingTransport())
+                                system: system, logger: logger, peers: peers, transport: WebSocketSignalingTransport())
         phone.start()
         try await eventually("the iPhone connects") { await phone.signaling.session != nil }
-        return IPhone(phone: phone, pushes: pushes, peers: peers)
+        return IPhone(phone: phone, peers: peers)
     }
 
     /// The incoming calls CallKit was told of.

@@ -36,11 +36,12 @@ final class MemoryStore: PhoneModel.SessionStore, @unchecked Sendable {
 @Suite("The example app's model", .serialized)
 @MainActor
 struct PhoneModelTests {
-    static func model(store: MemoryStore = MemoryStore(), peers: FakePeerConnectionFactory) -> PhoneModel {
+    static func model(store: MemoryStore = MemoryStore(), peers: FakePeerConnectionFactory,
+                      system: CallSystem = CallSystem(pushQueue: DispatchQueue(label: "test.pushkit"))) -> PhoneModel {
         PhoneModel(store: store, topic: "net.parley.app", pushEnvironment: .sandbox) { configuration in
             var logger = Logger(label: "test.model")
             logger.logLevel = .critical
-            return ParleyPhone(configuration: configuration, logger: logger, pushSource: PushKitVoIPSource(), peers: peers,
+            return ParleyPhone(configuration: configuration, system: system, logger: logger, peers: peers,
                                transport: WebSocketSignalingTransport())
         }
     }

@@ -1,9 +1,6 @@
 import AVKit
 import ParleyApple
-import ParleyKit
-import ParleyProtocol
 import SwiftUI
-import WebRTC
 
 struct ContentView: View {
     let model: PhoneModel

@@ -1,5 +1,4 @@
 import ParleyApple
-import ParleyProtocol
 import SwiftUI
 
 struct HistoryView: View {

@@ -1,12 +1,11 @@
 import ParleyApple
-import ParleyKit
-import ParleyProtocol
 import SwiftUI
 import UIKit
 import UserNotifications
 
-/// The example app: a one-to-one voice phone on Parley. Everything beyond the views lives in
-/// ParleyApple (`PhoneModel`, `ParleyPhone`, the adapters), compiled and tested on Linux.
+/// The example app: a one-to-one voice and video phone on Parley, with a voice room. Everything
+/// beyond the views lives in ParleyApple (`PhoneModel`, `ParleyPhone`, the adapters), compiled and
+/// tested on Linux.
 @main
 struct ParleyPhoneApp: App {
     @UIApplicationDelegateAdaptor(AppDelegate.self) private var delegate
@@ -18,20 +17,26 @@ struct ParleyPhoneApp: App {
     }
 }
 
-/// Creates the push registry and the phone at launch: iOS delivers a VoIP push that wakes a killed
-/// app only to a registry that exists by the end of `didFinishLaunching`, and the call must be
-/// reported to CallKit before the push's completion.
+/// Holds what the app has once per process: the call system (CallKit's provider and PushKit's
+/// registry) and the model, whose phone belongs to the signed-in user.
 final class AppDelegate: NSObject, UIApplicationDelegate {
-    let pushes = PushKitVoIPSource()
+    /// Made with the delegate, as the app launches, and kept for the life of the process: iOS
+    /// delivers a VoIP push that launched the app only to a registry that exists by the end of
+    /// `didFinishLaunching`, and every push must be reported to CallKit, signed in or not.
+    let system = CallSystem()
+
     private(set) lazy var model: PhoneModel = {
-        let pushes = self.pushes
+        let system = self.system
         return PhoneModel(store: UserDefaultsSessionStore(), topic: Bundle.main.bundleIdentifier ?? "net.parley.phone",
                           pushEnvironment: AppSettings.pushEnvironment) { configuration in
-            ParleyPhone(configuration: configuration, pushSource: pushes)
+            // One phone per signed-in user, on the app's one call system. WebRTC with its default
+            // video codecs (VideoView.swift): video calls reach Linux softphones (VP8) too.
+            ParleyPhone(configuration: configuration, system: system, peers: WebRTCPeerConnectionFactory.withVideoCodecs())
         }
     }()
 
     func application(_ application: UIApplication, didFinishLaunchingWithOptions launchOptions: [UIApplication.LaunchOptionsKey: Any]? = nil) -> Bool {
+        // The saved user's phone, before this returns: a push that launched the app is theirs.
         model.restore()
         // Missed-call alerts come to the app's notification token (a VoIP token cannot take them).
         UNUserNotificationCenter.current().requestAuthorization(options: [.alert, .sound, .badge]) { granted, _ in
@@ -46,16 +51,20 @@ final class AppDelegate: NSObject, UIApplicationDelegate {
     }
 }
 
-/// Settings the build puts in Info.plist (project.yml: PARLEY_SERVER_URL, PARLEY_PUSH_ENVIRONMENT).
+/// Settings the build puts in Info.plist (project.yml: PARLEY_SERVER_URL, PARLEY_APS_ENVIRONMENT).
 enum AppSettings {
     static var server: URL {
         (Bundle.main.object(forInfoDictionaryKey: "ParleyServerURL") as? String).flatMap(URL.init(string:))
             ?? URL(string: "http://127.0.0.1:8080")!
     }
 
+    /// The push environment of this build's VoIP token. `ParleyAPSEnvironment` is the value the
+    /// build also writes into the `aps-environment` entitlement, so the two cannot disagree.
     static var pushEnvironment: VoIPRegistration.Environment {
-        (Bundle.main.object(forInfoDictionaryKey: "ParleyPushEnvironment") as? String).flatMap(VoIPRegistration.Environment.init(rawValue:))
-            ?? .sandbox
+        switch Bundle.main.object(forInfoDictionaryKey: "ParleyAPSEnvironment") as? String {
+        case "production"?: .production
+        default: .sandbox  // "development": builds signed for development get sandbox tokens
+        }
     }
 }
 

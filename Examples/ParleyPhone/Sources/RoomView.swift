@@ -1,5 +1,4 @@
 import ParleyApple
-import ParleyRooms
 import SwiftUI
 
 /// A group voice room (AudioBridge on the server's Janus): who is there, who talks, mute, leave.

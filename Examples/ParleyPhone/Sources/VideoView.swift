@@ -3,6 +3,8 @@ import SwiftUI
 import WebRTC
 
 /// A WebRTC video track on screen (Metal): the far side full size, the camera in a corner.
+/// `PhoneModel.media` is the newest call's peer connection; its `remoteVideoTrack` and
+/// `localVideoTrack` are what a video call shows.
 struct VideoView: UIViewRepresentable {
     let track: RTCVideoTrack?
 
@@ -31,5 +33,14 @@ struct VideoView: UIViewRepresentable {
             track?.add(view)
             shown = track
         }
+    }
+}
+
+extension WebRTCPeerConnectionFactory {
+    /// WebRTC with Google's default video codecs (H.264, VP8, and VP9 where the phone can).
+    /// `RTCPeerConnectionFactory()` alone has H.264 only, and Parley's Linux engine sends VP8.
+    static func withVideoCodecs() -> WebRTCPeerConnectionFactory {
+        WebRTCPeerConnectionFactory(factory: RTCPeerConnectionFactory(encoderFactory: RTCDefaultVideoEncoderFactory(),
+                                                                      decoderFactory: RTCDefaultVideoDecoderFactory()))
     }
 }

@@ -42,8 +42,12 @@ extension AVAudioSession {
         public static let mixWithOthers = CategoryOptions(rawValue: 0x1)
         /// `AVAudioSessionCategoryOptionDuckOthers = 0x2`
         public static let duckOthers = CategoryOptions(rawValue: 0x2)
-        /// `AVAudioSessionCategoryOptionAllowBluetooth = 0x4` (HFP)
+        /// `AVAudioSessionCategoryOptionAllowBluetooth API_DEPRECATED_WITH_REPLACEMENT("AVAudioSessionCategoryOptionAllowBluetoothHFP", ...) = 0x4`
+        /// (deprecated in the iOS 26 SDK; the only name before it)
+        @available(*, deprecated, renamed: "allowBluetoothHFP")
         public static let allowBluetooth = CategoryOptions(rawValue: 0x4)
+        /// `AVAudioSessionCategoryOptionAllowBluetoothHFP = 0x4` (the iOS 26 SDK's name)
+        public static let allowBluetoothHFP = CategoryOptions(rawValue: 0x4)
         /// `AVAudioSessionCategoryOptionDefaultToSpeaker = 0x8`
         public static let defaultToSpeaker = CategoryOptions(rawValue: 0x8)
         /// `AVAudioSessionCategoryOptionAllowBluetoothA2DP = 0x20`
@@ -83,13 +87,24 @@ extension AVAudioSession {
         public static let shouldResume = InterruptionOptions(rawValue: 1)
     }
 
-    /// `typedef NS_ENUM(NSUInteger, AVAudioSessionInterruptionReason)` (iOS 14.5)
+    /// `typedef NS_ENUM(NSUInteger, AVAudioSessionInterruptionReason)` (iOS 14.5), as the iOS 26.2 SDK
+    /// declares it for iOS: 3 (`sceneWasBackgrounded`) and 5 exist on visionOS only.
     public enum InterruptionReason: UInt, Sendable {
         case `default` = 0
+        /// `API_DEPRECATED("wasSuspended reason no longer present", ios(14.5, 16.0))`
         case appWasSuspended = 1
         case builtInMicMuted = 2
-        case wasSuspended = 3
+        /// `API_AVAILABLE(ios(17.0))`
         case routeDisconnected = 4
+    }
+
+    /// `typedef NS_OPTIONS(NSUInteger, AVAudioSessionSetActiveOptions)`
+    public struct SetActiveOptions: OptionSet, Hashable, Sendable {
+        public let rawValue: UInt
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// `AVAudioSessionSetActiveOptionNotifyOthersOnDeactivation = 1`: an app this session
+        /// interrupted (music, a podcast) is told it may resume.
+        public static let notifyOthersOnDeactivation = SetActiveOptions(rawValue: 1)
     }
 
     /// `typedef NSString *AVAudioSessionPort NS_STRING_ENUM;`
@@ -170,6 +185,8 @@ open class AVAudioSession: NSObject, @unchecked Sendable {
         standInInputs: [AVAudioSessionPortDescription(standInPortType: .builtInMic, name: "iPhone Microphone")],
         outputs: [AVAudioSessionPortDescription(standInPortType: .builtInReceiver, name: "Receiver")])
     private var _availableInputs = [AVAudioSessionPortDescription(standInPortType: .builtInMic, name: "iPhone Microphone")]
+    private var _active = false
+    private var _override = PortOverride.none
     private var _records: [StandInRecord] = []
 
     /// `+ (AVAudioSession *)sharedInstance;`
@@ -188,18 +205,34 @@ open class AVAudioSession: NSObject, @unchecked Sendable {
 
     /// `- (BOOL)setCategory:(AVAudioSessionCategory)category mode:(AVAudioSessionMode)mode
     ///    options:(AVAudioSessionCategoryOptions)options error:(NSError **)outError;` (iOS 10)
+    /// A change while the session is active changes the route (`categoryChange`), which ends a
+    /// speaker override, as the header says an override lasts "until the current route changes".
     open func setCategory(_ category: Category, mode: Mode, options: CategoryOptions = []) throws {
-        lock.withLock {
+        let rerouted = lock.withLock { () -> Bool in
+            let changed = (category, mode, options) != (_category, _mode, _options)
             _category = category
             _mode = mode
             _options = options
             _records.append(.category(category, mode, options))
+            guard changed, _active else { return false }
+            _override = .none
+            return true
         }
+        if rerouted { postRouteChange(reason: .categoryChange, previous: currentRoute) }
     }
 
     /// `- (BOOL)setActive:(BOOL)active error:(NSError **)outError;`
     open func setActive(_ active: Bool) throws {
-        lock.withLock { _records.append(.active(active)) }
+        try setActive(active, options: [])
+    }
+
+    /// `- (BOOL)setActive:(BOOL)active withOptions:(AVAudioSessionSetActiveOptions)options error:(NSError **)outError;`
+    open func setActive(_ active: Bool, options: SetActiveOptions) throws {
+        lock.withLock {
+            _active = active
+            _records.append(.active(active))
+            if !active && options.contains(.notifyOthersOnDeactivation) { _records.append(.notifiedOthers) }
+        }
     }
 
     /// `- (BOOL)overrideOutputAudioPort:(AVAudioSessionPortOverride)portOverride error:(NSError **)outError;`
@@ -207,6 +240,7 @@ open class AVAudioSession: NSObject, @unchecked Sendable {
     open func overrideOutputAudioPort(_ portOverride: PortOverride) throws {
         try lock.withLock {
             guard _category == .playAndRecord else { throw NSError(domain: NSOSStatusErrorDomain, code: -50) }
+            _override = portOverride
             _records.append(.override(portOverride))
         }
     }
@@ -228,11 +262,22 @@ open class AVAudioSession: NSObject, @unchecked Sendable {
     public enum StandInRecord: Equatable, Sendable {
         case category(Category, Mode, CategoryOptions)
         case active(Bool)
+        /// A deactivation with `notifyOthersOnDeactivation`: other apps' audio may resume.
+        case notifiedOthers
         case override(PortOverride)
         case preferredInput(String?)
     }
 
     public var standInRecords: [StandInRecord] { lock.withLock { _records } }
+    /// Whether the session is active (the app's `setActive`, or CallKit's activation).
+    public var standInIsActive: Bool { lock.withLock { _active } }
+    /// The output override in force: a route change ends it.
+    public var standInOutputOverride: PortOverride { lock.withLock { _override } }
+
+    /// CallKit activates or deactivates the session for a call (before `didActivate`, after `didDeactivate`).
+    public func standInSystemSetActive(_ active: Bool) {
+        lock.withLock { _active = active }
+    }
 
     public func standInReset() {
         lock.withLock {
@@ -240,6 +285,8 @@ open class AVAudioSession: NSObject, @unchecked Sendable {
             _category = .soloAmbient
             _mode = .default
             _options = []
+            _active = false
+            _override = .none
         }
     }
 
@@ -249,9 +296,14 @@ open class AVAudioSession: NSObject, @unchecked Sendable {
         let previous = lock.withLock {
             let previous = _route
             _route = route
+            _override = .none
             if let inputs { _availableInputs = inputs }
             return previous
         }
+        postRouteChange(reason: reason, previous: previous)
+    }
+
+    private func postRouteChange(reason: RouteChangeReason, previous: AVAudioSessionRouteDescription) {
         NotificationCenter.default.post(name: Self.routeChangeNotification, object: self, userInfo: [
             AVAudioSessionRouteChangeReasonKey: NSNumber(value: reason.rawValue),
             AVAudioSessionRouteChangePreviousRouteKey: previous,

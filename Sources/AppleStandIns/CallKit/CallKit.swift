@@ -329,6 +329,7 @@ open class CXProvider: NSObject, @unchecked Sendable {
         self.configuration = configuration
         super.init()
         Self.registry.withLock { $0 = self }
+        Self.connected.withLock { $0 += 1 }
     }
 
     /// `- (void)setDelegate:(nullable id<CXProviderDelegate>)delegate queue:(nullable dispatch_queue_t)queue;`
@@ -390,8 +391,13 @@ open class CXProvider: NSObject, @unchecked Sendable {
     }
 
     /// `- (void)invalidate;`
+    /// The system forgets the provider: its calls end, and it takes no more reports.
     open func invalidate() {
-        lock.withLock { invalidated = true }
+        let first = lock.withLock { () -> Bool in
+            defer { invalidated = true }
+            return !invalidated
+        }
+        if first { Self.connected.withLock { $0 -= 1 } }
     }
 
     private func deliver(_ work: @escaping @Sendable () -> Void) {
@@ -464,10 +470,12 @@ open class CXProvider: NSObject, @unchecked Sendable {
 
     /// The system activated the call's audio session (after an answer or start action was fulfilled).
     public func standInActivateAudioSession() {
+        AVAudioSession.sharedInstance().standInSystemSetActive(true)
         withDelegate { provider, delegate in delegate.provider(provider, didActivate: AVAudioSession.sharedInstance()) }
     }
 
     public func standInDeactivateAudioSession() {
+        AVAudioSession.sharedInstance().standInSystemSetActive(false)
         withDelegate { provider, delegate in delegate.provider(provider, didDeactivate: AVAudioSession.sharedInstance()) }
     }
 
@@ -486,6 +494,9 @@ open class CXProvider: NSObject, @unchecked Sendable {
 
     /// The app's provider, as the system knows it: where `CXCallController` requests go.
     static let registry = StandInLockedBox<CXProvider?>(nil)
+    /// Providers the app made and did not invalidate: each stays connected to the system (Apple asks
+    /// for one per app; a second one competes for the same calls).
+    public static let connected = StandInLockedBox(0)
     /// Incoming calls reported by any provider so far (PushKit's stand-in checks a push was reported).
     public static let incomingReports = StandInLockedBox(0)
 }

@@ -34,8 +34,9 @@ struct PhoneModelRoomTests {
         media.localAddresses = [TestNetwork.clientAddress]
         media.audioLevelIndication = true
         let engine = try GStreamerEngine(configuration: media, logger: testLogger)
+        let system = CallSystem(pushQueue: DispatchQueue(label: "test.pushkit"))
         return PhoneModel(store: MemorySessionStore(), topic: "net.parley.app", pushEnvironment: .sandbox) { configuration in
-            ParleyPhone(configuration: configuration, logger: testLogger, pushSource: PushKitVoIPSource(), peers: engine,
+            ParleyPhone(configuration: configuration, system: system, logger: testLogger, peers: engine,
                         transport: WebSocketSignalingTransport())
         }
     }
