@@ -15,7 +15,7 @@ import StandInSupport
 // MARK: CXHandle.h
 
 /// `@interface CXHandle : NSObject <NSCopying, NSSecureCoding>`
-open class CXHandle: NSObject, @unchecked Sendable {
+open class CXHandle: NSObject {
     /// `typedef NS_ENUM(NSInteger, CXHandleType)` — imported as `CXHandle.HandleType`.
     public enum HandleType: Int, Sendable {
         case generic = 1
@@ -36,7 +36,7 @@ open class CXHandle: NSObject, @unchecked Sendable {
 // MARK: CXCallUpdate.h
 
 /// `@interface CXCallUpdate : NSObject <NSCopying>`
-open class CXCallUpdate: NSObject, @unchecked Sendable {
+open class CXCallUpdate: NSObject {
     open var remoteHandle: CXHandle?
     open var localizedCallerName: String?
     open var supportsHolding = false
@@ -51,7 +51,7 @@ open class CXCallUpdate: NSObject, @unchecked Sendable {
 // MARK: CXAction.h
 
 /// `@interface CXAction : NSObject <NSCopying, NSSecureCoding>`
-open class CXAction: NSObject, @unchecked Sendable {
+open class CXAction: NSObject {
     private let lock = NSLock()
     private var outcome: StandInOutcome?
     /// `@property (nonatomic, readonly, copy) NSUUID *UUID;`
@@ -93,7 +93,7 @@ open class CXAction: NSObject, @unchecked Sendable {
 // MARK: CXCallAction.h
 
 /// `@interface CXCallAction : CXAction`
-open class CXCallAction: CXAction, @unchecked Sendable {
+open class CXCallAction: CXAction {
     /// `@property (nonatomic, copy, readonly) NSUUID *callUUID;`
     open private(set) var callUUID: UUID
 
@@ -106,7 +106,7 @@ open class CXCallAction: CXAction, @unchecked Sendable {
 // MARK: CXStartCallAction.h
 
 /// `@interface CXStartCallAction : CXCallAction`
-open class CXStartCallAction: CXCallAction, @unchecked Sendable {
+open class CXStartCallAction: CXCallAction {
     /// `@property (nonatomic, copy) CXHandle *handle;`
     open var handle: CXHandle
     /// `@property (nonatomic, getter=isVideo) BOOL video;`
@@ -125,7 +125,7 @@ open class CXStartCallAction: CXCallAction, @unchecked Sendable {
 // MARK: CXAnswerCallAction.h
 
 /// `@interface CXAnswerCallAction : CXCallAction`
-open class CXAnswerCallAction: CXCallAction, @unchecked Sendable {
+open class CXAnswerCallAction: CXCallAction {
     /// `- (void)fulfillWithDateConnected:(NSDate *)dateConnected;`
     open func fulfill(withDateConnected dateConnected: Date) { fulfill() }
 }
@@ -133,7 +133,7 @@ open class CXAnswerCallAction: CXCallAction, @unchecked Sendable {
 // MARK: CXEndCallAction.h
 
 /// `@interface CXEndCallAction : CXCallAction`
-open class CXEndCallAction: CXCallAction, @unchecked Sendable {
+open class CXEndCallAction: CXCallAction {
     /// `- (void)fulfillWithDateEnded:(NSDate *)dateEnded;`
     open func fulfill(withDateEnded dateEnded: Date) { fulfill() }
 }
@@ -141,7 +141,7 @@ open class CXEndCallAction: CXCallAction, @unchecked Sendable {
 // MARK: CXSetHeldCallAction.h
 
 /// `@interface CXSetHeldCallAction : CXCallAction`
-open class CXSetHeldCallAction: CXCallAction, @unchecked Sendable {
+open class CXSetHeldCallAction: CXCallAction {
     /// `@property (nonatomic, getter=isOnHold) BOOL onHold;`
     open var isOnHold: Bool
 
@@ -155,7 +155,7 @@ open class CXSetHeldCallAction: CXCallAction, @unchecked Sendable {
 // MARK: CXSetMutedCallAction.h
 
 /// `@interface CXSetMutedCallAction : CXCallAction`
-open class CXSetMutedCallAction: CXCallAction, @unchecked Sendable {
+open class CXSetMutedCallAction: CXCallAction {
     /// `@property (nonatomic, getter=isMuted) BOOL muted;`
     open var isMuted: Bool
 
@@ -169,7 +169,7 @@ open class CXSetMutedCallAction: CXCallAction, @unchecked Sendable {
 // MARK: CXPlayDTMFCallAction.h
 
 /// `@interface CXPlayDTMFCallAction : CXCallAction`
-open class CXPlayDTMFCallAction: CXCallAction, @unchecked Sendable {
+open class CXPlayDTMFCallAction: CXCallAction {
     /// `typedef NS_ENUM(NSInteger, CXPlayDTMFCallActionType)` — imported as `CXPlayDTMFCallAction.ActionType`.
     public enum ActionType: Int, Sendable {
         case singleTone = 1
@@ -193,7 +193,7 @@ open class CXPlayDTMFCallAction: CXCallAction, @unchecked Sendable {
 // MARK: CXTransaction.h
 
 /// `@interface CXTransaction : NSObject <NSCopying, NSSecureCoding>`
-open class CXTransaction: NSObject, @unchecked Sendable {
+open class CXTransaction: NSObject {
     open private(set) var actions: [CXAction]
     open private(set) var uuid = UUID()
 
@@ -239,7 +239,7 @@ public struct CXErrorCodeRequestTransactionError: Error, Equatable, Sendable {
 // MARK: CXProviderConfiguration.h
 
 /// `@interface CXProviderConfiguration : NSObject <NSCopying>`
-open class CXProviderConfiguration: NSObject, @unchecked Sendable {
+open class CXProviderConfiguration: NSObject {
     /// `@property (nonatomic, strong, nullable) NSString *ringtoneSound;`
     open var ringtoneSound: String?
     /// `@property (nonatomic, copy, nullable) NSData *iconTemplateImageData;`
@@ -313,7 +313,7 @@ extension CXProviderDelegate {
 }
 
 /// `@interface CXProvider : NSObject`
-open class CXProvider: NSObject, @unchecked Sendable {
+open class CXProvider: NSObject {
     /// `@property (nonatomic, readwrite, copy) CXProviderConfiguration *configuration;`
     open var configuration: CXProviderConfiguration
     private let lock = NSLock()
@@ -449,15 +449,16 @@ open class CXProvider: NSObject, @unchecked Sendable {
                 _ = self.lock.withLock { self.calls.removeValue(forKey: callAction.callUUID) }
             }
         }
+        let boxed = StandInUnchecked(action)  // the system hands the action to the delegate's queue
         withDelegate { provider, delegate in
-            switch action {
+            switch boxed.value {
             case let start as CXStartCallAction: delegate.provider(provider, perform: start)
             case let answer as CXAnswerCallAction: delegate.provider(provider, perform: answer)
             case let end as CXEndCallAction: delegate.provider(provider, perform: end)
             case let held as CXSetHeldCallAction: delegate.provider(provider, perform: held)
             case let muted as CXSetMutedCallAction: delegate.provider(provider, perform: muted)
             case let dtmf as CXPlayDTMFCallAction: delegate.provider(provider, perform: dtmf)
-            default: action.fail()
+            default: boxed.value.fail()
             }
         }
         return nil
@@ -465,7 +466,8 @@ open class CXProvider: NSObject, @unchecked Sendable {
 
     /// The system gave up waiting for `action` (it stays open too long).
     public func standInTimeOut(_ action: CXAction) {
-        withDelegate { provider, delegate in delegate.provider(provider, timedOutPerforming: action) }
+        let boxed = StandInUnchecked(action)
+        withDelegate { provider, delegate in delegate.provider(provider, timedOutPerforming: boxed.value) }
     }
 
     /// The system activated the call's audio session (after an answer or start action was fulfilled).
@@ -504,7 +506,7 @@ open class CXProvider: NSObject, @unchecked Sendable {
 // MARK: CXCallController.h
 
 /// `@interface CXCallController : NSObject`
-open class CXCallController: NSObject, @unchecked Sendable {
+open class CXCallController: NSObject {
     /// `- (instancetype)init;`
     override public init() {}
 

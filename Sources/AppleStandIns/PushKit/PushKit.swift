@@ -24,7 +24,7 @@ public struct PKPushType: RawRepresentable, Hashable, Sendable {
 // MARK: PKPushCredentials.h
 
 /// `@interface PKPushCredentials : NSObject`
-open class PKPushCredentials: NSObject, @unchecked Sendable {
+open class PKPushCredentials: NSObject {
     /// `@property (readonly, copy) PKPushType type;`
     open private(set) var type: PKPushType
     /// `@property (readonly, copy) NSData *token;`
@@ -40,7 +40,7 @@ open class PKPushCredentials: NSObject, @unchecked Sendable {
 // MARK: PKPushPayload.h
 
 /// `@interface PKPushPayload : NSObject`
-open class PKPushPayload: NSObject, @unchecked Sendable {
+open class PKPushPayload: NSObject {
     /// `@property (readonly, copy) PKPushType type;`
     open private(set) var type: PKPushType
     /// `@property (readonly, copy) NSDictionary *dictionaryPayload;`
@@ -76,7 +76,7 @@ extension PKPushRegistryDelegate {
 }
 
 /// `@interface PKPushRegistry : NSObject`
-open class PKPushRegistry: NSObject, @unchecked Sendable {
+open class PKPushRegistry: NSObject {
     private let lock = NSLock()
     private let queue: DispatchQueue?
     private weak var _delegate: (any PKPushRegistryDelegate)?
