@@ -118,6 +118,7 @@ let package = Package(
             dependencies: [
                 "ParleyKit",
                 "ParleyRooms",
+                "ParleyJanus",
                 "ParleyProtocol",
                 .product(name: "Logging", package: "swift-log"),
             ] + appleFrameworks,

@@ -54,14 +54,21 @@ public final class ParleyPhone: @unchecked Sendable {
     private let network: NetworkPathMonitor
     private let peers: any PeerConnectionFactory
     private let transport: any SignalingTransport
+    private let janus: RoomSession.JanusConnector
     private let logger: Logger
     private let lock = NSLock()
     private var tasks: [Task<Void, Never>] = []
 
+    /// - Parameters:
+    ///   - peers: WebRTC unless given (tests give another engine).
+    ///   - transport: signaling over URLSession unless given.
+    ///   - janus: how voice rooms reach Janus: URLSession unless given.
     public init(configuration: Configuration, system: CallSystem, logger: Logger = Logger(label: "parley"),
-                peers: (any PeerConnectionFactory)? = nil, transport: (any SignalingTransport)? = nil) {
+                peers: (any PeerConnectionFactory)? = nil, transport: (any SignalingTransport)? = nil,
+                janus: RoomSession.JanusConnector? = nil) {
         self.configuration = configuration
         self.system = system
+        self.janus = janus ?? { try await URLSessionJanusTransport.connect(to: $0) }
         audio = AppleAudioSession(logger: logger)
         var signalingConfiguration = SignalingClient<ContinuousClock>.Configuration(
             url: Self.signalURL(configuration.server), device: configuration.device, client: configuration.client)
@@ -153,7 +160,7 @@ public final class ParleyPhone: @unchecked Sendable {
     public func joinRoom(_ room: RoomID, display: String) async throws -> RoomSession {
         // A room takes the audio session itself, which would cut the audio of a CallKit call.
         guard await !calls.hasCallInProgress else { throw RoomError("end the call before joining a voice room") }
-        let session = RoomSession(room: room, display: display, signaling: signaling, peers: peers, logger: logger)
+        let session = RoomSession(room: room, display: display, signaling: signaling, peers: peers, janus: janus, logger: logger)
         await audio.activateForRoom()
         do {
             try await session.join()

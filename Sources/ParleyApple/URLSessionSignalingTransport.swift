@@ -12,15 +12,10 @@ import ParleyKit
 ///
 /// (On Linux this compiles but cannot connect: the toolchain's libcurl has no WebSocket support. The
 /// framing and close codes are tested through `WebSocketTask`, the seam below.)
-public final class URLSessionSignalingTransport: NSObject, SignalingTransport, URLSessionWebSocketDelegate, @unchecked Sendable {
-    private let lock = NSLock()
-    private var session: URLSession!
-    private var opening: [Int: CheckedContinuation<Void, any Error>] = [:]
+public final class URLSessionSignalingTransport: SignalingTransport, Sendable {
+    private let sockets = URLSessionWebSockets()
 
-    public override init() {
-        super.init()
-        session = URLSession(configuration: .default, delegate: self, delegateQueue: nil)
-    }
+    public init() {}
 
     /// Why a connection could not be opened; `status` is the upgrade's HTTP status if one came
     /// (401: the token; 403: the origin; 503: the server is shutting down).
@@ -30,36 +25,61 @@ public final class URLSessionSignalingTransport: NSObject, SignalingTransport, U
         public var description: String { status.map { "the server refused the connection (HTTP \($0))" } ?? underlying }
     }
 
-    /// Lets the session go (it keeps its delegate, this transport, until then).
+    /// Lets the session go (it keeps its delegate until then).
     public func invalidate() {
-        session.finishTasksAndInvalidate()
+        sockets.invalidate()
     }
 
     public func connect(to url: URL, token: String) async throws -> any SignalingConnection {
         var request = URLRequest(url: url)
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
         request.timeoutInterval = 10
+        return URLSessionSignalingConnection(task: try await sockets.open(request))
+    }
+}
+
+/// WebSocket tasks of one `URLSession`, each handed over once it opened: signaling's and Janus's
+/// (on an iPhone both go through URLSession, which brings up cellular and VPN On Demand as BSD
+/// sockets do not, TN3151).
+final class URLSessionWebSockets: NSObject, URLSessionWebSocketDelegate, @unchecked Sendable {
+    private let lock = NSLock()
+    private var session: URLSession!
+    private var opening: [Int: CheckedContinuation<Void, any Error>] = [:]
+
+    override init() {
+        super.init()
+        session = URLSession(configuration: .default, delegate: self, delegateQueue: nil)
+    }
+
+    func invalidate() {
+        session.finishTasksAndInvalidate()
+    }
+
+    /// Starts a WebSocket task for `request` and answers it once the upgrade succeeded; throws
+    /// `URLSessionSignalingTransport.Refused` with the HTTP status otherwise.
+    func open(_ request: URLRequest) async throws -> URLSessionWebSocketTask {
         let task = session.webSocketTask(with: request)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             lock.withLock { opening[task.taskIdentifier] = continuation }
             task.resume()
         }
-        return URLSessionSignalingConnection(task: task)
+        return task
     }
 
-    public func urlSession(_ session: URLSession, webSocketTask: URLSessionWebSocketTask, didOpenWithProtocol protocol: String?) {
+    func urlSession(_ session: URLSession, webSocketTask: URLSessionWebSocketTask, didOpenWithProtocol protocol: String?) {
         lock.withLock { opening.removeValue(forKey: webSocketTask.taskIdentifier) }?.resume()
     }
 
-    public func urlSession(_ session: URLSession, webSocketTask: URLSessionWebSocketTask,
-                           didCloseWith closeCode: URLSessionWebSocketTask.CloseCode, reason: Data?) {
+    func urlSession(_ session: URLSession, webSocketTask: URLSessionWebSocketTask,
+                    didCloseWith closeCode: URLSessionWebSocketTask.CloseCode, reason: Data?) {
         // The connection reads the close code when its receive fails; nothing to do here.
     }
 
-    public func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         guard let continuation = lock.withLock({ opening.removeValue(forKey: task.taskIdentifier) }) else { return }
         let status = (task.response as? HTTPURLResponse)?.statusCode
-        continuation.resume(throwing: Refused(status: status, underlying: error.map { "\($0)" } ?? "the connection closed before it opened"))
+        continuation.resume(throwing: URLSessionSignalingTransport.Refused(
+            status: status, underlying: error.map { "\($0)" } ?? "the connection closed before it opened"))
     }
 }
 

@@ -46,6 +46,7 @@ public actor RoomSession {
     private let sink: AsyncStream<RoomEvent>.Continuation
     private let signaling: SignalingClient<ContinuousClock>
     private let peers: any PeerConnectionFactory
+    private let connectJanus: JanusConnector
     private let logger: Logger
     private var bridge: AudioBridge?
     private var peer: (any PeerConnection)?
@@ -56,13 +57,21 @@ public actor RoomSession {
     private var leaving = false
     private var attempt = 0
 
-    /// - Parameter peers: makes the room's peer connection; its offers must carry the
-    ///   `ssrc-audio-level` header extension, which the mixer's talking detection reads.
-    public init(room: RoomID, display: String, signaling: SignalingClient<ContinuousClock>, peers: any PeerConnectionFactory, logger: Logger) {
+    /// How a room reaches Janus at the URL its ticket names: SwiftNIO's WebSocket client by default;
+    /// URLSession on an iPhone (`URLSessionJanusTransport`).
+    public typealias JanusConnector = @Sendable (_ url: String) async throws -> any JanusTransport
+
+    /// - Parameters:
+    ///   - peers: makes the room's peer connection; its offers must carry the `ssrc-audio-level`
+    ///     header extension, which the mixer's talking detection reads.
+    ///   - janus: opens the connection to Janus.
+    public init(room: RoomID, display: String, signaling: SignalingClient<ContinuousClock>, peers: any PeerConnectionFactory,
+                janus: @escaping JanusConnector = { try await JanusWebSocketTransport.connect(to: $0) }, logger: Logger) {
         self.room = room
         self.display = display
         self.signaling = signaling
         self.peers = peers
+        connectJanus = janus
         self.logger = logger
         (events, sink) = AsyncStream.makeStream()
     }
@@ -91,7 +100,7 @@ public actor RoomSession {
     }
 
     private func connect(_ ticket: RoomMedia.Janus) async throws {
-        let transport = try await JanusWebSocketTransport.connect(to: ticket.url)
+        let transport = try await connectJanus(ticket.url)
         let client = JanusClient(transport: transport)
         try await client.createSession()
         let bridge = try await AudioBridge.attach(client, opaqueID: "parley-\(room)")

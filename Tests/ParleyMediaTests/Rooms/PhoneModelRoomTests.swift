@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ParleyApple
 import ParleyGStreamer
+import ParleyJanus
 import ParleyKit
 import ParleyLocalServices
 import ParleyNIOTransport
@@ -36,8 +37,9 @@ struct PhoneModelRoomTests {
         let engine = try GStreamerEngine(configuration: media, logger: testLogger)
         let system = CallSystem(pushQueue: DispatchQueue(label: "test.pushkit"))
         return PhoneModel(store: MemorySessionStore(), topic: "net.parley.app", pushEnvironment: .sandbox) { configuration in
+            // NIO's WebSocket clients for signaling and Janus: URLSession cannot open one on Linux.
             ParleyPhone(configuration: configuration, system: system, logger: testLogger, peers: engine,
-                        transport: WebSocketSignalingTransport())
+                        transport: WebSocketSignalingTransport(), janus: { try await JanusWebSocketTransport.connect(to: $0) })
         }
     }
 
