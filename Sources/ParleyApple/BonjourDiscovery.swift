@@ -18,9 +18,14 @@ import ParleyKit
 /// `_parley._tcp` under `NSBonjourServices` and give `NSLocalNetworkUsageDescription` (the sentence
 /// the permission prompt shows): without the service type the system refuses the browse — the
 /// browser fails with DNS-SD error -65555 (`kDNSServiceErr_NoAuth`) — and the stream finishes with
-/// ``BonjourDiscoveryError/serviceTypeNotDeclared``. When the user has turned Local Network off for
-/// the app, the browser waits with -65570 (`kDNSServiceErr_PolicyDenied`) and the stream finishes
-/// with ``BonjourDiscoveryError/localNetworkDenied``, so that the app can say where to turn it on.
+/// ``BonjourDiscoveryError/serviceTypeNotDeclared``.
+///
+/// **The Local Network permission.** Without it the browser waits with -65570
+/// (`kDNSServiceErr_PolicyDenied`): while the first-time prompt is up, and for good if the user
+/// says no. iOS does not tell the two apart, so that wait is not a refusal: the browse goes on, and
+/// runs when the user allows it, in the prompt or later in Settings (TN3179, "Understanding local
+/// network privacy"). ``browseWithPermission()`` says so to the UI
+/// (``BonjourBrowseEvent/waitingForLocalNetworkPermission``); ``browse()`` just waits.
 ///
 /// **Resolving.** A browse result names a service; it has no address. The Network framework
 /// resolves a service only for a connection to it, so each listener is resolved the usual iOS way:
@@ -55,11 +60,47 @@ public final class BonjourDiscovery: LANDiscovery {
     /// browser and resolving connections cancelled — when the consumer stops iterating; the stream
     /// fails with a ``BonjourDiscoveryError`` when the system refuses the browse.
     public func browse() -> AsyncThrowingStream<LANDiscoveryEvent, any Error> {
-        let (stream, continuation) = AsyncThrowingStream<LANDiscoveryEvent, any Error>.makeStream()
-        let browse = BonjourBrowse(continuation: continuation, resolveTimeout: resolveTimeout)
+        run { event in
+            if case .discovery(let discovery) = event { discovery } else { nil }
+        }
+    }
+
+    /// ``browse()``, with what the UI should say meanwhile: whether the browse waits for the Local
+    /// Network permission or runs.
+    public func browseWithPermission() -> AsyncThrowingStream<BonjourBrowseEvent, any Error> {
+        run { $0 }
+    }
+
+    private func run<Element: Sendable>(_ pick: @escaping @Sendable (BonjourBrowseEvent) -> Element?)
+        -> AsyncThrowingStream<Element, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<Element, any Error>.makeStream()
+        let browse = BonjourBrowse(resolveTimeout: resolveTimeout,
+                                   report: { event in if let element = pick(event) { continuation.yield(element) } },
+                                   fail: { continuation.finish(throwing: $0) })
         continuation.onTermination = { _ in browse.stop() }
         browse.start()
         return stream
+    }
+}
+
+/// What ``BonjourDiscovery/browseWithPermission()`` reports.
+public enum BonjourBrowseEvent: Hashable, Sendable, CustomStringConvertible {
+    /// A listener came or went.
+    case discovery(LANDiscoveryEvent)
+    /// iOS holds the browse until the app has the Local Network permission: its prompt is up, or
+    /// the user said no (iOS does not say which). The browse runs once the user allows it.
+    case waitingForLocalNetworkPermission
+    /// The browse runs: listeners come as ``discovery(_:)``.
+    case browsing
+
+    public var description: String {
+        switch self {
+        case .discovery(let event): "\(event)"
+        case .waitingForLocalNetworkPermission:
+            "Waiting for Local Network permission to look for LAN listeners. "
+                + "If you said no, turn it on in Settings › Privacy & Security › Local Network."
+        case .browsing: "Looking for LAN listeners."
+        }
     }
 }
 
@@ -68,9 +109,6 @@ public enum BonjourDiscoveryError: Error, Equatable, CustomStringConvertible {
     /// The browser failed with DNS-SD error -65555 (NoAuth): the app's Info.plist does not list
     /// `_parley._tcp` under `NSBonjourServices`.
     case serviceTypeNotDeclared
-    /// The browser is waiting with DNS-SD error -65570 (PolicyDenied): the user turned Local Network
-    /// off for this app.
-    case localNetworkDenied
     /// The browser failed otherwise; the system's error, as it describes itself.
     case browserFailed(String)
     /// ``BonjourDiscovery/advertise(instance:port:txt:lost:)``: an iPhone does not listen for LAN calls.
@@ -82,9 +120,6 @@ public enum BonjourDiscoveryError: Error, Equatable, CustomStringConvertible {
             "Cannot look for LAN listeners: iOS refused to browse for \(LANService.type) (DNS-SD error -65555, NoAuth). "
                 + "Since iOS 14 an app must declare the Bonjour services it browses for: list \(LANService.type) under "
                 + "NSBonjourServices in the app's Info.plist, and give NSLocalNetworkUsageDescription for the Local Network prompt."
-        case .localNetworkDenied:
-            "Cannot look for LAN listeners: Local Network access is off for this app (DNS-SD error -65570, PolicyDenied). "
-                + "Turn it on in Settings › Privacy & Security › Local Network."
         case .browserFailed(let error):
             "Cannot look for LAN listeners: browsing for \(LANService.type) failed (\(error))."
         case .listeningUnsupported:
@@ -96,7 +131,7 @@ public enum BonjourDiscoveryError: Error, Equatable, CustomStringConvertible {
     /// `kDNSServiceErr_NoAuth` (dns_sd.h): what the browse gets for a service type missing from
     /// `NSBonjourServices`.
     static let noAuth: Int32 = -65555
-    /// `kDNSServiceErr_PolicyDenied` (dns_sd.h): Local Network is off for the app.
+    /// `kDNSServiceErr_PolicyDenied` (dns_sd.h): the app does not have the Local Network permission (yet).
     static let policyDenied: Int32 = -65570
 
     /// What a failed browser's error means for the user.
@@ -109,7 +144,8 @@ public enum BonjourDiscoveryError: Error, Equatable, CustomStringConvertible {
 /// on `queue`, where the Network framework calls back, so the state needs no lock; `stop()` may come
 /// from anywhere and hops there too.
 private final class BonjourBrowse: @unchecked Sendable {
-    private let continuation: AsyncThrowingStream<LANDiscoveryEvent, any Error>.Continuation
+    private let report: @Sendable (BonjourBrowseEvent) -> Void
+    private let fail: @Sendable (any Error) -> Void
     private let resolveTimeout: Duration
     private let queue = DispatchQueue(label: "net.parley.bonjour")
 
@@ -122,9 +158,11 @@ private final class BonjourBrowse: @unchecked Sendable {
     private var reported: Set<String> = []
     private var stopped = false
 
-    init(continuation: AsyncThrowingStream<LANDiscoveryEvent, any Error>.Continuation, resolveTimeout: Duration) {
-        self.continuation = continuation
+    init(resolveTimeout: Duration, report: @escaping @Sendable (BonjourBrowseEvent) -> Void,
+         fail: @escaping @Sendable (any Error) -> Void) {
         self.resolveTimeout = resolveTimeout
+        self.report = report
+        self.fail = fail
     }
 
     func start() {
@@ -150,11 +188,15 @@ private final class BonjourBrowse: @unchecked Sendable {
     }
 
     private func browserChanged(to state: NWBrowser.State) {
+        guard !stopped else { return }
         if case .failed(let error) = state {
             // Finishing runs `onTermination`, which stops the browse (a failed browser must still be cancelled).
-            continuation.finish(throwing: BonjourDiscoveryError.browserFailure(error))
+            fail(BonjourDiscoveryError.browserFailure(error))
         } else if case .waiting(let error) = state, error == .dns(BonjourDiscoveryError.policyDenied) {
-            continuation.finish(throwing: BonjourDiscoveryError.localNetworkDenied)
+            // The prompt may still be up: not a refusal. The browser becomes ready when the user allows.
+            report(.waitingForLocalNetworkPermission)
+        } else if state == .ready {
+            report(.browsing)
         }
         // Other waits (no network yet) end by themselves: the browser becomes ready when it can.
     }
@@ -205,10 +247,10 @@ private final class BonjourBrowse: @unchecked Sendable {
             guard !stopped, case .hostPort(host: let host, port: let port)? = remote, let address = Self.literal(host) else { return }
             if let listener = LANService.listener(instance: instance, host: address, port: Int(port.rawValue), txt: txt) {
                 reported.insert(instance)
-                continuation.yield(.found(listener))
+                report(.discovery(.found(listener)))
             } else if reported.remove(instance) != nil {
                 // Its record changed into one that is not a Parley listener's (another version): it is gone for us.
-                continuation.yield(.lost(instance: instance))
+                report(.discovery(.lost(instance: instance)))
             }
         } else if case .failed = state {
             finishResolving(instance)
@@ -230,7 +272,7 @@ private final class BonjourBrowse: @unchecked Sendable {
         guard case .service(name: let instance, type: _, domain: _, interface: _) = result.endpoint else { return }
         finishResolving(instance)
         if reported.remove(instance) != nil {
-            continuation.yield(.lost(instance: instance))
+            report(.discovery(.lost(instance: instance)))
         }
     }
 

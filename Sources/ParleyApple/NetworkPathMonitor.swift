@@ -17,18 +17,27 @@ public final class NetworkPathMonitor: @unchecked Sendable {
     private var last: PathSummary?
     private let changed: @Sendable () async -> Void
 
-    /// The parts of a path whose change means new addresses: whether it is usable, and through what.
+    /// The parts of a path whose change means new addresses: whether it is usable, the interface it
+    /// sends through — the first of `availableInterfaces`, which lists them in the system's order
+    /// of preference — and the IP versions it has. Other interfaces coming and going (cellular
+    /// beside Wi-Fi, a VPN's tunnel that carries nothing) leave the call's addresses as they were.
     struct PathSummary: Equatable {
         var usable: Bool
-        var interfaces: [String]
+        var interface: NWInterface?
+        var ipv4: Bool
+        var ipv6: Bool
 
         init(_ path: NWPath) {
             usable = path.status == .satisfied
-            interfaces = path.availableInterfaces.map(\.name)
+            interface = path.availableInterfaces.first
+            ipv4 = path.supportsIPv4
+            ipv6 = path.supportsIPv6
         }
     }
 
-    /// - Parameter changed: called on every change after the first path (`CallManager.networkChanged`).
+    /// - Parameter changed: called on every change that matters after the first path
+    ///   (`CallManager.networkChanged`): the path usable again, another interface, or IPv4 or IPv6
+    ///   gained or lost.
     public init(changed: @escaping @Sendable () async -> Void) {
         self.changed = changed
     }

@@ -77,7 +77,7 @@ public final class ParleyPhone: @unchecked Sendable {
         self.transport = transport
         signaling = SignalingClient(configuration: signalingConfiguration, transport: transport, clock: ContinuousClock(), logger: logger,
                                     tokens: configuration.token)
-        let peers = peers ?? WebRTCPeerConnectionFactory()
+        let peers = peers ?? WebRTCPeerConnectionFactory(logger: logger)
         self.peers = peers
         self.logger = logger
         calls = CallManager(signaling: signaling, provider: system.callKit, audio: audio, peers: peers, clock: ContinuousClock(), logger: logger)

@@ -2,6 +2,7 @@
 #if os(iOS) || os(Linux)
 import AVFoundation
 import Foundation
+import Logging
 import ParleyKit
 import ParleyProtocol
 import WebRTC
@@ -12,13 +13,19 @@ import WebRTC
 public final class WebRTCPeerConnectionFactory: PeerConnectionFactory, @unchecked Sendable {
     public let factory: RTCPeerConnectionFactory
     /// Every peer connection made, as it is made: the app takes a video call's tracks from it.
+    /// A video call's comes once its camera started or failed to (``WebRTCPeerConnection/cameraFailure``).
     public let peerConnections: AsyncStream<WebRTCPeerConnection>
     private let sink: AsyncStream<WebRTCPeerConnection>.Continuation
+    private let logger: Logger
 
-    /// With video, pass a factory made with video codecs:
-    /// `RTCPeerConnectionFactory(encoderFactory: RTCDefaultVideoEncoderFactory(), decoderFactory: RTCDefaultVideoDecoderFactory())`.
-    public init(factory: RTCPeerConnectionFactory = RTCPeerConnectionFactory()) {
+    /// - Parameter factory: WebRTC with every codec it bundles (H.264, VP8, VP9) unless given:
+    ///   `RTCPeerConnectionFactory()` alone has H.264 only, which Parley's Linux engine (VP8) and
+    ///   many browsers' default video would not meet.
+    public init(factory: RTCPeerConnectionFactory = RTCPeerConnectionFactory(encoderFactory: RTCDefaultVideoEncoderFactory(),
+                                                                             decoderFactory: RTCDefaultVideoDecoderFactory()),
+                logger: Logger = Logger(label: "parley.webrtc")) {
         self.factory = factory
+        self.logger = logger
         (peerConnections, sink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(4))
     }
 
@@ -39,8 +46,17 @@ public final class WebRTCPeerConnectionFactory: PeerConnectionFactory, @unchecke
             camera = Camera(track: video, capturer: RTCCameraVideoCapturer(delegate: source))
         }
         connection.attach(peer, microphone: track, camera: camera)
-        camera?.start()
-        sink.yield(connection)
+        guard let camera else {
+            sink.yield(connection)
+            return connection
+        }
+        camera.start { [sink, logger] failure in
+            if let failure {
+                logger.warning("the camera did not start", metadata: ["error": "\(failure)"])
+                connection.cameraFailed(failure)
+            }
+            sink.yield(connection)
+        }
         return connection
     }
 
@@ -61,11 +77,27 @@ struct Camera: @unchecked Sendable {
     let track: RTCVideoTrack
     let capturer: RTCCameraVideoCapturer
 
-    func start() {
+    /// Starts capturing if the app may, and tells `done` why not (nil: it captures). Without camera
+    /// access the capturer would start, capture nothing and say nothing, so it is not started. On the
+    /// lock screen (a call answered there) iOS holds the session until the app is in the
+    /// foreground, and the capturer resumes it then (RTCCameraVideoCapturer, on `didBecomeActive`).
+    func start(_ done: @escaping @Sendable (WebRTCError?) -> Void) {
+        let access = AVCaptureDevice.authorizationStatus(for: .video)
+        guard access == .authorized else {
+            let why: [AVAuthorizationStatus: String] = [.notDetermined: "not granted yet (the app has not asked for it)",
+                                                        .restricted: "restricted on this device", .denied: "turned off for this app"]
+            return done(WebRTCError("camera access is \(why[access] ?? "not granted"): the call goes on without the camera"))
+        }
         let devices = RTCCameraVideoCapturer.captureDevices()
-        guard let device = devices.first(where: { $0.position == .front }) ?? devices.first,
-              let (format, fps) = Self.format(RTCCameraVideoCapturer.supportedFormats(for: device)) else { return }
-        capturer.startCapture(with: device, format: format, fps: fps, completionHandler: nil)
+        guard let device = devices.first(where: { $0.position == .front }) ?? devices.first else {
+            return done(WebRTCError("this device has no camera"))
+        }
+        guard let (format, fps) = Self.format(RTCCameraVideoCapturer.supportedFormats(for: device)) else {
+            return done(WebRTCError("the camera offers no format to capture in"))
+        }
+        capturer.startCapture(with: device, format: format, fps: fps) { error in
+            done(error.map { WebRTCError("the camera did not start: \($0.localizedDescription)") })
+        }
     }
 
     func stop() { capturer.stopCapture(completionHandler: nil) }
@@ -104,6 +136,7 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
     private var microphone: RTCAudioTrack?
     private var remoteAudio: [RTCAudioTrack] = []
     private var camera: Camera?
+    private var cameraProblem: WebRTCError?
     private var remoteVideo: RTCVideoTrack?
     private var switches = MicrophoneSwitches()
     private var negotiation: UInt64 = 0
@@ -127,8 +160,16 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
     public var localVideoTrack: RTCVideoTrack? { lock.withLock { camera?.track } }
     /// The camera's capturer (for tests).
     var cameraCapturer: RTCCameraVideoCapturer? { lock.withLock { camera?.capturer } }
-    /// The other side's video, once it arrived.
+    /// Why a video call's camera is not capturing (no camera access, no camera, the capturer's
+    /// error), in a sentence for the user; nil while it captures, and for an audio call. Settled by
+    /// the time the connection comes on ``WebRTCPeerConnectionFactory/peerConnections``.
+    public var cameraFailure: WebRTCError? { lock.withLock { cameraProblem } }
+    /// The other side's video while it sends it.
     public var remoteVideoTrack: RTCVideoTrack? { lock.withLock { remoteVideo } }
+
+    func cameraFailed(_ failure: WebRTCError) {
+        lock.withLock { cameraProblem = failure }
+    }
 
     private var connection: RTCPeerConnection {
         get throws {
@@ -318,18 +359,33 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
 
     public func peerConnection(_ peerConnection: RTCPeerConnection, didChange stateChanged: RTCSignalingState) {}
 
-    public func peerConnection(_ peerConnection: RTCPeerConnection, didAdd stream: RTCMediaStream) {
+    // Under Unified Plan a stream is only a label a peer may put on its tracks (`a=msid`), or not:
+    // the tracks come from the transceivers below.
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didAdd stream: RTCMediaStream) {}
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didRemove stream: RTCMediaStream) {}
+
+    /// A far-side track, in a stream or not (W3C's `track` event). Tracks compare by id: the
+    /// framework hands out a new wrapper of the same track on every read.
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didStartReceivingOn transceiver: RTCRtpTransceiver) {
+        guard let track = transceiver.receiver.track else { return }
         let held = lock.withLock { () -> Bool in
-            remoteAudio += stream.audioTracks
-            if let video = stream.videoTracks.first { remoteVideo = video }
+            if let audio = track as? RTCAudioTrack, !remoteAudio.contains(where: { $0.trackId == audio.trackId }) {
+                remoteAudio.append(audio)
+            } else if let video = track as? RTCVideoTrack {
+                remoteVideo = video
+            }
             return switches.held
         }
-        for track in stream.audioTracks { track.isEnabled = !held }
+        if track is RTCAudioTrack { track.isEnabled = !held }
     }
 
-    public func peerConnection(_ peerConnection: RTCPeerConnection, didRemove stream: RTCMediaStream) {
-        let gone = Set(stream.audioTracks.map(\.trackId))
-        lock.withLock { remoteAudio.removeAll { gone.contains($0.trackId) } }
+    /// The far side stopped sending on a track (its direction became `recvonly` or `inactive`).
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didRemove rtpReceiver: RTCRtpReceiver) {
+        guard let gone = rtpReceiver.track?.trackId else { return }
+        lock.withLock {
+            remoteAudio.removeAll { $0.trackId == gone }
+            if remoteVideo?.trackId == gone { remoteVideo = nil }
+        }
     }
 
     public func peerConnectionShouldNegotiate(_ peerConnection: RTCPeerConnection) {

@@ -10,6 +10,7 @@ import ParleyProtocol
 import ParleyServerTesting
 import ParleyTesting
 import PushKit
+import Testing
 import WebRTC
 
 /// An iPhone as far as Linux allows: `ParleyPhone` with its real adapters over the stand-ins for
@@ -94,3 +95,10 @@ final class OtherParty: @unchecked Sendable {
         task?.cancel()
     }
 }
+
+/// Every suite of this target, one at a time: the stand-ins hold what iOS holds once per process
+/// (the audio session, WebRTC's audio session, the app's CallKit provider, the Local Network
+/// permission, the path every monitor sees), so two suites running side by side would play one
+/// iPhone's system to each other.
+@Suite(.serialized)
+enum OneIPhone {}

@@ -29,9 +29,8 @@ final class AppDelegate: NSObject, UIApplicationDelegate {
         let system = self.system
         return PhoneModel(store: UserDefaultsSessionStore(), topic: Bundle.main.bundleIdentifier ?? "net.parley.phone",
                           pushEnvironment: AppSettings.pushEnvironment) { configuration in
-            // One phone per signed-in user, on the app's one call system. WebRTC with its default
-            // video codecs (VideoView.swift): video calls reach Linux softphones (VP8) too.
-            ParleyPhone(configuration: configuration, system: system, peers: WebRTCPeerConnectionFactory.withVideoCodecs())
+            // One phone per signed-in user, on the app's one call system.
+            ParleyPhone(configuration: configuration, system: system)
         }
     }()
 

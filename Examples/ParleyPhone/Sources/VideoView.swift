@@ -35,12 +35,3 @@ struct VideoView: UIViewRepresentable {
         }
     }
 }
-
-extension WebRTCPeerConnectionFactory {
-    /// WebRTC with Google's default video codecs (H.264, VP8, and VP9 where the phone can).
-    /// `RTCPeerConnectionFactory()` alone has H.264 only, and Parley's Linux engine sends VP8.
-    static func withVideoCodecs() -> WebRTCPeerConnectionFactory {
-        WebRTCPeerConnectionFactory(factory: RTCPeerConnectionFactory(encoderFactory: RTCDefaultVideoEncoderFactory(),
-                                                                      decoderFactory: RTCDefaultVideoDecoderFactory()))
-    }
-}

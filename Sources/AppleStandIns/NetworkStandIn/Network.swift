@@ -60,6 +60,11 @@ public struct NWPath: Equatable, Sendable {
     public let availableInterfaces: [NWInterface]
     public let isExpensive: Bool
     public let isConstrained: Bool
+    /// `public let supportsIPv4: Swift.Bool` — the interface the path uses has IPv4 connectivity
+    /// (`nw_path_has_ipv4`, path.h).
+    public let supportsIPv4: Bool
+    /// `public let supportsIPv6: Swift.Bool` (`nw_path_has_ipv6`)
+    public let supportsIPv6: Bool
     /// `public let remoteEndpoint: Network.NWEndpoint?` — on a connection's path, the address data
     /// is sent to (`nw_path_copy_effective_remote_endpoint`, path.h): for a connection to a Bonjour
     /// service, the address the service resolved to.
@@ -70,13 +75,16 @@ public struct NWPath: Equatable, Sendable {
         availableInterfaces.first?.type == type
     }
 
-    /// Stand-in only.
+    /// Stand-in only. The interfaces in the system's order of preference: the first is the one the
+    /// path sends through. IPv4 and IPv6 are there when the path is satisfied, unless said otherwise.
     public init(standInStatus status: Status, interfaces: [NWInterface], isExpensive: Bool = false, isConstrained: Bool = false,
-                remoteEndpoint: NWEndpoint? = nil) {
+                supportsIPv4: Bool? = nil, supportsIPv6: Bool? = nil, remoteEndpoint: NWEndpoint? = nil) {
         self.status = status
         self.availableInterfaces = interfaces
         self.isExpensive = isExpensive
         self.isConstrained = isConstrained
+        self.supportsIPv4 = supportsIPv4 ?? (status == .satisfied)
+        self.supportsIPv6 = supportsIPv6 ?? (status == .satisfied)
         self.remoteEndpoint = remoteEndpoint
     }
 }
@@ -172,7 +180,8 @@ private enum DNSServiceError {
     /// `kDNSServiceErr_NoAuth = -65555`: what DNSServiceBrowse answers an app that browses for a
     /// service type its Info.plist does not list under `NSBonjourServices` (iOS 14 and later).
     static let noAuth: Int32 = -65555
-    /// `kDNSServiceErr_PolicyDenied = -65570`: the user turned Local Network off for the app.
+    /// `kDNSServiceErr_PolicyDenied = -65570`: the app does not have the Local Network privilege —
+    /// its first-time prompt is still up, or the user said no (TN3179).
     static let policyDenied: Int32 = -65570
 }
 
@@ -514,7 +523,7 @@ private struct StandInLocalNetwork {
 
     var services: [Key: NWBrowser.StandInService] = [:]
     var bonjourServices: [String] = []
-    var localNetworkDenied = false
+    var localNetwork = NWBrowser.StandInLocalNetworkPrivilege.allowed
     var browsers: [ObjectIdentifier: NWBrowser] = [:]
     var connections: [ObjectIdentifier: NWConnection] = [:]
 
@@ -564,8 +573,9 @@ private struct StandInLocalNetwork {
 /// `.cancelled` is the last thing its handler hears. Handlers run on the queue given to `start`,
 /// and nothing happens before `start`. It browses the stand-in local network (`standInAnnounce`),
 /// and applies iOS 14's rule: a service type missing from the app's `NSBonjourServices` fails the
-/// browser with DNS-SD error -65555 (NoAuth); Local Network turned off keeps it waiting with
-/// -65570 (PolicyDenied).
+/// browser with DNS-SD error -65555 (NoAuth); without the Local Network privilege it waits with
+/// -65570 (PolicyDenied) — while the first-time prompt is up, and for good when the user says no —
+/// and becomes `.ready` when the user allows it (TN3179).
 public final class NWBrowser: CustomDebugStringConvertible, @unchecked Sendable {
     /// `public enum Descriptor : Swift.Sendable` (iOS 16's `case applicationService(name:)` is left out)
     public enum Descriptor: Sendable {
@@ -709,26 +719,39 @@ public final class NWBrowser: CustomDebugStringConvertible, @unchecked Sendable 
             _queue = queue
             let me = ObjectIdentifier(self)
             let type = browsedType
-            let (declared, denied, visible) = StandInLocalNetwork.shared.withLock {
+            let (declared, allowed, visible) = StandInLocalNetwork.shared.withLock {
                 (network: inout StandInLocalNetwork) -> (Bool, Bool, [StandInLocalNetwork.Key: StandInService]) in
                 network.browsers[me] = self
                 let declared = network.bonjourServices.contains {
                     StandInLocalNetwork.Key.normalized($0) == StandInLocalNetwork.Key.normalized(type)
                 }
-                return (declared, network.localNetworkDenied, network.services)
+                return (declared, network.localNetwork == .allowed, network.services)
             }
             if !declared {
                 setStateLocked(.failed(.dns(DNSServiceError.noAuth)))
-            } else if denied {
+            } else if !allowed {
                 setStateLocked(.waiting(.dns(DNSServiceError.policyDenied)))
             } else {
-                setStateLocked(.ready)
-                var changes: Set<Result.Change> = []
-                for (key, service) in visible {
-                    if let change = changeLocked(key, to: service) { changes.insert(change) }
-                }
-                deliverLocked(changes)
+                becomeReadyLocked(seeing: visible)
             }
+        }
+    }
+
+    private func becomeReadyLocked(seeing services: [StandInLocalNetwork.Key: StandInService]) {
+        setStateLocked(.ready)
+        var changes: Set<Result.Change> = []
+        for (key, service) in services {
+            if let change = changeLocked(key, to: service) { changes.insert(change) }
+        }
+        deliverLocked(changes)
+    }
+
+    /// The app was given the Local Network privilege: a browser waiting for it becomes ready and
+    /// reports what it sees.
+    fileprivate func standInAllowed() {
+        lock.withLock {
+            guard _state == .waiting(.dns(DNSServiceError.policyDenied)) else { return }
+            becomeReadyLocked(seeing: StandInLocalNetwork.shared.withLock { $0.services })
         }
     }
 
@@ -875,11 +898,23 @@ public final class NWBrowser: CustomDebugStringConvertible, @unchecked Sendable 
         set { StandInLocalNetwork.shared.withLock { $0.bonjourServices = newValue } }
     }
 
-    /// Whether the user turned Local Network off for the app (Settings › Privacy & Security ›
-    /// Local Network). Browsers started afterwards wait with -65570 (PolicyDenied).
-    public static var standInLocalNetworkDenied: Bool {
-        get { StandInLocalNetwork.shared.withLock { $0.localNetworkDenied } }
-        set { StandInLocalNetwork.shared.withLock { $0.localNetworkDenied = newValue } }
+    /// The app's Local Network privilege (TN3179): undetermined until the user answers the prompt
+    /// the first local network access brings up, then allowed or denied (Settings › Privacy &
+    /// Security › Local Network changes it later).
+    public enum StandInLocalNetworkPrivilege: Sendable {
+        case undetermined, allowed, denied
+    }
+
+    /// The user decides: answers the Local Network prompt, or changes the switch in Settings.
+    /// Browsers without the privilege wait with -65570 (PolicyDenied), whether the prompt is up or
+    /// the user said no; allowing it readies those waiting. (Taking it away affects browsers
+    /// started afterwards only.)
+    public static func standInSetLocalNetwork(_ privilege: StandInLocalNetworkPrivilege) {
+        let browsers = StandInLocalNetwork.shared.withLock { (network: inout StandInLocalNetwork) -> [NWBrowser] in
+            network.localNetwork = privilege
+            return privilege == .allowed ? Array(network.browsers.values) : []
+        }
+        for browser in browsers { browser.standInAllowed() }
     }
 
     /// How many browsers were started and not yet cancelled (a failed browser counts until it is).

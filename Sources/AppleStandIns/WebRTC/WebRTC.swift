@@ -9,7 +9,11 @@
 //
 // The peer connection here negotiates nothing: it keeps the W3C signaling state machine (the
 // transitions libwebrtc allows and the errors it gives for the others), records what was asked of it,
-// and lets a test play the network (delegate events, statistics). Hooks are marked "Stand-in only".
+// and lets a test play the network (delegate events, statistics). What it receives it takes from the
+// remote description, as libwebrtc does under Unified Plan (pc/sdp_offer_answer.cc, M120): each
+// m= section's media, mid, direction and a=msid lines decide the transceivers that start or stop
+// receiving and the remote streams, and the delegate hears of them in libwebrtc's order. Hooks are
+// marked "Stand-in only".
 
 import AVFoundation
 import Foundation
@@ -241,8 +245,15 @@ open class RTCVideoTrack: RTCMediaStreamTrack, @unchecked Sendable {
 }
 
 /// `@interface RTCCameraVideoCapturer : RTCVideoCapturer`
+///
+/// As RTCCameraVideoCapturer.m does it: starting and stopping run on the capture session's queue,
+/// and the completion handlers are called there. A start fails — its handler gets the error — only
+/// when the device cannot be locked for configuration. Without camera access the session runs with
+/// no input: nothing is captured, and the handler gets nil (the capturer only logs it).
 open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
     private let lock = NSLock()
+    private let session = DispatchQueue(label: "RTCCameraVideoCapturer.captureSession")
+    private var running = false
     private var capturing: (device: AVCaptureDevice, format: AVCaptureDevice.Format, fps: Int)?
 
     /// `+ (NSArray<AVCaptureDevice *> *)captureDevices;`
@@ -255,20 +266,43 @@ open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
     ///    fps:(NSInteger)fps completionHandler:(nullable void (^)(NSError *_Nullable))completionHandler;`
     open func startCapture(with device: AVCaptureDevice, format: AVCaptureDevice.Format, fps: Int,
                            completionHandler: (@Sendable ((any Error)?) -> Void)? = nil) {
-        lock.withLock { capturing = (device, format, fps) }
-        completionHandler?(nil)
+        session.async { [self] in
+            if let error = Self.standInLockError.withLock({ $0 }) {
+                completionHandler?(error)  // -[AVCaptureDevice lockForConfiguration:] failed
+                return
+            }
+            // An AVCaptureDeviceInput needs camera access; without one the session captures nothing.
+            let input = AVCaptureDevice.authorizationStatus(for: .video) == .authorized
+            lock.withLock {
+                running = true
+                capturing = input ? (device, format, fps) : nil
+            }
+            completionHandler?(nil)
+        }
     }
 
     /// `- (void)stopCaptureWithCompletionHandler:(nullable void (^)(void))completionHandler;`
     open func stopCapture(completionHandler: (@Sendable () -> Void)? = nil) {
-        lock.withLock { capturing = nil }
-        completionHandler?()
+        session.async { [self] in
+            lock.withLock {
+                running = false
+                capturing = nil
+            }
+            completionHandler?()
+        }
     }
 
     // MARK: Stand-in only
 
     /// The cameras this "device" has.
     public static let standInDevices = StandInLockedBox<[AVCaptureDevice]>([])
+
+    /// What `-[AVCaptureDevice lockForConfiguration:]` fails with from now on (another client holds
+    /// the camera); nil: it succeeds.
+    public static let standInLockError = StandInLockedBox<NSError?>(nil)
+
+    /// Whether the capture session runs: started and not stopped, capturing or not.
+    public var standInRunning: Bool { lock.withLock { running } }
 
     /// What it captures now: the device's id, the format's size, the frame rate.
     public var standInCapturing: (device: String, width: Int32, height: Int32, fps: Int)? {
@@ -279,28 +313,26 @@ open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
     }
 }
 
-/// `@interface RTCMediaStream : NSObject`
+/// `@interface RTCMediaStream : NSObject` — a remote one, as libwebrtc makes it for a stream id a
+/// remote description names.
 open class RTCMediaStream: NSObject, @unchecked Sendable {
+    private let lock = NSLock()
+    private var audio: [RTCAudioTrack] = []
+    private var video: [RTCVideoTrack] = []
+
     /// `@property(nonatomic, readonly) NSArray<RTCAudioTrack *> *audioTracks;`
-    open private(set) var audioTracks: [RTCAudioTrack]
+    open var audioTracks: [RTCAudioTrack] { lock.withLock { audio } }
     /// `@property(nonatomic, readonly) NSArray<RTCVideoTrack *> *videoTracks;`
-    open private(set) var videoTracks: [RTCVideoTrack] = []
+    open var videoTracks: [RTCVideoTrack] { lock.withLock { video } }
 
-    /// Stand-in only: remote streams come from libwebrtc.
-    public init(standInAudioTracks audioTracks: [RTCAudioTrack], videoTracks: [RTCVideoTrack] = []) {
-        self.audioTracks = audioTracks
-        self.videoTracks = videoTracks
-    }
+    override init() {}
 
-    /// Stand-in only: a remote audio and video stream.
-    public static func standInRemoteVideo(_ trackId: String) -> RTCMediaStream {
-        RTCMediaStream(standInAudioTracks: [RTCAudioTrack(source: RTCAudioSource(), trackId: trackId + "-audio")],
-                       videoTracks: [RTCVideoTrack(trackId: trackId)])
-    }
-
-    /// Stand-in only: a remote audio track.
-    public static func standInRemoteAudio(_ trackId: String) -> RTCMediaStream {
-        RTCMediaStream(standInAudioTracks: [RTCAudioTrack(source: RTCAudioSource(), trackId: trackId)])
+    /// A receiver's track joins the stream.
+    func include(_ track: RTCMediaStreamTrack) {
+        lock.withLock {
+            if let track = track as? RTCAudioTrack, !audio.contains(track) { audio.append(track) }
+            if let track = track as? RTCVideoTrack, !video.contains(track) { video.append(track) }
+        }
     }
 }
 
@@ -369,6 +401,101 @@ open class RTCRtpSender: NSObject, RTCRtpSenderProtocol, @unchecked Sendable {
 
     /// Stand-in only: every tone inserted so far.
     public var standInTones: String { dtmf.tones }
+}
+
+/// `typedef NS_ENUM(NSInteger, RTCRtpMediaType)` (RTCRtpReceiver.h)
+public enum RTCRtpMediaType: Int, Sendable {
+    case audio, video, data, unsupported
+}
+
+/// `@protocol RTCRtpReceiver <NSObject>` — imported as `RTCRtpReceiverProtocol`, since the class
+/// below has the same name.
+public protocol RTCRtpReceiverProtocol: NSObjectProtocol {
+    /// `@property(nonatomic, readonly) NSString *receiverId;`
+    var receiverId: String { get }
+    /// `@property(nonatomic, readonly, nullable) RTCMediaStreamTrack *track;` — the real one makes a
+    /// new wrapper of the same track on every read ("Use isEqual: instead of =="): compare by `trackId`.
+    var track: RTCMediaStreamTrack? { get }
+}
+
+/// `@interface RTCRtpReceiver : NSObject <RTCRtpReceiver>` — its track exists from the start, with
+/// an id of libwebrtc's making (not the one in the remote `a=msid`).
+open class RTCRtpReceiver: NSObject, RTCRtpReceiverProtocol {
+    open private(set) var receiverId = UUID().uuidString
+    open private(set) var track: RTCMediaStreamTrack?
+
+    init(kind: RTCRtpMediaType) {
+        if kind == .audio {
+            track = RTCAudioTrack(source: RTCAudioSource(), trackId: UUID().uuidString)
+        } else {
+            track = RTCVideoTrack(trackId: UUID().uuidString)
+        }
+    }
+}
+
+/// `@protocol RTCRtpTransceiver <NSObject>` — imported as `RTCRtpTransceiverProtocol`.
+public protocol RTCRtpTransceiverProtocol: NSObjectProtocol {
+    /// `@property(nonatomic, readonly) RTCRtpMediaType mediaType;`
+    var mediaType: RTCRtpMediaType { get }
+    /// `@property(nonatomic, readonly) RTCRtpReceiver *receiver;`
+    var receiver: RTCRtpReceiver { get }
+}
+
+/// `@interface RTCRtpTransceiver : NSObject <RTCRtpTransceiver>` (Unified Plan only): one made by
+/// `addTrack`, or by a remote offer's m= section that no transceiver took.
+open class RTCRtpTransceiver: NSObject, RTCRtpTransceiverProtocol {
+    open private(set) var mediaType: RTCRtpMediaType
+    open private(set) var receiver: RTCRtpReceiver
+    /// The m= section it is associated with, once a description gave it one.
+    var associatedMid: String?
+    /// JSEP's [[FiredDirection]] has "recv": the delegate was told it started receiving.
+    var receiving = false
+    /// The remote streams its receiver's track is in.
+    var remoteStreams: [RTCMediaStream] = []
+
+    init(mediaType: RTCRtpMediaType) {
+        self.mediaType = mediaType
+        receiver = RTCRtpReceiver(kind: mediaType)
+    }
+}
+
+/// One m= section of a remote description, as far as receiving goes: its media, mid (its position
+/// when it has no `a=mid`), whether the remote side sends on it (not rejected, `a=sendrecv` or
+/// `a=sendonly`, sendrecv when unsaid), and the streams its `a=msid` lines name (`-`: none).
+private struct StandInMediaSection {
+    var mediaType: RTCRtpMediaType?
+    var rejected: Bool
+    var mid: String
+    var direction = "sendrecv"
+    var streamIds: [String] = []
+    var hasMsid = false
+
+    var remoteSends: Bool { !rejected && (direction == "sendrecv" || direction == "sendonly") }
+
+    static func parse(_ sdp: String) -> [StandInMediaSection] {
+        var sections: [StandInMediaSection] = []
+        for line in sdp.split(whereSeparator: \.isNewline) {
+            if line.hasPrefix("m=") {
+                let fields = line.dropFirst(2).split(separator: " ")
+                let kinds: [Substring: RTCRtpMediaType] = ["audio": .audio, "video": .video]
+                sections.append(StandInMediaSection(mediaType: fields.first.flatMap { kinds[$0] },
+                                                    rejected: fields.count > 1 && fields[1] == "0", mid: String(sections.count)))
+            } else if !sections.isEmpty {
+                let last = sections.count - 1
+                if line.hasPrefix("a=mid:") {
+                    sections[last].mid = String(line.dropFirst(6))
+                } else if ["a=sendrecv", "a=sendonly", "a=recvonly", "a=inactive"].contains(line) {
+                    sections[last].direction = String(line.dropFirst(2))
+                } else if line.hasPrefix("a=msid:") {
+                    sections[last].hasMsid = true
+                    if let stream = line.dropFirst(7).split(separator: " ").first, stream != "-" {
+                        sections[last].streamIds.append(String(stream))
+                    }
+                }
+            }
+        }
+        return sections
+    }
 }
 
 /// The DTMF sender of an audio sender (libwebrtc's `RTCDtmfSender` object, not public).
@@ -444,6 +571,7 @@ public enum RTCIceGatheringState: Int, Sendable {
 
 /// `@protocol RTCPeerConnectionDelegate <NSObject>`: the first nine are required; the others are
 /// `@optional` and have empty defaults here (see CallKit's note on optional requirements).
+/// `didRemoveStream` is "not called when RTCSdpSemanticsUnifiedPlan is specified".
 public protocol RTCPeerConnectionDelegate: NSObjectProtocol {
     /// `- (void)peerConnection:(RTCPeerConnection *)peerConnection didChangeSignalingState:(RTCSignalingState)stateChanged;`
     func peerConnection(_ peerConnection: RTCPeerConnection, didChange stateChanged: RTCSignalingState)
@@ -463,6 +591,20 @@ public protocol RTCPeerConnectionDelegate: NSObjectProtocol {
     func peerConnection(_ peerConnection: RTCPeerConnection, didRemove candidates: [RTCIceCandidate])
     /// `- (void)peerConnection:(RTCPeerConnection *)peerConnection didOpenDataChannel:(RTCDataChannel *)dataChannel;`
     func peerConnection(_ peerConnection: RTCPeerConnection, didOpen dataChannel: RTCDataChannel)
+    /// `- (void)peerConnection:(RTCPeerConnection *)peerConnection didStartReceivingOnTransceiver:(RTCRtpTransceiver *)transceiver;`
+    /// (@optional; Unified Plan only) — W3C's `track` event, whether or not the track is in a stream.
+    func peerConnection(_ peerConnection: RTCPeerConnection, didStartReceivingOn transceiver: RTCRtpTransceiver)
+    /// `- (void)peerConnection:(RTCPeerConnection *)peerConnection didAddReceiver:(RTCRtpReceiver *)rtpReceiver
+    ///    streams:(NSArray<RTCMediaStream *> *)mediaStreams;` (@optional)
+    func peerConnection(_ peerConnection: RTCPeerConnection, didAdd rtpReceiver: RTCRtpReceiver, streams mediaStreams: [RTCMediaStream])
+    /// `- (void)peerConnection:(RTCPeerConnection *)peerConnection didRemoveReceiver:(RTCRtpReceiver *)rtpReceiver;` (@optional)
+    func peerConnection(_ peerConnection: RTCPeerConnection, didRemove rtpReceiver: RTCRtpReceiver)
+}
+
+extension RTCPeerConnectionDelegate {
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didStartReceivingOn transceiver: RTCRtpTransceiver) {}
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didAdd rtpReceiver: RTCRtpReceiver, streams mediaStreams: [RTCMediaStream]) {}
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didRemove rtpReceiver: RTCRtpReceiver) {}
 }
 
 /// `@interface RTCDataChannel : NSObject` (only as the delegate above names it).
@@ -474,6 +616,10 @@ open class RTCPeerConnection: NSObject, @unchecked Sendable {
     private weak var _delegate: (any RTCPeerConnectionDelegate)?
     private var _signalingState: RTCSignalingState = .stable
     private var _senders: [RTCRtpSender] = []
+    private var transceivers: [RTCRtpTransceiver] = []
+    private var remoteStreams: [String: RTCMediaStream] = [:]
+    /// The stream libwebrtc makes up for a remote description without any `a=msid`.
+    private var defaultRemoteStream: RTCMediaStream?
     private var _records: [StandInRecord] = []
     private var _statistics = RTCStatisticsReport(standInTimestamp: 0, statistics: [])
     private var offerCount = 0
@@ -497,10 +643,12 @@ open class RTCPeerConnection: NSObject, @unchecked Sendable {
     }
 
     /// `- (nullable RTCRtpSender *)addTrack:(RTCMediaStreamTrack *)track streamIds:(NSArray<NSString *> *)streamIds;`
+    /// — under Unified Plan, with a sendrecv transceiver of the track's kind.
     open func add(_ track: RTCMediaStreamTrack, streamIds: [String]) -> RTCRtpSender? {
         let sender = RTCRtpSender(track: track)
         lock.withLock {
             _senders.append(sender)
+            transceivers.append(RTCRtpTransceiver(mediaType: track.kind == "audio" ? .audio : .video))
             _records.append(.addTrack(track.kind))
         }
         return sender
@@ -576,7 +724,7 @@ open class RTCPeerConnection: NSObject, @unchecked Sendable {
 
     private func transition(local: Bool, _ sdp: RTCSessionDescription, _ completion: @escaping @Sendable ((any Error)?) -> Void) {
         // The JSEP transitions libwebrtc allows (RFC 8829 §3.2); anything else is an error.
-        let result: (StandInError?, RTCSignalingState?) = lock.withLock {
+        let result: (StandInError?, RTCSignalingState?, Reception) = lock.withLock {
             let next: RTCSignalingState?
             switch (local, sdp.type, _signalingState) {
             case (true, .offer, .stable), (true, .offer, .haveLocalOffer): next = .haveLocalOffer
@@ -586,15 +734,86 @@ open class RTCPeerConnection: NSObject, @unchecked Sendable {
             case (true, .rollback, .haveLocalOffer), (false, .rollback, .haveRemoteOffer): next = .stable
             default: next = nil
             }
-            guard let next else { return (.wrongState("set \(local ? "local" : "remote") \(RTCSessionDescription.string(for: sdp.type))"), nil) }
+            guard let next else { return (.wrongState("set \(local ? "local" : "remote") \(RTCSessionDescription.string(for: sdp.type))"), nil, Reception()) }
             if !local, sdp.type != .rollback { hasRemoteDescription = true }
             _records.append(local ? .setLocal(sdp.type) : .setRemote(sdp.type))
             let changed = next != _signalingState
             _signalingState = next
-            return (nil, changed ? next : nil)
+            let reception = !local && sdp.type != .rollback ? receiveLocked(sdp) : Reception()
+            return (nil, changed ? next : nil, reception)
         }
         if let state = result.1, let delegate { delegate.peerConnection(self, didChange: state) }
+        if let delegate {
+            // libwebrtc's order: each transceiver's track event and its receiver, then the new streams, then what stopped.
+            for transceiver in result.2.started {
+                delegate.peerConnection(self, didStartReceivingOn: transceiver)
+                delegate.peerConnection(self, didAdd: transceiver.receiver, streams: transceiver.remoteStreams)
+            }
+            for stream in result.2.addedStreams { delegate.peerConnection(self, didAdd: stream) }
+            for receiver in result.2.stopped { delegate.peerConnection(self, didRemove: receiver) }
+        }
         completion(result.0)
+    }
+
+    /// What a remote description changed in what is received.
+    private struct Reception {
+        var started: [RTCRtpTransceiver] = []
+        var addedStreams: [RTCMediaStream] = []
+        var stopped: [RTCRtpReceiver] = []
+    }
+
+    /// Applies a remote offer or answer to the transceivers (ApplyRemoteDescriptionUpdateTransceiverState).
+    /// A section goes to the transceiver with its mid, else to the first of its media without one
+    /// (one `addTrack` made); a remote offer makes a transceiver for a section none takes. Rollback
+    /// does not undo what a rolled-back offer started.
+    private func receiveLocked(_ sdp: RTCSessionDescription) -> Reception {
+        var reception = Reception()
+        let sections = StandInMediaSection.parse(sdp.sdp)
+        let msidSignaled = sections.contains(where: \.hasMsid)
+        for section in sections {
+            guard let mediaType = section.mediaType else { continue }
+            let transceiver: RTCRtpTransceiver
+            if let found = transceivers.first(where: { $0.associatedMid == section.mid })
+                ?? transceivers.first(where: { $0.associatedMid == nil && $0.mediaType == mediaType }) {
+                transceiver = found
+            } else if sdp.type == .offer {
+                transceiver = RTCRtpTransceiver(mediaType: mediaType)
+                transceivers.append(transceiver)
+            } else {
+                continue
+            }
+            transceiver.associatedMid = section.mid
+            if section.remoteSends {
+                transceiver.remoteStreams = remoteStreamsLocked(section.streamIds, msidSignaled: msidSignaled, added: &reception.addedStreams)
+                if let track = transceiver.receiver.track {
+                    for stream in transceiver.remoteStreams { stream.include(track) }
+                }
+                if !transceiver.receiving { reception.started.append(transceiver) }
+            } else if transceiver.receiving {
+                reception.stopped.append(transceiver.receiver)
+            }
+            transceiver.receiving = section.remoteSends
+        }
+        return reception
+    }
+
+    /// The remote streams of these ids, made when new. Without any `a=msid` in the description,
+    /// libwebrtc puts every track in one stream of a random id; with `a=msid:-`, in none.
+    private func remoteStreamsLocked(_ ids: [String], msidSignaled: Bool, added: inout [RTCMediaStream]) -> [RTCMediaStream] {
+        if ids.isEmpty, !msidSignaled {
+            if let stream = defaultRemoteStream { return [stream] }
+            let stream = RTCMediaStream()
+            defaultRemoteStream = stream
+            added.append(stream)
+            return [stream]
+        }
+        return ids.map { id in
+            if let stream = remoteStreams[id] { return stream }
+            let stream = RTCMediaStream()
+            remoteStreams[id] = stream
+            added.append(stream)
+            return stream
+        }
     }
 
     // MARK: Stand-in only
@@ -629,10 +848,49 @@ open class RTCPeerConnection: NSObject, @unchecked Sendable {
     public func standInGenerate(_ candidate: RTCIceCandidate) { delegate?.peerConnection(self, didGenerate: candidate) }
     public func standInGatheringComplete() { delegate?.peerConnection(self, didChange: RTCIceGatheringState.complete) }
     public func standInShouldNegotiate() { delegate?.peerConnectionShouldNegotiate(self) }
-    public func standInAddRemote(_ stream: RTCMediaStream) { delegate?.peerConnection(self, didAdd: stream) }
 
     /// The senders (parameters set, DTMF inserted).
     public var standInSenders: [RTCRtpSender] { lock.withLock { _senders } }
+
+    /// The transceivers' receivers, whose tracks play the far side.
+    public var standInReceivers: [RTCRtpReceiver] { lock.withLock { transceivers.map(\.receiver) } }
+}
+
+// MARK: RTCVideoCodecInfo.h, RTCVideoEncoderFactory.h, RTCVideoDecoderFactory.h, RTCDefaultVideo*Factory.h
+
+/// `@interface RTCVideoCodecInfo : NSObject <NSCoding>`
+open class RTCVideoCodecInfo: NSObject {
+    /// `@property(nonatomic, readonly) NSString *name;`
+    open private(set) var name: String
+
+    /// `- (instancetype)initWithName:(NSString *)name;`
+    public init(name: String) { self.name = name }
+}
+
+/// `@protocol RTCVideoEncoderFactory <NSObject>` (only what the stand-in reads)
+public protocol RTCVideoEncoderFactory: NSObjectProtocol {
+    /// `- (NSArray<RTCVideoCodecInfo *> *)supportedCodecs;`
+    func supportedCodecs() -> [RTCVideoCodecInfo]
+}
+
+/// `@protocol RTCVideoDecoderFactory <NSObject>` (only what the stand-in reads)
+public protocol RTCVideoDecoderFactory: NSObjectProtocol {
+    /// `- (NSArray<RTCVideoCodecInfo *> *)supportedCodecs;`
+    func supportedCodecs() -> [RTCVideoCodecInfo]
+}
+
+/// `@interface RTCDefaultVideoEncoderFactory : NSObject <RTCVideoEncoderFactory>`: every codec
+/// bundled with WebRTC — H.264 (constrained high, then baseline), VP8, VP9 where it is supported
+/// (RTCDefaultVideoEncoderFactory.m; the stand-in's phone supports it).
+open class RTCDefaultVideoEncoderFactory: NSObject, RTCVideoEncoderFactory {
+    override public init() {}
+    open func supportedCodecs() -> [RTCVideoCodecInfo] { ["H264", "H264", "VP8", "VP9"].map(RTCVideoCodecInfo.init(name:)) }
+}
+
+/// `@interface RTCDefaultVideoDecoderFactory : NSObject <RTCVideoDecoderFactory>`
+open class RTCDefaultVideoDecoderFactory: NSObject, RTCVideoDecoderFactory {
+    override public init() {}
+    open func supportedCodecs() -> [RTCVideoCodecInfo] { ["H264", "H264", "VP8", "VP9"].map(RTCVideoCodecInfo.init(name:)) }
 }
 
 // MARK: RTCPeerConnectionFactory.h
@@ -641,9 +899,21 @@ open class RTCPeerConnection: NSObject, @unchecked Sendable {
 open class RTCPeerConnectionFactory: NSObject, @unchecked Sendable {
     private let lock = NSLock()
     private var made: [RTCPeerConnection] = []
+    private let videoCodecs: [String]
 
-    /// `- (instancetype)init;`
-    override public init() {}
+    /// `- (instancetype)init;` — "with default H264 video encoder/decoder factories"
+    /// (RTCPeerConnectionFactory.mm: `RTCVideoEncoderFactoryH264`): H.264 only.
+    override public init() {
+        videoCodecs = ["H264"]
+    }
+
+    /// `- (instancetype)initWithEncoderFactory:(nullable id<RTCVideoEncoderFactory>)encoderFactory
+    ///    decoderFactory:(nullable id<RTCVideoDecoderFactory>)decoderFactory;`
+    public init(encoderFactory: (any RTCVideoEncoderFactory)?, decoderFactory: (any RTCVideoDecoderFactory)?) {
+        let encoders = Set(encoderFactory?.supportedCodecs().map(\.name) ?? [])
+        let decoders = Set(decoderFactory?.supportedCodecs().map(\.name) ?? [])
+        videoCodecs = (encoderFactory?.supportedCodecs().map(\.name) ?? []).filter { encoders.contains($0) && decoders.contains($0) }
+    }
 
     /// `- (RTCAudioSource *)audioSourceWithConstraints:(nullable RTCMediaConstraints *)constraints;`
     open func audioSource(with constraints: RTCMediaConstraints?) -> RTCAudioSource { RTCAudioSource() }
@@ -669,6 +939,9 @@ open class RTCPeerConnectionFactory: NSObject, @unchecked Sendable {
     }
 
     // MARK: Stand-in only
+
+    /// The video codecs both of the factory's encoder and decoder factories have, in order.
+    public var standInVideoCodecs: [String] { videoCodecs }
 
     /// Every peer connection this factory made.
     public var standInPeerConnections: [RTCPeerConnection] { lock.withLock { made } }
