@@ -400,6 +400,8 @@ actor SoakDevice {
             }
         case .disconnected:
             connected = false
+        case .connectFailed:
+            break
         case .stopped:
             connected = false
         case .message(let message):

@@ -106,12 +106,13 @@ struct SoftphoneArguments: ParsableArguments {
         return logger
     }
 
-    /// A softphone connected to the server; a server that is down or refuses the token ends the
-    /// command with a plain sentence and status 1.
+    /// A softphone connected to the server. A server that does not answer yet is tried again, each
+    /// wait said on standard error; one that refuses the connection, a name that does not resolve or
+    /// a refused token ends the command at once with a plain sentence and status 1.
     func startSoftphone(_ options: SoftphoneOptions? = nil) async throws -> Softphone {
         let softphone = try Softphone(options: options ?? self.options(), logger: logger)
         do {
-            try await softphone.start()
+            try await softphone.start(onRetry: note)
         } catch {
             throw fail("\(error)")
         }
@@ -140,8 +141,13 @@ struct SoftphoneArguments: ParsableArguments {
 
 /// Says what went wrong on standard error and exits with status 1.
 func fail(_ message: String) -> ExitCode {
-    try? FileHandle.standardError.write(contentsOf: Data("parley: \(message)\n".utf8))
+    note(message)
     return ExitCode.failure
+}
+
+/// Says on standard error what the command is waiting for, keeping standard output for the call.
+func note(_ message: String) {
+    try? FileHandle.standardError.write(contentsOf: Data("parley: \(message)\n".utf8))
 }
 
 /// Prints what a call does: a live status line while it runs and a summary at the end.

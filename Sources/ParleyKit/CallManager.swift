@@ -332,7 +332,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             hadSession = true
         case .message(let message):
             await handle(message)
-        case .disconnected, .stopped:
+        case .disconnected, .connectFailed, .stopped:
             break
         }
     }

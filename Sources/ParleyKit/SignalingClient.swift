@@ -38,13 +38,39 @@ public enum SignalingEvent: Hashable, Sendable {
     /// A frame the server sent of its own accord (`call.incoming`, `call.ended`, …), once each,
     /// in order, also across reconnects.
     case message(ServerMessage)
-    /// The client will not reconnect: stopped by its owner, or replaced (4009).
+    /// An attempt to connect failed: why, and when the client tries again (with no `retryIn` it
+    /// does not, and `.stopped` follows).
+    case connectFailed(SignalingConnectFailure)
+    /// The client will not reconnect: stopped by its owner, replaced (4009), or a first connection
+    /// that failed for good (`Configuration.firstConnectFailsFast`).
     case stopped(reason: String)
+}
+
+/// A failed attempt to connect, and what the client does next.
+public struct SignalingConnectFailure: Hashable, Sendable {
+    public var error: SignalingConnectError
+    /// Attempts since the last session, this one included.
+    public var attempt: Int
+    /// How long until the next attempt; nil when there is none (the client stops).
+    public var retryIn: Duration?
+    /// Whether no session was ever established: the first connection rather than a reconnect.
+    public var firstConnection: Bool
+
+    public init(error: SignalingConnectError, attempt: Int, retryIn: Duration?, firstConnection: Bool) {
+        self.error = error
+        self.attempt = attempt
+        self.retryIn = retryIn
+        self.firstConnection = firstConnection
+    }
 }
 
 /// The client half of protocol v1's session: connect with a token, hello, requests answered by
 /// ack or error, heartbeat, reconnect with backoff, resume without loss, and re-sending of
 /// unanswered requests under the same id.
+///
+/// A failed attempt to connect is classified by the transport (`SignalingConnectError`), told as
+/// `.connectFailed` with the wait before the next attempt, and tried again with backoff. Only the
+/// first connection may give up, and only when its owner asks (`firstConnectFailsFast`).
 public actor SignalingClient<C: Clock> where C.Duration == Duration {
     public struct Configuration: Sendable {
         public var url: URL
@@ -56,6 +82,13 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         /// How long a connection attempt (TCP, TLS, the WebSocket upgrade) may take.
         public var connectTimeout: Duration = .seconds(10)
         public var backoff = Backoff()
+        /// Whether the first connection gives up, and the client stops, at a failure that trying
+        /// again in a moment cannot mend (`SignalingConnectError.isLasting`: refused, a name that
+        /// does not resolve, TLS, an upgrade answered 4xx); timeouts and 5xx are tried again
+        /// regardless. For a command someone waits on; an app keeps the default, to connect once
+        /// the server or the network is back. Reconnects of an established session always keep
+        /// trying: a refused connection then most likely means the server is restarting.
+        public var firstConnectFailsFast = false
 
         public init(url: URL, device: DeviceID, client: ClientInfo = ClientInfo(name: "parley-swift", version: "0.1.0")) {
             self.url = url
@@ -132,6 +165,10 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
 
     /// The current session, while connected.
     public var session: Welcome? { connection == nil ? nil : welcome }
+
+    /// The last failed attempt since the last session, as `.connectFailed` told it; nil once a
+    /// session starts. For an owner that waits for the first connection while another reads `events`.
+    public private(set) var lastConnectFailure: SignalingConnectFailure?
 
     /// Connects, and keeps connecting until `stop()`.
     public func start() {
@@ -221,20 +258,34 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
 
     private func runLoop() async {
         var attempt = 0
+        // The wait chosen when the last attempt failed (and told with the failure).
+        var told: Duration?
         while !stopped, !Task.isCancelled {
             if attempt > 0, !reconnectNow {
-                let delay = configuration.backoff.delay(attempt: attempt - 1, random: random())
+                let delay = told ?? configuration.backoff.delay(attempt: attempt - 1, random: random())
                 logger.debug("reconnecting after a delay", metadata: ["signaling.delay": "\(delay)", "signaling.attempt": "\(attempt)"])
                 do { try await clock.sleep(for: delay) } catch { return }
             }
+            told = nil
             reconnectNow = false
             attempt += 1
             let opened: any SignalingConnection
             do {
-                let token = try await tokens()
-                opened = try await connect(token: token)
+                opened = try await open()
             } catch {
-                logger.debug("signaling connection failed", metadata: ["error": "\(error)"])
+                guard !stopped, !Task.isCancelled else { return }
+                let firstConnection = welcome == nil
+                let final = firstConnection && configuration.firstConnectFailsFast && error.isLasting
+                let delay = final ? nil : configuration.backoff.delay(attempt: attempt - 1, random: random())
+                let failure = SignalingConnectFailure(error: error, attempt: attempt, retryIn: delay, firstConnection: firstConnection)
+                logger.debug("signaling connection failed", metadata: ["error": "\(error)", "signaling.attempt": "\(attempt)"])
+                lastConnectFailure = failure
+                eventSink.yield(.connectFailed(failure))
+                guard let delay else {
+                    finish(reason: "the first connection failed: \(error.message)")
+                    return
+                }
+                told = delay
                 continue
             }
             guard !stopped else { opened.close(); return }
@@ -253,6 +304,25 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
     }
 
     private struct ConnectTimeout: Error {}
+
+    /// One attempt: a token, then a connection within the connect timeout; every failure classified.
+    private func open() async throws(SignalingConnectError) -> any SignalingConnection {
+        let token: String
+        do {
+            token = try await tokens()
+        } catch {
+            throw SignalingConnectError(.other, message: "no access token: \(error)")
+        }
+        do {
+            return try await connect(token: token)
+        } catch let error as SignalingConnectError {
+            throw error
+        } catch is ConnectTimeout {
+            throw SignalingConnectError(.timeout, message: "no connection within \(configuration.connectTimeout)")
+        } catch {
+            throw SignalingConnectError(.other, message: "\(error)")
+        }
+    }
 
     private func connect(token: String) async throws -> any SignalingConnection {
         let transport = self.transport
@@ -318,6 +388,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
             lastAckSent = 0
         }
         self.welcome = welcome
+        lastConnectFailure = nil
         eventSink.yield(.connected(welcome))
         for id in order {
             guard let request = pending[id] else { continue }

@@ -11,11 +11,21 @@ import ParleyProtocol
 /// Why the softphone could not start or place a call, in words for the person at the keyboard.
 public struct SoftphoneError: Error, CustomStringConvertible {
     public var description: String
-    /// No answer from the server at all (worth trying again), rather than an answer that refuses.
+    /// The server could not be reached at all (refused, no such name, no answer), rather than
+    /// answering with a refusal.
     public var unreachable: Bool
+    /// Set when trying again may help (no answer, a 5xx): what `start()` says before "; trying again
+    /// in N s". Nil for what is final at once: refused, no such name, TLS, a 4xx.
+    var retry: String?
+
     public init(_ description: String, unreachable: Bool = false) {
         self.description = description
         self.unreachable = unreachable
+    }
+
+    init(_ description: String, unreachable: Bool = false, retry: String?) {
+        self.init(description, unreachable: unreachable)
+        self.retry = retry
     }
 }
 
@@ -37,8 +47,9 @@ public struct SoftphoneOptions: Sendable {
     /// One signaling connection attempt's limit.
     public var connectTimeout: Duration = .seconds(5)
     /// How long `start()` keeps trying to reach the server, fetch a token and connect, with
-    /// backoff between tries, before it says what went wrong: a first connection over a bad network
-    /// retries as a reconnect does.
+    /// backoff between tries, before it says what went wrong. Only what may pass is tried again (no
+    /// answer, a 5xx such as 503 while the server shuts down); a refused connection, a name that
+    /// does not resolve, TLS or a 4xx ends `start()` at once.
     public var startTimeout: Duration = .seconds(20)
     /// A JSON line here for every quality report and encoder change (benchmarks plot them).
     public var qualityLog: URL?
@@ -147,25 +158,103 @@ public actor Softphone {
     }
 
     /// Connects to the server; throws with a clear message when it is down or refuses the token.
-    public func start() async throws {
+    /// - Parameter onRetry: told, in a sentence, each time a try failed in a way that may pass and
+    ///   another follows ("no answer from the Parley server at …; trying again in 2 s").
+    public func start(onRetry: @escaping @Sendable (String) -> Void = { _ in }) async throws {
         do {
-            try await connect()
+            try await connect(onRetry: onRetry)
         } catch {
             await GStreamerEngine.finishWarmUp()
             throw error
         }
     }
 
-    private func connect() async throws {
+    private func connect(onRetry: @escaping @Sendable (String) -> Void) async throws {
         let deadline = ContinuousClock.now + options.startTimeout
-        let firstToken = try await makeClient(until: deadline)
-        while await signaling?.session == nil {
+        let firstToken = try await makeClient(until: deadline, onRetry: onRetry)
+        var told = 0
+        while let signaling, await signaling.session == nil {
+            // The call manager reads the client's events: its failures are read as they stand.
+            if let failure = await signaling.lastConnectFailure, failure.attempt > told {
+                told = failure.attempt
+                let error = Self.explain(failure.error, at: Self.serverName(options.server, lan: options.lan != nil))
+                guard let wait = failure.retryIn else {
+                    await stop()
+                    throw error
+                }
+                if let retry = error.retry, ContinuousClock.now + wait < deadline {
+                    onRetry("\(retry); trying again in \(Self.words(wait)) s")
+                }
+            }
             guard ContinuousClock.now < deadline else {
                 await stop()
                 throw await Self.diagnose(server: options.server, token: firstToken, waited: options.startTimeout)
             }
             try await Task.sleep(for: .milliseconds(20))
         }
+    }
+
+    /// "the Parley server at http://…", or the LAN listener when calling one.
+    static func serverName(_ server: URL, lan: Bool) -> String {
+        "\(lan ? "the LAN listener" : "the Parley server") at \(server.absoluteString)"
+    }
+
+    /// A failed signaling connection in words: final, or with what to say while trying again.
+    static func explain(_ error: SignalingConnectError, at server: String) -> SoftphoneError {
+        switch (error.code, error.httpStatus) {
+        case (.refused, _):
+            let hint = server.hasPrefix("the LAN listener") ? "has it left the network?" : "is `parley serve` running?"
+            return SoftphoneError("cannot reach \(server): connection refused (\(hint))", unreachable: true, retry: nil)
+        case (.nameNotFound, _):
+            return SoftphoneError("cannot reach \(server): \(error.message)", unreachable: true, retry: nil)
+        case (.tls, _):
+            return SoftphoneError("cannot reach \(server): \(error.message)", retry: nil)
+        case (.timeout, _):
+            return SoftphoneError("cannot reach \(server): no answer", unreachable: true, retry: "no answer from \(server)")
+        case (.upgradeRefused, 401?):
+            return SoftphoneError("\(server) did not accept the token (401)", retry: nil)
+        case (.upgradeRefused, 503?):
+            return SoftphoneError("\(server) is shutting down (503); try again in a moment", retry: "\(server) is shutting down (503)")
+        case (.upgradeRefused, let status?) where (400..<500).contains(status):
+            return SoftphoneError("\(server) refused the signaling connection (HTTP \(status))", retry: nil)
+        case (.upgradeRefused, let status?):
+            return SoftphoneError("\(server) answered the signaling connection with HTTP \(status)",
+                                  retry: "\(server) answered the signaling connection with HTTP \(status)")
+        case (.upgradeRefused, nil):
+            return SoftphoneError("\(server) did not take the signaling connection", retry: "\(server) did not take the signaling connection")
+        case (.other, _):
+            return SoftphoneError("cannot connect to \(server): \(error.message)", unreachable: true,
+                                  retry: "cannot connect to \(server) (\(error.message))")
+        }
+    }
+
+    /// A request that got no HTTP answer, classified as the signaling transport classifies its
+    /// failures (`SignalingConnectError`): only no answer in time, or a failure it cannot name, is
+    /// worth another try.
+    static func unanswered(_ error: any Error, at server: String, host: String?) -> SoftphoneError {
+        guard let error = error as? URLError else {
+            return explain(SignalingConnectError(.other, message: "\(error)"), at: server)
+        }
+        switch error.code {
+        // libcurl reports every failed TCP connect so; on a reachable host that is a refusal.
+        case .cannotConnectToHost:
+            return explain(SignalingConnectError(.refused, message: "connection refused"), at: server)
+        case .cannotFindHost, .dnsLookupFailed:
+            return explain(SignalingConnectError(.nameNotFound, message: "the name \(host ?? "") does not resolve"), at: server)
+        case .secureConnectionFailed, .serverCertificateUntrusted, .serverCertificateHasBadDate, .serverCertificateHasUnknownRoot,
+             .serverCertificateNotYetValid:
+            return explain(SignalingConnectError(.tls, message: "the TLS handshake failed (\(error.localizedDescription))"), at: server)
+        case .timedOut:
+            return explain(SignalingConnectError(.timeout, message: "no answer"), at: server)
+        default:
+            return explain(SignalingConnectError(.other, message: error.localizedDescription), at: server)
+        }
+    }
+
+    /// A wait in seconds as said, to the tenth above: "0.3" for 250 ms, "2".
+    static func words(_ duration: Duration) -> String {
+        let seconds = (duration.seconds * 10).rounded(.up) / 10
+        return seconds.rounded() == seconds ? "\(Int(seconds))" : String(format: "%.1f", seconds)
     }
 
     /// Why the signaling connection did not come up, asked of the server in plain HTTP: the
@@ -222,15 +311,18 @@ public actor Softphone {
     /// reports the call at once, then connects, asks the server whether the call still rings, and
     /// the call is answered like any other (`events` says `.incoming`).
     public func handleVoIPPush(_ payload: Data) async throws {
-        if manager == nil { _ = try await makeClient(until: .now + options.startTimeout) }
+        if manager == nil { _ = try await makeClient(until: .now + options.startTimeout, failFast: false, onRetry: { _ in }) }
         await manager?.handleVoIPPush(payload) {}
     }
 
     /// The signaling client and the call manager, connecting in the background; answers the token
     /// of the first connection.
-    private func makeClient(until deadline: ContinuousClock.Instant) async throws -> String {
+    /// - Parameter failFast: whether the client's first connection gives up on what will not pass
+    ///   (`start()` waits and says so); a device woken by a push keeps trying, as before.
+    private func makeClient(until deadline: ContinuousClock.Instant, failFast: Bool = true,
+                            onRetry: @Sendable (String) -> Void) async throws -> String {
         let server = options.server
-        try await Self.retrying(until: deadline) { try await Self.checkReachable(server) }
+        try await Self.retrying(until: deadline, onRetry: onRetry) { try await Self.checkReachable(server) }
         let fixedToken = options.token
         let user = options.user, name = options.name, lan = options.lan
         // A LAN listener's token is kept for reconnects: asking again spends a PIN try each time,
@@ -249,12 +341,14 @@ public actor Softphone {
         if let fixedToken {
             firstToken = fixedToken
         } else {
-            firstToken = try await Self.retrying(until: deadline) { try await fresh() }
+            firstToken = try await Self.retrying(until: deadline, onRetry: onRetry) { try await fresh() }
         }
         var configuration = SignalingClient<ContinuousClock>.Configuration(url: Self.signalURL(server), device: options.device,
                                                                           client: ClientInfo(name: "parley-cli", version: "0.1.0"))
         configuration.connectTimeout = options.connectTimeout
         configuration.backoff = .init(initial: .milliseconds(200), maximum: .seconds(5))
+        // Someone waits on `start()`: a refused first connection is said at once.
+        configuration.firstConnectFailsFast = failFast
         let tokens = TokenSource(first: firstToken)
         let signaling = SignalingClient(configuration: configuration, transport: WebSocketSignalingTransport(), clock: ContinuousClock(),
                                         logger: logger) {
@@ -277,13 +371,16 @@ public actor Softphone {
     }
 
     /// Tries `attempt` until it succeeds, fails for good, or `deadline` passes, with backoff
-    /// (0.25 s doubling to 2 s): only a server that cannot be reached is tried again.
-    static func retrying<T>(until deadline: ContinuousClock.Instant, _ attempt: () async throws -> T) async throws -> T {
+    /// (0.25 s doubling to 2 s): only what may pass (`SoftphoneError.retry`) is tried again, and
+    /// `onRetry` is told each time.
+    static func retrying<T>(until deadline: ContinuousClock.Instant, onRetry: @Sendable (String) -> Void,
+                            _ attempt: () async throws -> T) async throws -> T {
         var delay = Duration.milliseconds(250)
         while true {
             do {
                 return try await attempt()
-            } catch let error as SoftphoneError where error.unreachable && ContinuousClock.now + delay < deadline {
+            } catch let error as SoftphoneError where error.retry != nil && ContinuousClock.now + delay < deadline {
+                onRetry("\(error.retry!); trying again in \(words(delay)) s")
                 try await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
             }
@@ -447,19 +544,25 @@ public actor Softphone {
         return components.url!
     }
 
+    /// Asks `/healthz`, so that a server that is down is said before a token is asked for.
     static func checkReachable(_ server: URL) async throws {
         var request = URLRequest(url: server.appendingPathComponent("healthz"))
         request.timeoutInterval = 3
+        let response: URLResponse
         do {
-            let (_, response) = try await URLSession.shared.data(for: request)
-            guard let http = response as? HTTPURLResponse, http.statusCode < 500 else {
-                throw SoftphoneError("the server at \(server.absoluteString) is not ready")
-            }
-        } catch let error as SoftphoneError {
-            throw error
+            (_, response) = try await URLSession.shared.data(for: request)
         } catch {
-            throw SoftphoneError("cannot reach the Parley server at \(server.absoluteString) (is `parley serve` running?)", unreachable: true)
+            throw unanswered(error, at: serverName(server, lan: false), host: server.host)
         }
+        if let http = response as? HTTPURLResponse, http.statusCode >= 500 {
+            throw notReady(server, status: http.statusCode)
+        }
+    }
+
+    /// A 5xx: 503 while the server shuts down, worth another try either way.
+    static func notReady(_ server: URL, status: Int) -> SoftphoneError {
+        let state = "\(serverName(server, lan: false)) \(status == 503 ? "is shutting down (503)" : "is not ready (HTTP \(status))")"
+        return SoftphoneError("\(state); try again in a moment", retry: state)
     }
 
     /// A development token from the server (only a server in development mode gives them).
@@ -473,8 +576,9 @@ public actor Softphone {
         do {
             (data, response) = try await URLSession.shared.data(for: request)
         } catch {
-            throw SoftphoneError("cannot reach the Parley server at \(server.absoluteString) (is `parley serve` running?)", unreachable: true)
+            throw unanswered(error, at: serverName(server, lan: false), host: server.host)
         }
+        if let http = response as? HTTPURLResponse, http.statusCode >= 500 { throw notReady(server, status: http.statusCode) }
         guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
             throw SoftphoneError("the server gives development tokens only in development mode: pass --token (mint one with `parley token`)")
         }
@@ -494,7 +598,7 @@ extension Softphone {
         do {
             (data, response) = try await URLSession.shared.data(for: request)
         } catch {
-            throw SoftphoneError("cannot reach the LAN listener at \(listener.absoluteString) (has it left the network?)", unreachable: true)
+            throw unanswered(error, at: serverName(listener, lan: true), host: listener.host)
         }
         guard let http = response as? HTTPURLResponse else { throw SoftphoneError("no HTTP answer from \(listener.absoluteString)") }
         guard http.statusCode == 200 else {

@@ -8,7 +8,7 @@ import Testing
 
 /// Calls as the quality benchmark makes them: `parley serve` and `parley listen` on one side of
 /// `parley-wire`, `parley call` on the other, each in its own network namespace, speech both ways.
-@Suite("Calls over an impaired wire", .serialized, .enabled(if: ImpairedWireLab.available))
+@Suite("Calls over an impaired wire", .serialized, .enabled(if: ImpairedWireLab.available), .timeLimit(.minutes(5)))
 struct ImpairedCallTests {
     @Test func aCallOverTenPercentLossCarriesSpeechBothWaysAndKeepsItsLength() throws {
         // The loss starts once the call is up: lost DTLS flights are retransmitted after 1 s, then
@@ -370,52 +370,120 @@ struct ImpairedWireLab {
     }
 }
 
-/// The first signaling connection tries again, as a reconnect does, and says what went wrong.
-@Suite("First signaling connection", .serialized)
+/// The first signaling connection tries again what may pass (no answer, 5xx), says each wait, and
+/// says at once what will not pass (refused, a refused token).
+@Suite("First signaling connection", .serialized, .timeLimit(.minutes(5)))
 struct FirstConnectionTests {
+    /// A server that takes connections but answers nothing useful yet (a proxy whose backend is not
+    /// up) is tried again until it answers.
     @Test func retriesUntilTheServerAnswers() async throws {
-        let port = try freeTCPPort()
-        var options = SoftphoneOptions(server: URL(string: "http://127.0.0.1:\(port)")!, user: "early")
+        let proxy = try TCPProxy()
+        defer { proxy.stop() }
+        var options = SoftphoneOptions(server: URL(string: proxy.url)!, user: "early")
         options.media.input = .silence
         options.media.localAddresses = ["127.0.0.1"]
         let phone = try Softphone(options: options, logger: testLogger)
-        let started = Task { try await phone.start() }
-        // Nothing listens for the first second and a half.
+        let retries = Lines()
+        let started = Task { try await phone.start(onRetry: { retries.append($0) }) }
+        // For the first second and a half the proxy drops every connection.
         try await Task.sleep(for: .milliseconds(1_500))
-        let server = try await LiveServer.start { $0.port = port }
+        let server = try await LiveServer.start()
+        proxy.connect(to: server.port)
         try await started.value
         #expect(await phone.signalingClient?.session != nil)
+        #expect(retries.all.contains { $0.contains("trying again in") }, "\(retries.all)")
         await phone.stop()
         try await server.stop()
     }
 
-    @Test func aRefusedTokenIsCalledThatAfterTheTries() async throws {
+    /// A server that does not answer is tried again until the start timeout, each wait said.
+    @Test func noAnswerIsTriedAgainAndSaid() async throws {
+        let silent = try SilentListener()
+        defer { silent.stop() }
+        let server = URL(string: "http://127.0.0.1:\(silent.port)")!
+        var options = SoftphoneOptions(server: server, user: "patient")
+        options.startTimeout = .seconds(4)
+        options.media.input = .silence
+        let phone = try Softphone(options: options, logger: testLogger)
+        let retries = Lines()
+        do {
+            try await phone.start(onRetry: { retries.append($0) })
+            Issue.record("connected to a server that answers nothing")
+        } catch {
+            #expect("\(error)".contains("cannot reach the Parley server at \(server.absoluteString): no answer"), "\(error)")
+        }
+        // Once at least: the first try ends after the 3 s a request may take, and the next starts before 4 s.
+        let said = try #require(retries.all.first, "no wait was said")
+        #expect(said.hasPrefix("no answer from the Parley server at \(server.absoluteString); trying again in "), "\(said)")
+        #expect(said.hasSuffix(" s"), "\(said)")
+    }
+
+    @Test func aRefusedTokenIsSaidAtOnce() async throws {
         let server = try await LiveServer.start()
         var options = SoftphoneOptions(server: URL(string: server.baseURL)!, user: "mallory")
         options.token = "forged.token.value"
-        options.startTimeout = .seconds(2)
         options.media.input = .silence
         options.media.localAddresses = ["127.0.0.1"]
         let phone = try Softphone(options: options, logger: testLogger)
+        let started = ContinuousClock.now
         do {
             try await phone.start()
             Issue.record("a forged token connected")
         } catch {
             #expect("\(error)".contains("did not accept the token (401"), "\(error)")
         }
+        #expect(ContinuousClock.now - started < .seconds(5))
         try await server.stop()
     }
 
-    @Test func noServerIsCalledUnreachable() async throws {
-        var options = SoftphoneOptions(server: URL(string: "http://127.0.0.1:\(try freeTCPPort())")!, user: "alone")
-        options.startTimeout = .seconds(1)
+    /// Nothing listens on the port: said at once, not after the tries a server that does not
+    /// answer gets.
+    @Test func aClosedPortIsRefusedAtOnce() async throws {
+        let server = URL(string: "http://127.0.0.1:\(try freeTCPPort())")!
+        var options = SoftphoneOptions(server: server, user: "alone")
         options.media.input = .silence
         let phone = try Softphone(options: options, logger: testLogger)
+        let started = ContinuousClock.now
         do {
             try await phone.start()
             Issue.record("connected to nothing")
         } catch {
-            #expect("\(error)".contains("cannot reach the Parley server"), "\(error)")
+            #expect("\(error)".contains("cannot reach the Parley server at \(server.absoluteString): connection refused"), "\(error)")
         }
+        // Generous: it took the 20 s of tries before.
+        #expect(ContinuousClock.now - started < .seconds(5))
     }
+}
+
+/// Sentences told to a callback, for assertions.
+private final class Lines: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [String] = []
+    var all: [String] { lock.withLock { lines } }
+    func append(_ line: String) { lock.withLock { lines.append(line) } }
+}
+
+/// A loopback port that takes connections (the kernel completes the handshake) and never answers.
+private final class SilentListener: @unchecked Sendable {
+    let port: Int
+    private let fd: Int32
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound, listen(fd, 16) == 0 else {
+            close(fd)
+            throw TestFailure("cannot listen")
+        }
+        self.fd = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    func stop() { close(fd) }
 }

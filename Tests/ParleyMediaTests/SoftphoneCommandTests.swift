@@ -1,10 +1,11 @@
 import Foundation
 import ParleyGStreamer
+import ParleyLocalServices
 import ParleyServerTesting
 import Testing
 
 /// The `parley` softphone commands as people run them: separate processes, real media.
-@Suite("parley demo, call and listen", .serialized)
+@Suite("parley demo, call and listen", .serialized, .timeLimit(.minutes(5)))
 struct SoftphoneCommandTests {
     static var executable: URL? {
         let directory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
@@ -31,12 +32,36 @@ struct SoftphoneCommandTests {
         return (process, output, errors)
     }
 
+    /// Reads both pipes at once, the errors on a thread of their own: read one after the other, a
+    /// child that fills the second pipe (64 KiB; GStreamer's tracers write that much) blocks on it,
+    /// never closes the first, and neither side moves again.
     static func finish(_ started: (Process, Pipe, Pipe)) -> Run {
         let (process, output, errors) = started
+        let errorsRead = ReadToEnd(errors.fileHandleForReading)
         let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = errors.fileHandleForReading.readDataToEndOfFile()
+        let err = errorsRead.wait()
         process.waitUntilExit()
         return Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self), errors: String(decoding: err, as: UTF8.self))
+    }
+
+    /// A file handle read to its end on a thread started for it (not a pool's, which a blocked
+    /// reader could starve).
+    final class ReadToEnd: @unchecked Sendable {  // `data` is written by the thread before `done` is signalled, read after
+        private var data = Data()
+        private let done = DispatchSemaphore(value: 0)
+
+        init(_ handle: FileHandle) {
+            let thread = Thread { [self] in
+                data = handle.readDataToEndOfFile()
+                done.signal()
+            }
+            thread.start()
+        }
+
+        func wait() -> Data {
+            done.wait()
+            return data
+        }
     }
 
     static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Run {
@@ -53,6 +78,21 @@ struct SoftphoneCommandTests {
 
     static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Run {
         await finish(try start(arguments, environment: environment))
+    }
+
+    /// A child that writes more than a pipe holds to its error output before it ends its output.
+    @Test func finishReadsOutputAndErrorsAtOnce() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "head -c 200000 /dev/zero | tr '\\0' x >&2; echo done"]
+        let output = Pipe(), errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let run = Self.finish((process, output, errors))
+        #expect(run.status == 0)
+        #expect(run.output == "done\n")
+        #expect(run.errors.count == 200_000)
     }
 
     @Test func demoMakesARealCallAndChecksTheAudio() throws {
@@ -121,10 +161,16 @@ struct SoftphoneCommandTests {
         try await server.stop()
     }
 
+    /// Nothing listens on the port: the command says so at once, rather than after the tries a
+    /// server that does not answer gets.
     @Test func callingWithTheServerDownFailsWithAClearMessage() throws {
-        let result = try Self.run(["call", "bob", "--server", "http://127.0.0.1:9", "--as", "alice", "--play", "silence"])
+        let server = "http://127.0.0.1:\(try freeTCPPort())"
+        let started = ContinuousClock.now
+        let result = try Self.run(["call", "bob", "--server", server, "--as", "alice", "--play", "silence"])
         #expect(result.status == 1)
-        #expect(result.errors.contains("cannot reach the Parley server at http://127.0.0.1:9"))
+        #expect(result.errors.contains("cannot reach the Parley server at \(server): connection refused"), "\(result.errors)")
+        // Generous: it took the 20 s of tries before.
+        #expect(ContinuousClock.now - started < .seconds(5))
     }
 
     @Test func callingAnOfflineUserExitsWithStatusTwo() async throws {
