@@ -11,6 +11,7 @@
 # (Fuzz/seeds, the protocol's golden frames). An input that crashes a target or breaks one of its
 # rules is saved in Fuzz/findings/TARGET/: commit it with the fix, and the test suite replays it
 # from then on (Tests/ParleyFuzzTests). `swift run parley-fuzz TARGET FILE` replays one by hand.
+# A finding fails the run, and so does a target that did not search: no libFuzzer run statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +22,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --list) printf '%s\n' "${all[@]}"; exit 0 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     -*) echo "scripts/fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *)
       if ! printf '%s\n' "${all[@]}" | grep -qx "$1"; then
@@ -47,10 +48,17 @@ fi
 rm -f "$log"
 binary=.build-fuzz/debug/parley-fuzz
 
+# A target counts as searched only on libFuzzer's own word: its closing statistics ("#N DONE cov: C
+# ft: …" and "Done N runs in S second(s)") with runs and coverage above zero, and a clean exit. A
+# binary that is not libFuzzer's (a plain build takes the arguments for files and stops), or a build
+# without coverage, prints none of these, and "found nothing" from it would mean nothing.
+mkdir -p .build-fuzz/logs
 found=0
+failed=()
 for target in "${targets[@]}"; do
   corpus=.build-fuzz/corpus/$target
   findings=Fuzz/findings/$target
+  log=.build-fuzz/logs/$target.txt
   mkdir -p "$corpus" "$findings"
   case "$target" in
     client-frame) cp Tests/ParleyProtocolTests/Golden/client-* "$corpus"/ ;;
@@ -61,15 +69,45 @@ for target in "${targets[@]}"; do
   before=$(ls "$findings" | wc -l)
   # -close_fd_mask=1: a target prints nothing worth reading; libFuzzer's own lines go to stderr.
   # SWIFT_BACKTRACE: the runtime's crash handler trips AddressSanitizer after a finding; libFuzzer says enough.
-  if ! SWIFT_BACKTRACE=enable=no PARLEY_FUZZ_TARGET=$target "$binary" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
-       -rss_limit_mb=4096 -artifact_prefix="$findings/" -print_final_stats=1 -close_fd_mask=1 2>&1 \
-       | grep -E "^#[0-9]+[[:space:]]+(DONE|INITED)|stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|FuzzFailure|Fatal error"; then
-    :
-  fi
+  # The whole output goes to $log; the lines worth a CI log's space are shown. The fuzzer's status
+  # is the pipeline's first (errexit off around it, so that a failure is reported, not fatal).
+  set +e
+  SWIFT_BACKTRACE=enable=no PARLEY_FUZZ_TARGET=$target "$binary" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+    -rss_limit_mb=4096 -artifact_prefix="$findings/" -print_final_stats=1 -close_fd_mask=1 2>&1 \
+    | tee "$log" \
+    | grep -E "^#[0-9]+[[:space:]]+(DONE|INITED)|^Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|FuzzFailure|Fatal error"
+  statuses=("${PIPESTATUS[@]}")
+  set -e
+  status=${statuses[0]}
+  runs=$(sed -nE 's/^Done ([0-9]+) runs in [0-9]+ second.*/\1/p' "$log" | tail -1)
+  coverage=$(sed -nE 's/^#[0-9]+[[:space:]]+DONE[[:space:]]+cov: ([0-9]+) ft: [0-9]+.*/\1/p' "$log" | tail -1)
   after=$(ls "$findings" | wc -l)
-  if [ "$after" -gt "$before" ]; then
-    echo "   FOUND: $((after - before)) input(s) in $findings — replay with: swift run parley-fuzz $target $findings/<file>"
+  if [ "$after" -gt "$before" ] || grep -q "Test unit written to" "$log"; then
+    echo "   FOUND (exit status $status): replay with: swift run parley-fuzz $target FILE"
+    # libFuzzer names the reproducer it wrote ("Test unit written to PATH").
+    sed -nE 's/.*Test unit written to (.*)$/   reproducer: \1/p' "$log"
     found=1
+  elif [ "$status" -ne 0 ]; then
+    echo "   FAILED: the fuzzer exited with status $status without a finding; its last lines ($log):"
+    tail -15 "$log" | sed 's/^/     /'
+    failed+=("$target")
+  elif [ -z "$runs" ]; then
+    echo "   FAILED: no libFuzzer run statistics (\"Done N runs\"): the target did not run under libFuzzer ($log)"
+    tail -15 "$log" | sed 's/^/     /'
+    failed+=("$target")
+  elif [ "$runs" -eq 0 ]; then
+    echo "   FAILED: libFuzzer ran no inputs ($log)"
+    failed+=("$target")
+  elif [ -z "$coverage" ] || [ "$coverage" -eq 0 ]; then
+    # libFuzzer leaves "cov:" out of its "#N DONE" line when it has no coverage counters to read.
+    echo "   FAILED: no coverage in libFuzzer's statistics: the build is not instrumented for it ($log)"
+    failed+=("$target")
+  else
+    echo "   ran $runs inputs, coverage $coverage"
   fi
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "scripts/fuzz.sh: did not search: ${failed[*]} (above)" >&2
+  exit 1
+fi
 [ "$found" -eq 0 ] && echo "== nothing found" || { echo "== findings saved: fix them, and commit each input with its fix"; exit 1; }

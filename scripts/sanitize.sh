@@ -6,13 +6,15 @@
 #                                 (.build-tsan)
 #   scripts/sanitize.sh address   AddressSanitizer over everything and UndefinedBehaviorSanitizer
 #                                 (trap mode) over the C edge (CParleyGst), with real calls: the
-#                                 engine's call tests, GStreamer and OpenSSL underneath (.build-asan)
+#                                 engine's tests (audio, video), calls with data channels and
+#                                 recordings, GStreamer and OpenSSL underneath (.build-asan)
 #   scripts/sanitize.sh           both
 #   scripts/sanitize.sh address --filter CallTests    what runs, narrowed (swift test --filter)
 #
-# A report stops the run (halt_on_error) and fails it. GStreamer's own leaks are by design (its
-# registry, its type system), so LeakSanitizer is off; what ASan checks is every access. A first
-# build of each takes about ten minutes on two cores.
+# A report stops the run (halt_on_error) and fails it, as does a run in which no test ran (a filter
+# that matches nothing). GStreamer's own leaks are by design (its registry, its type system), so
+# LeakSanitizer is off; what ASan checks is every access. A first build of each takes about ten
+# minutes on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +23,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     thread|address) kinds+=("$1"); shift ;;
     --filter) filter="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "scripts/sanitize.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -49,7 +51,7 @@ for kind in "${kinds[@]}"; do
       # swiftc has no UndefinedBehaviorSanitizer on Linux (Swift traps on overflow and bad casts by
       # itself); the C targets get it from clang, in trap mode, which needs no runtime of its own.
       flags=(--sanitize=address -Xcc -fsanitize=undefined -Xcc -fsanitize-trap=undefined)
-      tests="${filter:-ParleyMediaTests.CallTests|ParleyMediaTests.EngineTests}"
+      tests="${filter:-ParleyMediaTests.CallTests|ParleyMediaTests.EngineTests|ParleyMediaTests.CallRecordingTests}"
       ;;
   esac
   echo "== $kind: building ($scratch)"
@@ -61,20 +63,30 @@ for kind in "${kinds[@]}"; do
   fi
   rm -f "$log"
   echo "== $kind: testing $tests"
-  if ! TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-       ASAN_OPTIONS="detect_leaks=0 halt_on_error=1 detect_stack_use_after_return=0" \
-       UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
-       PARLEY_REQUIRE_ALL_TESTS=1 \
-       in_namespace swift test --skip-build --scratch-path "$scratch" "${flags[@]}" --disable-xctest --no-parallel --filter "$tests" \
-       2>&1 | tee "$scratch/sanitize-output.txt" | grep -E "✘|WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:|SUMMARY|Test run with"; then
-    :
-  fi
-  if grep -qE "WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:|✘ Test run|Exited with" "$scratch/sanitize-output.txt" \
-     || ! grep -q "✔ Test run with" "$scratch/sanitize-output.txt"; then
-    echo "== $kind: FOUND something (the whole output is in $scratch/sanitize-output.txt)"
+  output=$scratch/sanitize-output.txt
+  # The test run's own status is the pipeline's first (errexit off around it, so a failure is
+  # reported below, not fatal here).
+  set +e
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ASAN_OPTIONS="detect_leaks=0 halt_on_error=1 detect_stack_use_after_return=0" \
+    UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
+    PARLEY_REQUIRE_ALL_TESTS=1 \
+    in_namespace swift test --skip-build --scratch-path "$scratch" "${flags[@]}" --disable-xctest --no-parallel --filter "$tests" \
+    2>&1 | tee "$output" | grep -E "✘|WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:|SUMMARY|Test run with"
+  statuses=("${PIPESTATUS[@]}")
+  set -e
+  # A run is clean only if it ran tests: a filter that matches none passes with "Test run with 0
+  # tests", which says nothing about the code. Swift Testing's summary counts what ran.
+  ran=$(sed -nE 's/.*Test run with ([0-9]+) tests?.*/\1/p' "$output" | tail -1)
+  if grep -qE "WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:|✘ Test run|Exited with" "$output" \
+     || ! grep -q "✔ Test run with" "$output" || [ "${statuses[0]}" -ne 0 ]; then
+    echo "== $kind: FOUND something (exit status ${statuses[0]}; the whole output is in $output)"
+    status=1
+  elif [ "${ran:-0}" -eq 0 ]; then
+    echo "== $kind: FAILED: no test ran (the filter '$tests' matches none; the whole output is in $output)"
     status=1
   else
-    echo "== $kind: clean"
+    echo "== $kind: clean ($ran tests)"
   fi
 done
 exit "$status"

@@ -16,7 +16,31 @@ public final class JanusServer: @unchecked Sendable {
     private let log: URL
 
     public static let executable = "/usr/bin/janus"
-    static let modules = "/usr/lib/x86_64-linux-gnu/janus"
+    /// Debian installs Janus's plugins under the machine's multiarch directory.
+    static let modules = "/usr/lib/\(multiarch)/janus"
+
+    /// The machine's Debian multiarch triplet (x86_64-linux-gnu, aarch64-linux-gnu, …), as
+    /// dpkg-architecture (dpkg-dev) tells it, or else the one of the architecture Parley was built for.
+    static let multiarch: String = {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["dpkg-architecture", "-qDEB_HOST_MULTIARCH"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice  // its warnings about a missing C compiler
+        do {
+            try process.run()
+            let answer = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            process.waitUntilExit()
+            if process.terminationStatus == 0, !answer.isEmpty { return answer }
+        } catch {}  // no /usr/bin/env: the build's architecture below
+        #if arch(arm64)
+        return "aarch64-linux-gnu"
+        #else
+        return "x86_64-linux-gnu"
+        #endif
+    }()
 
     /// The WebSocket API (subprotocol `janus-protocol`).
     public var url: String { "ws://\(address):\(port)" }

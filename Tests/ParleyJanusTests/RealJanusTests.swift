@@ -4,7 +4,7 @@ import ParleyServerTesting
 import Testing
 
 /// The client against a real Janus 1.1.2 in the tests' own network namespace.
-@Suite("Janus client against a real Janus", .serialized, .enabled(if: JanusLab.enabled))
+@Suite("Janus client against a real Janus", .serialized, .enabled(if: JanusLab.enabled), .timeLimit(.minutes(5)))
 struct RealJanusTests {
     @Test func tokensAdmitParticipantsAndEventsFollowThem() async throws {
         try await JanusLab.run { janus in

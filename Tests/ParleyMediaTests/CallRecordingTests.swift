@@ -7,7 +7,7 @@ import ParleySoftphone
 import Testing
 
 /// Recording with consent on real calls: alice sends 440 Hz, bob 660 Hz (`withCall`).
-@Suite("Call recording with consent", .serialized)
+@Suite("Call recording with consent", .serialized, .timeLimit(.minutes(5)))
 struct CallRecordingTests {
     /// Every tenth of a second from `start` to `end` of a channel: each of `present` at least `loud`
     /// (by default a third of the 0.3 the tones are sent at), each of `absent` and a frequency of

@@ -9,7 +9,7 @@ import ParleySoftphone
 import Testing
 
 /// Two Linux softphones call each other through the real signaling server, with real media over loopback.
-@Suite("Calls between two Linux clients", .serialized)
+@Suite("Calls between two Linux clients", .serialized, .timeLimit(.minutes(5)))
 struct CallTests {
     @Test func callConnectsAndEachSideHearsTheOthersTone() async throws {
         try await withCall { call in

@@ -10,7 +10,7 @@ import Testing
 /// PostgreSQL behind HAProxy, two `parley` softphones in a call, each through its own door of the
 /// load balancer to its own node; then the node that runs the call is killed, or every node is
 /// restarted in turn for a deploy.
-@Suite("A call across two nodes", .serialized)
+@Suite("A call across two nodes", .serialized, .timeLimit(.minutes(5)))
 struct ClusterCallTests {
     typealias ServeProcess = ServerRestartCallTests.ServeProcess
 

@@ -11,7 +11,7 @@ import Testing
 
 /// The push path end to end: a device with no connection is woken through APNs (the double),
 /// goes through the SDK's push path, and the call connects with audio both ways.
-@Suite("Woken by push", .serialized)
+@Suite("Woken by push", .serialized, .timeLimit(.minutes(5)))
 struct PushWakeTests {
     static let topic = "net.parley.app"
 

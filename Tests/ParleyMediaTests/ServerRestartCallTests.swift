@@ -8,7 +8,7 @@ import Testing
 
 /// Protocol v1, "Restarts and several nodes", as users live it: two `parley` softphones in a call,
 /// and the `parley serve` between them dies (`kill -9`) or is restarted for a deploy (SIGTERM).
-@Suite("A server restart mid-call", .serialized)
+@Suite("A server restart mid-call", .serialized, .timeLimit(.minutes(5)))
 struct ServerRestartCallTests {
     /// `parley serve` as a process; answers once it listens.
     final class ServeProcess: @unchecked Sendable {

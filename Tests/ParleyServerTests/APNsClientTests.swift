@@ -15,7 +15,7 @@ final class ManualWallClock: @unchecked Sendable {
 }
 
 /// The APNs provider against the double: what it sends, and what it does with each answer.
-@Suite("APNs provider")
+@Suite("APNs provider", .timeLimit(.minutes(5)))
 struct APNsClientTests {
     static let token = String(repeating: "ab", count: 32)
     static let topic = "net.parley.app"

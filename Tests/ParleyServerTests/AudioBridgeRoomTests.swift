@@ -8,7 +8,7 @@ import Testing
 
 /// Rooms on a real Janus AudioBridge: the server creates the room, admits each device with its own
 /// token, revokes and kicks on leave, and destroys the room once empty.
-@Suite("AudioBridge rooms provisioned by the server", .serialized, .enabled(if: JanusAvailability.enabled))
+@Suite("AudioBridge rooms provisioned by the server", .serialized, .enabled(if: JanusAvailability.enabled), .timeLimit(.minutes(5)))
 struct AudioBridgeRoomTests {
     @Test func devicesAreAdmittedByTokenAndRevokedOnLeave() async throws {
         try TestNetwork.janusLink()

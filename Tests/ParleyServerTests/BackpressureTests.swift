@@ -4,7 +4,7 @@ import ParleyProtocol
 import ParleyServerTesting
 import Testing
 
-@Suite("A client that reads too slowly")
+@Suite("A client that reads too slowly", .timeLimit(.minutes(5)))
 struct BackpressureTests {
     @Test func isClosedWith4010AndResumesWithoutLosingAFrame() async throws {
         let server = try await LiveServer.start {

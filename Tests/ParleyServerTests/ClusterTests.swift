@@ -7,7 +7,7 @@ import Testing
 
 /// Protocol v1, "Restarts and several nodes": real servers on one real PostgreSQL, devices on
 /// different nodes, over real WebSockets.
-@Suite("Several nodes on one PostgreSQL", .serialized)
+@Suite("Several nodes on one PostgreSQL", .serialized, .timeLimit(.minutes(5)))
 struct ClusterTests {
     let call: CallID = "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
 

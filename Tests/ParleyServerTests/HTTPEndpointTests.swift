@@ -4,7 +4,7 @@ import ParleyServerTesting
 @testable import ParleyServer
 import Testing
 
-@Suite("HTTP endpoints")
+@Suite("HTTP endpoints", .timeLimit(.minutes(5)))
 struct HTTPEndpointTests {
     /// The page at `/` and every module it imports, found by following the imports: all served,
     /// typed, and under a policy that lets the page load nothing from anywhere else.

@@ -7,7 +7,7 @@ import Testing
 
 /// A LAN listener's own hub (`parley listen --lan`): who gets a token, whom a caller may call, and
 /// what the listener's user sees of a caller.
-@Suite("LAN listener hub")
+@Suite("LAN listener hub", .timeLimit(.minutes(5)))
 struct LANHubTests {
     let call: CallID = "3a0e5d52-7a51-4f7e-9d3c-52b1e0c8a111"
 

@@ -8,7 +8,7 @@ import Testing
 /// refused says why, and what was there before is untouched. (The WebSocket's limits — frame size,
 /// frame rate, hello, heartbeat, token expiry, outbound queue, resume buffer — have theirs in
 /// LiveServerTests, BackpressureTests and HubSessionTests.)
-@Suite("Limits")
+@Suite("Limits", .timeLimit(.minutes(5)))
 struct LimitTests {
     /// Past an address's burst, HTTP requests and WebSocket upgrades alike are answered 429 with
     /// Retry-After, before their tokens are read; another address, and /healthz, are not held up;

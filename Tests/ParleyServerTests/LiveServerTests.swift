@@ -5,7 +5,7 @@ import ParleyServerTesting
 import Testing
 
 /// The real server on a loopback port, driven by real WebSocket clients.
-@Suite("Live server over WebSocket")
+@Suite("Live server over WebSocket", .timeLimit(.minutes(5)))
 struct LiveServerTests {
     let call: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"
 
@@ -203,7 +203,7 @@ struct LiveServerTests {
     }
 }
 
-@Suite("Live server: heartbeat")
+@Suite("Live server: heartbeat", .timeLimit(.minutes(5)))
 struct HeartbeatTests {
     @Test func webSocketPingsKeepAConnectionAliveAndSilenceClosesIt() async throws {
         let server = try await LiveServer.start { $0.heartbeat = 1 }
@@ -221,7 +221,7 @@ struct HeartbeatTests {
     }
 }
 
-@Suite("Live server: idempotent requests across a reconnect")
+@Suite("Live server: idempotent requests across a reconnect", .timeLimit(.minutes(5)))
 struct ResentRequestTests {
     @Test func aRequestResentUnderItsIDAfterReconnectAndResumeRunsOnce() async throws {
         let server = try await LiveServer.start()

@@ -6,7 +6,7 @@ import ParleyProtocol
 import ParleyServerTesting
 import Testing
 
-@Suite("Persistence off the hub's path")
+@Suite("Persistence off the hub's path", .timeLimit(.minutes(5)))
 struct PersistenceTests {
     let call: CallID = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b9a"
 

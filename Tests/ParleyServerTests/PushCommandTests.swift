@@ -10,7 +10,7 @@ import ParleyServerTesting
 import Testing
 
 /// `parley push test` and `parley serve --apns-…`, as an operator runs them, against the APNs double.
-@Suite("parley push")
+@Suite("parley push", .timeLimit(.minutes(5)))
 struct PushCommandTests {
     /// Runs `parley` with `arguments` to its end, on a thread of its own.
     static func parley(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {

@@ -56,7 +56,7 @@ struct PushHarness {
     }
 }
 
-@Suite("Push through APNs")
+@Suite("Push through APNs", .timeLimit(.minutes(5)))
 struct PushTests {
     static let sleeping = String(repeating: "ab", count: 32)
     static let online = String(repeating: "cd", count: 32)

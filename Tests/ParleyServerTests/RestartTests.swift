@@ -108,7 +108,7 @@ struct HubRestartTests {
     }
 }
 
-@Suite("Restarts: the real server")
+@Suite("Restarts: the real server", .timeLimit(.minutes(5)))
 struct LiveRestartTests {
     let call: CallID = "0b8a5f3e-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 

@@ -8,7 +8,7 @@ import ParleyServerTesting
 import Testing
 
 /// `parley serve` as users run it: a separate process, stopped with SIGTERM.
-@Suite("parley serve process")
+@Suite("parley serve process", .timeLimit(.minutes(5)))
 struct ServeProcessTests {
     /// The `parley` executable built beside this test bundle.
     static var executable: URL? {
@@ -92,7 +92,7 @@ struct ServeProcessTests {
     }
 }
 
-@Suite("parley token")
+@Suite("parley token", .timeLimit(.minutes(5)))
 struct TokenCommandTests {
     func run(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
         let executable = try #require(ServeProcessTests.executable)

@@ -5,7 +5,7 @@ import Testing
 /// proxy that cuts connections and delays frames while the server is killed and restarted, then
 /// checks that no call record was lost or made up, every call ended once with a reason, nothing
 /// rings, and memory came back. The long run is `scripts/soak.sh` (docs/benchmarks.md has its figures).
-@Suite("Chaos soak")
+@Suite("Chaos soak", .timeLimit(.minutes(10)))
 struct SoakTests {
     @Test func aShortSoakKeepsEveryInvariant() async throws {
         let executable = try #require(ServeProcessTests.executable, "swift build --build-tests builds the parley executable")

@@ -6,7 +6,7 @@ import ParleyServerTesting
 import Testing
 
 /// What every `SignalingStore` promises, checked on SQLite and on a real PostgreSQL alike.
-@Suite("Stores: SQLite and PostgreSQL keep the same promises")
+@Suite("Stores: SQLite and PostgreSQL keep the same promises", .timeLimit(.minutes(5)))
 struct StoreContractTests {
     static let voip = VoIPRegistration(token: "a1b2c3", topic: "app.parley.voip", environment: .production)
     static let alerts = VoIPRegistration(token: "d4e5f6", topic: "app.parley", environment: .sandbox)

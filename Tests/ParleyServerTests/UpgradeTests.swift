@@ -5,7 +5,7 @@ import ParleyServerTesting
 import Testing
 
 /// What a WebSocket upgrade of `/v1/signal` is answered, as browsers and libraries send it.
-@Suite("WebSocket upgrade answers")
+@Suite("WebSocket upgrade answers", .timeLimit(.minutes(5)))
 struct UpgradeTests {
     @Test func tokenFailuresAre401AndAShuttingDownServerIs503() async throws {
         let server = try await LiveServer.start()
@@ -24,7 +24,7 @@ struct UpgradeTests {
     }
 }
 
-@Suite("Safe defaults")
+@Suite("Safe defaults", .timeLimit(.minutes(5)))
 struct SafeDefaultsTests {
     @Test func aShuttingDownServerAnswersUpgradesWith503() async throws {
         let server = try await LiveServer.start()

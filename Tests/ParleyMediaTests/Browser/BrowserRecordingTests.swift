@@ -5,7 +5,7 @@ import ParleyServerTesting
 import Testing
 
 /// Recording with consent between the page and the Linux softphone (`parley call/listen`).
-@Suite("Browser client: recording with consent", .serialized, .enabled(if: BrowserLab.enabled))
+@Suite("Browser client: recording with consent", .serialized, .enabled(if: BrowserLab.enabled), .timeLimit(.minutes(5)))
 struct BrowserRecordingTests {
     /// The page records a call with `parley listen`, which agrees (`--recording-consent yes`): the
     /// indicator shows on the page, and the page's file holds both voices until the page stops it.

@@ -7,7 +7,7 @@ import Testing
 
 /// The browser client served at `/`, in real headless Chromium driven over WebDriver, calling
 /// another browser and the Linux softphone through the real server.
-@Suite("Browser client in Chromium", .serialized, .enabled(if: BrowserLab.enabled))
+@Suite("Browser client in Chromium", .serialized, .enabled(if: BrowserLab.enabled), .timeLimit(.minutes(5)))
 struct BrowserTests {
     @Test func twoBrowsersCallEachOtherWithAudioBothWays() async throws {
         try await BrowserLab.run { lab in

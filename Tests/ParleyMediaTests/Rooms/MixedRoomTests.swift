@@ -7,7 +7,7 @@ import ParleySoftphone
 import Testing
 
 /// Two Linux clients and a browser in one AudioBridge room on a real Janus.
-@Suite("AudioBridge room with Linux clients and Chromium", .serialized, .enabled(if: RoomLab.enabled && BrowserLab.enabled))
+@Suite("AudioBridge room with Linux clients and Chromium", .serialized, .enabled(if: RoomLab.enabled && BrowserLab.enabled), .timeLimit(.minutes(5)))
 struct MixedRoomTests {
     @Test func linuxClientsAndABrowserTalkInOneRoom() async throws {
         try TestNetwork.janusLink()

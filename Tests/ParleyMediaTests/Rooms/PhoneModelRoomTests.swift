@@ -25,7 +25,7 @@ final class MemorySessionStore: PhoneModel.SessionStore, @unchecked Sendable {
 /// The example app's voice room, through its model, in a real AudioBridge room with a Linux client.
 /// The iPhone's media is the GStreamer engine here (the WebRTC stand-in carries none); the rest —
 /// model, ParleyPhone, RoomSession, the audio session adapter — is what runs on the phone.
-@Suite("The example app's voice room", .serialized, .enabled(if: RoomLab.enabled))
+@Suite("The example app's voice room", .serialized, .enabled(if: RoomLab.enabled), .timeLimit(.minutes(5)))
 struct PhoneModelRoomTests {
     @MainActor
     static func model(server: LiveServer) throws -> PhoneModel {

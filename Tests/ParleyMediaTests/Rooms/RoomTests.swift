@@ -7,7 +7,7 @@ import ParleySoftphone
 import Testing
 
 /// Voice rooms on a real Janus AudioBridge with Linux clients through the Parley server.
-@Suite("AudioBridge rooms with Linux clients", .serialized, .enabled(if: RoomLab.enabled))
+@Suite("AudioBridge rooms with Linux clients", .serialized, .enabled(if: RoomLab.enabled), .timeLimit(.minutes(5)))
 struct RoomTests {
     @Test func talkingFollowsWhoSpeaksAndMuteSilencesThem() async throws {
         try await RoomLab.run { lab in
@@ -102,7 +102,7 @@ extension RoomTests {
     }
 }
 
-@Suite("AudioBridge rooms survive a Janus restart", .serialized, .enabled(if: RoomLab.enabled))
+@Suite("AudioBridge rooms survive a Janus restart", .serialized, .enabled(if: RoomLab.enabled), .timeLimit(.minutes(5)))
 struct RoomRestartTests {
     @Test func clientsRejoinByThemselvesWhenJanusRestarts() async throws {
         try TestNetwork.janusLink()
