@@ -51,10 +51,10 @@ extension OneIPhone {
             rtc.standInReceivers.compactMap(\.track).filter { $0.kind == kind }
         }
 
-        static let cameras = [
+        static var cameras: [AVCaptureDevice] { [
             AVCaptureDevice(standInID: "back", name: "Back Camera", position: .back, formats: [AVCaptureDevice.Format(standInWidth: 640, height: 480, maxFrameRate: 30)]),
             AVCaptureDevice(standInID: "front", name: "Front Camera", position: .front, formats: [AVCaptureDevice.Format(standInWidth: 640, height: 480, maxFrameRate: 30)]),
-        ]
+        ] }
 
         @Test func theConfigurationIsWhatTheCoreAskedFor() async throws {
             let (_, rtc) = try await connection()

@@ -29,7 +29,7 @@ public enum AVAuthorizationStatus: Int, Sendable {
 }
 
 /// `@interface AVFrameRateRange : NSObject`
-open class AVFrameRateRange: NSObject, @unchecked Sendable {
+open class AVFrameRateRange: NSObject {
     /// `@property(readonly) Float64 minFrameRate;`
     open private(set) var minFrameRate: Double
     /// `@property(readonly) Float64 maxFrameRate;`
@@ -43,7 +43,7 @@ open class AVFrameRateRange: NSObject, @unchecked Sendable {
 }
 
 /// `@interface AVCaptureDevice : NSObject`
-open class AVCaptureDevice: NSObject, @unchecked Sendable {
+open class AVCaptureDevice: NSObject {
     /// `typedef NS_ENUM(NSInteger, AVCaptureDevicePosition)` — imported as `AVCaptureDevice.Position`.
     public enum Position: Int, Sendable {
         case unspecified = 0
@@ -52,7 +52,7 @@ open class AVCaptureDevice: NSObject, @unchecked Sendable {
     }
 
     /// `@interface AVCaptureDeviceFormat : NSObject` — imported as `AVCaptureDevice.Format`.
-    open class Format: NSObject, @unchecked Sendable {
+    open class Format: NSObject {
         /// `@property(nonatomic, readonly) CMFormatDescriptionRef formatDescription;`
         open private(set) var formatDescription: CMFormatDescription
         /// `@property(nonatomic, readonly) NSArray<AVFrameRateRange *> *videoSupportedFrameRateRanges;`

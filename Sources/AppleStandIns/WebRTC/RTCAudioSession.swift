@@ -50,8 +50,9 @@ open class RTCAudioSessionConfiguration: NSObject {
 
 /// `@interface RTCAudioSession : NSObject <RTCAudioSessionActivationDelegate>`: WebRTC's proxy for
 /// AVAudioSession. With `useManualAudio`, audio I/O runs only while `isAudioEnabled`.
-open class RTCAudioSession: NSObject, @unchecked Sendable {
-    private static let shared = RTCAudioSession()
+open class RTCAudioSession: NSObject {
+    // One per process, as upstream's `sharedInstance`; its state is behind `lock`.
+    nonisolated(unsafe) private static let shared = RTCAudioSession()
     private let lock = NSRecursiveLock()
     private var _useManualAudio = false
     private var _isAudioEnabled = false

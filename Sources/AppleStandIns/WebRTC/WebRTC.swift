@@ -27,7 +27,7 @@ public enum RTCSdpType: Int, Sendable {
 }
 
 /// `@interface RTCSessionDescription : NSObject`
-open class RTCSessionDescription: NSObject, @unchecked Sendable {
+open class RTCSessionDescription: NSObject {
     /// `@property(nonatomic, readonly) RTCSdpType type;`
     open private(set) var type: RTCSdpType
     /// `@property(nonatomic, readonly) NSString *sdp;`
@@ -63,7 +63,7 @@ open class RTCSessionDescription: NSObject, @unchecked Sendable {
 // MARK: RTCIceCandidate.h
 
 /// `@interface RTCIceCandidate : NSObject`
-open class RTCIceCandidate: NSObject, @unchecked Sendable {
+open class RTCIceCandidate: NSObject {
     /// `@property(nonatomic, readonly, nullable) NSString *sdpMid;`
     open private(set) var sdpMid: String?
     /// `@property(nonatomic, readonly) int sdpMLineIndex;`
@@ -82,7 +82,7 @@ open class RTCIceCandidate: NSObject, @unchecked Sendable {
 // MARK: RTCIceServer.h
 
 /// `@interface RTCIceServer : NSObject`
-open class RTCIceServer: NSObject, @unchecked Sendable {
+open class RTCIceServer: NSObject {
     open private(set) var urlStrings: [String]
     open private(set) var username: String?
     open private(set) var credential: String?
@@ -123,7 +123,7 @@ public enum RTCSdpSemantics: Int, Sendable {
 }
 
 /// `@interface RTCConfiguration : NSObject`
-open class RTCConfiguration: NSObject, @unchecked Sendable {
+open class RTCConfiguration: NSObject {
     open var iceServers: [RTCIceServer] = []
     open var iceTransportPolicy: RTCIceTransportPolicy = .all
     open var bundlePolicy: RTCBundlePolicy = .balanced
@@ -149,7 +149,7 @@ public let kRTCMediaConstraintsValueTrue = "true"
 public let kRTCMediaConstraintsValueFalse = "false"
 
 /// `@interface RTCMediaConstraints : NSObject`
-open class RTCMediaConstraints: NSObject, @unchecked Sendable {
+open class RTCMediaConstraints: NSObject {
     let mandatory: [String: String]
 
     /// `- (instancetype)initWithMandatoryConstraints:(nullable NSDictionary<NSString *, NSString *> *)mandatory
@@ -162,7 +162,7 @@ open class RTCMediaConstraints: NSObject, @unchecked Sendable {
 // MARK: RTCMediaStreamTrack.h, RTCAudioTrack.h, RTCAudioSource.h, RTCMediaStream.h
 
 /// `@interface RTCMediaStreamTrack : NSObject`
-open class RTCMediaStreamTrack: NSObject, @unchecked Sendable {
+open class RTCMediaStreamTrack: NSObject {
     private let lock = NSLock()
     private var enabled = true
     /// `@property(nonatomic, readonly) NSString *kind;`
@@ -182,10 +182,10 @@ open class RTCMediaStreamTrack: NSObject, @unchecked Sendable {
 }
 
 /// `@interface RTCAudioSource : RTCMediaSource`
-open class RTCAudioSource: NSObject, @unchecked Sendable {}
+open class RTCAudioSource: NSObject {}
 
 /// `@interface RTCAudioTrack : RTCMediaStreamTrack`
-open class RTCAudioTrack: RTCMediaStreamTrack, @unchecked Sendable {
+open class RTCAudioTrack: RTCMediaStreamTrack {
     /// `@property(nonatomic, readonly) RTCAudioSource *source;`
     open private(set) var source: RTCAudioSource
 
@@ -198,7 +198,7 @@ open class RTCAudioTrack: RTCMediaStreamTrack, @unchecked Sendable {
 // MARK: RTCVideoRenderer.h, RTCVideoCapturer.h, RTCVideoSource.h, RTCVideoTrack.h, RTCCameraVideoCapturer.h
 
 /// `@interface RTCVideoFrame : NSObject` (only as renderers receive it).
-open class RTCVideoFrame: NSObject, @unchecked Sendable {}
+open class RTCVideoFrame: NSObject {}
 
 /// `@protocol RTCVideoRenderer <NSObject>`
 public protocol RTCVideoRenderer: NSObjectProtocol {
@@ -215,7 +215,7 @@ public protocol RTCVideoCapturerDelegate: NSObjectProtocol {
 }
 
 /// `@interface RTCVideoCapturer : NSObject`
-open class RTCVideoCapturer: NSObject, @unchecked Sendable {
+open class RTCVideoCapturer: NSObject {
     /// `@property(nonatomic, weak) id<RTCVideoCapturerDelegate> delegate;`
     open weak var delegate: (any RTCVideoCapturerDelegate)?
 
@@ -224,12 +224,12 @@ open class RTCVideoCapturer: NSObject, @unchecked Sendable {
 }
 
 /// `@interface RTCVideoSource : RTCMediaSource <RTCVideoCapturerDelegate>`
-open class RTCVideoSource: NSObject, RTCVideoCapturerDelegate, @unchecked Sendable {
+open class RTCVideoSource: NSObject, RTCVideoCapturerDelegate {
     open func capturer(_ capturer: RTCVideoCapturer, didCapture frame: RTCVideoFrame) {}
 }
 
 /// `@interface RTCVideoTrack : RTCMediaStreamTrack`
-open class RTCVideoTrack: RTCMediaStreamTrack, @unchecked Sendable {
+open class RTCVideoTrack: RTCMediaStreamTrack {
     private let renderersLock = NSLock()
     private var renderers: [any RTCVideoRenderer] = []
 
@@ -250,7 +250,7 @@ open class RTCVideoTrack: RTCMediaStreamTrack, @unchecked Sendable {
 /// and the completion handlers are called there. A start fails — its handler gets the error — only
 /// when the device cannot be locked for configuration. Without camera access the session runs with
 /// no input: nothing is captured, and the handler gets nil (the capturer only logs it).
-open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
+open class RTCCameraVideoCapturer: RTCVideoCapturer {
     private let lock = NSLock()
     private let session = DispatchQueue(label: "RTCCameraVideoCapturer.captureSession")
     private var running = false
@@ -266,16 +266,19 @@ open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
     ///    fps:(NSInteger)fps completionHandler:(nullable void (^)(NSError *_Nullable))completionHandler;`
     open func startCapture(with device: AVCaptureDevice, format: AVCaptureDevice.Format, fps: Int,
                            completionHandler: (@Sendable ((any Error)?) -> Void)? = nil) {
-        session.async { [self] in
+        // The capturer works on its session queue, as RTCCameraVideoCapturer.m does, without Swift's checking.
+        let boxed = StandInUnchecked((self, device, format))
+        session.async {
+            let (capturer, device, format) = boxed.value
             if let error = Self.standInLockError.withLock({ $0 }) {
                 completionHandler?(error)  // -[AVCaptureDevice lockForConfiguration:] failed
                 return
             }
             // An AVCaptureDeviceInput needs camera access; without one the session captures nothing.
             let input = AVCaptureDevice.authorizationStatus(for: .video) == .authorized
-            lock.withLock {
-                running = true
-                capturing = input ? (device, format, fps) : nil
+            capturer.lock.withLock {
+                capturer.running = true
+                capturer.capturing = input ? (device, format, fps) : nil
             }
             completionHandler?(nil)
         }
@@ -283,10 +286,12 @@ open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
 
     /// `- (void)stopCaptureWithCompletionHandler:(nullable void (^)(void))completionHandler;`
     open func stopCapture(completionHandler: (@Sendable () -> Void)? = nil) {
-        session.async { [self] in
-            lock.withLock {
-                running = false
-                capturing = nil
+        let boxed = StandInUnchecked(self)
+        session.async {
+            let capturer = boxed.value
+            capturer.lock.withLock {
+                capturer.running = false
+                capturer.capturing = nil
             }
             completionHandler?()
         }
@@ -315,7 +320,7 @@ open class RTCCameraVideoCapturer: RTCVideoCapturer, @unchecked Sendable {
 
 /// `@interface RTCMediaStream : NSObject` — a remote one, as libwebrtc makes it for a stream id a
 /// remote description names.
-open class RTCMediaStream: NSObject, @unchecked Sendable {
+open class RTCMediaStream: NSObject {
     private let lock = NSLock()
     private var audio: [RTCAudioTrack] = []
     private var video: [RTCVideoTrack] = []
@@ -339,7 +344,7 @@ open class RTCMediaStream: NSObject, @unchecked Sendable {
 // MARK: RTCRtpEncodingParameters.h, RTCRtpParameters.h, RTCDtmfSender.h, RTCRtpSender.h, RTCRtpReceiver.h, RTCRtpTransceiver.h
 
 /// `@interface RTCRtpEncodingParameters : NSObject`
-open class RTCRtpEncodingParameters: NSObject, @unchecked Sendable {
+open class RTCRtpEncodingParameters: NSObject {
     /// `@property(nonatomic, assign) BOOL isActive;`
     open var isActive = true
     /// `@property(nonatomic, copy, nullable) NSNumber *maxBitrateBps;`
@@ -349,7 +354,7 @@ open class RTCRtpEncodingParameters: NSObject, @unchecked Sendable {
 }
 
 /// `@interface RTCRtpParameters : NSObject`
-open class RTCRtpParameters: NSObject, @unchecked Sendable {
+open class RTCRtpParameters: NSObject {
     /// `@property(nonatomic, copy) NSArray<RTCRtpEncodingParameters *> *encodings;`
     open var encodings: [RTCRtpEncodingParameters] = [RTCRtpEncodingParameters()]
 
@@ -378,7 +383,7 @@ public protocol RTCRtpSenderProtocol: NSObjectProtocol {
 }
 
 /// `@interface RTCRtpSender : NSObject <RTCRtpSender>`
-open class RTCRtpSender: NSObject, RTCRtpSenderProtocol, @unchecked Sendable {
+open class RTCRtpSender: NSObject, RTCRtpSenderProtocol {
     private let lock = NSLock()
     private var _parameters = RTCRtpParameters()
     private var _track: RTCMediaStreamTrack?
@@ -499,7 +504,7 @@ private struct StandInMediaSection {
 }
 
 /// The DTMF sender of an audio sender (libwebrtc's `RTCDtmfSender` object, not public).
-final class StandInDtmfSender: NSObject, RTCDtmfSender, @unchecked Sendable {
+final class StandInDtmfSender: NSObject, RTCDtmfSender {
     private let lock = NSLock()
     private var inserted = ""
 
@@ -519,7 +524,7 @@ final class StandInDtmfSender: NSObject, RTCDtmfSender, @unchecked Sendable {
 // MARK: RTCStatisticsReport.h
 
 /// `@interface RTCStatistics : NSObject`
-open class RTCStatistics: NSObject, @unchecked Sendable {
+open class RTCStatistics: NSObject {
     /// `@property(nonatomic, readonly) NSString *id;`
     open private(set) var id: String
     /// `@property(nonatomic, readonly) CFTimeInterval timestamp_us;`
@@ -539,7 +544,7 @@ open class RTCStatistics: NSObject, @unchecked Sendable {
 }
 
 /// `@interface RTCStatisticsReport : NSObject`
-open class RTCStatisticsReport: NSObject, @unchecked Sendable {
+open class RTCStatisticsReport: NSObject {
     /// `@property(nonatomic, readonly) CFTimeInterval timestamp_us;`
     open private(set) var timestamp_us: Double
     /// `@property(nonatomic, readonly) NSDictionary<NSString *, RTCStatistics *> *statistics;`
@@ -608,10 +613,10 @@ extension RTCPeerConnectionDelegate {
 }
 
 /// `@interface RTCDataChannel : NSObject` (only as the delegate above names it).
-open class RTCDataChannel: NSObject, @unchecked Sendable {}
+open class RTCDataChannel: NSObject {}
 
 /// `@interface RTCPeerConnection : NSObject`
-open class RTCPeerConnection: NSObject, @unchecked Sendable {
+open class RTCPeerConnection: NSObject {
     private let lock = NSLock()
     private weak var _delegate: (any RTCPeerConnectionDelegate)?
     private var _signalingState: RTCSignalingState = .stable
@@ -896,7 +901,7 @@ open class RTCDefaultVideoDecoderFactory: NSObject, RTCVideoDecoderFactory {
 // MARK: RTCPeerConnectionFactory.h
 
 /// `@interface RTCPeerConnectionFactory : NSObject`
-open class RTCPeerConnectionFactory: NSObject, @unchecked Sendable {
+open class RTCPeerConnectionFactory: NSObject {
     private let lock = NSLock()
     private var made: [RTCPeerConnection] = []
     private let videoCodecs: [String]
