@@ -284,6 +284,7 @@ let package = Package(
                 "ParleyNIOTransport",
                 "ParleyTesting",
                 "ParleyServerTesting",
+                "ParleyLocalServices",
                 "ParleyProtocol",
             ],
             swiftSettings: swiftSettings

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import ParleyKit
+import ParleyLocalServices
 import ParleyNIOTransport
 import ParleyProtocol
 import ParleyServerTesting
@@ -11,21 +12,6 @@ import Testing
 /// else, and every reconnect, is tried again.
 @Suite("Signaling connection failures")
 struct SignalingConnectFailureTests {
-    /// A loopback port nothing listens on: bound to learn a free one, then closed.
-    static func closedPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw TestFailure("no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     /// A name that never resolves and whose lookup never leaves the machine: `.invalid` is reserved
     /// (RFC 6761), but glibc with `hosts: files dns` would still ask the configured resolver for
     /// `parley.invalid`; a label of 64 characters cannot be put in a DNS query at all, so
@@ -51,7 +37,7 @@ struct SignalingConnectFailureTests {
     }
 
     @Test func theTransportCallsAClosedPortRefused() async throws {
-        let url = URL(string: "ws://127.0.0.1:\(try Self.closedPort())/v1/signal")!
+        let url = URL(string: "ws://127.0.0.1:\(try freeTCPPort())/v1/signal")!
         do {
             _ = try await WebSocketSignalingTransport().connect(to: url, token: "token")
             Issue.record("connected to a closed port")
@@ -62,7 +48,7 @@ struct SignalingConnectFailureTests {
     }
 
     @Test func aFirstConnectionToAClosedPortStopsAtOnce() async throws {
-        let client = Self.client("ws://127.0.0.1:\(try Self.closedPort())/v1/signal", failFast: true)
+        let client = Self.client("ws://127.0.0.1:\(try freeTCPPort())/v1/signal", failFast: true)
         let log = EventLog(client.events)
         let started = ContinuousClock.now
         await client.start()
@@ -89,7 +75,7 @@ struct SignalingConnectFailureTests {
     }
 
     @Test func withoutFailingFastARefusedFirstConnectionIsTriedAgain() async throws {
-        let client = Self.client("ws://127.0.0.1:\(try Self.closedPort())/v1/signal", failFast: false)
+        let client = Self.client("ws://127.0.0.1:\(try freeTCPPort())/v1/signal", failFast: false)
         let log = EventLog(client.events)
         await client.start()
         try await log.waitFor { _ in Self.failures(log).count >= 3 }
