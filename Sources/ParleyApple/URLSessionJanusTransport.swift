@@ -12,7 +12,7 @@ import ParleyJanus
 ///
 /// (On Linux this compiles but cannot connect: the toolchain's libcurl has no WebSocket support. The
 /// framing is tested through `WebSocketTask`.)
-public final class URLSessionJanusTransport: JanusTransport, @unchecked Sendable {
+public final class URLSessionJanusTransport: JanusTransport, Sendable {
     public let incoming: AsyncStream<String>
     private let sink: AsyncStream<String>.Continuation
     private let task: any WebSocketTask
@@ -33,7 +33,8 @@ public final class URLSessionJanusTransport: JanusTransport, @unchecked Sendable
         self.task = task
         (incoming, sink) = AsyncStream.makeStream()
         let sink = self.sink
-        // Every frame in order, until the connection closes (Janus speaks text only).
+        // Every frame in order, until the connection closes (Janus speaks text only). The loop ends
+        // with the task: `close()` cancels it, and a cancelled task's receive fails.
         Task {
             while let message = try? await task.receive() {
                 if case .string(let text) = message { sink.yield(text) }

@@ -132,7 +132,7 @@ extension OneIPhone {
             NWBrowser.standInAnnounce(Self.bob)
             let browsing = BrowseRecorder(BonjourDiscovery())
             try await eventually("the browser waits") { NWBrowser.standInBrowsing == 1 }
-            try await Task.sleep(for: .milliseconds(100))
+            try await Task.sleep(for: .milliseconds(100))  // checks that nothing happens: the browse does not end
             #expect(!browsing.finished, "the prompt is still up")
             #expect(browsing.events.isEmpty)
             NWBrowser.standInSetLocalNetwork(.allowed)
@@ -148,7 +148,7 @@ extension OneIPhone {
             NWBrowser.standInAnnounce(Self.bob)
             let browsing = BrowseRecorder(BonjourDiscovery())
             try await eventually("the browser waits") { NWBrowser.standInBrowsing == 1 }
-            try await Task.sleep(for: .milliseconds(100))
+            try await Task.sleep(for: .milliseconds(100))  // checks that nothing happens: the browse does not end
             #expect(!browsing.finished)
             NWBrowser.standInSetLocalNetwork(.allowed)
             try await eventually("bob is found once it is on") { !browsing.events.isEmpty }

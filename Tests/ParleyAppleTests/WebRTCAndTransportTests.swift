@@ -233,7 +233,7 @@ extension OneIPhone {
             for (refused, words) in [(AVAuthorizationStatus.notDetermined, "not granted yet"), (.denied, "turned off"), (.restricted, "restricted")] {
                 AVCaptureDevice.standInSetAuthorization(refused, for: .video)
                 let (peer, _) = try await connection(video: true)
-                try await Task.sleep(for: .milliseconds(50))
+                try await eventually("the camera's start is settled") { peer.cameraFailure != nil }
                 #expect(peer.cameraCapturer?.standInRunning == false, "no capture session without camera access (\(refused))")
                 #expect(peer.cameraFailure?.description.contains("camera access is \(words)") == true)
                 await peer.close()
