@@ -293,6 +293,8 @@ let package = Package(
 )
 
 #if os(Linux)
+let linksLibFuzzer = Context.environment["PARLEY_LIBFUZZER"] == "1"
+
 // What only Linux builds: the GStreamer engine and the softphone, Avahi, the impaired wire (TUN), the
 // fuzzers, and the tests that start Linux services (Janus, PostgreSQL, coturn, Chromium) or use the
 // stand-ins. Tests run from a fresh Linux clone: scripts/test.sh.
@@ -328,7 +330,7 @@ package.targets += appleStandIns + [
     .target(
         name: "CParleyGst",
         dependencies: ["CGStreamer"],
-        linkerSettings: [.linkedLibrary("dl")]
+        linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("crypto")]
     ),
     .target(
         name: "ParleyGStreamer",
@@ -373,10 +375,14 @@ package.targets += appleStandIns + [
         dependencies: ["ParleyProtocol", "ParleyServer", "ParleyGStreamer", "ParleyJanus", "ParleyTesting", .product(name: "Logging", package: "swift-log")],
         swiftSettings: swiftSettings
     ),
+    // In the AddressSanitizer build (scripts/asan-build.sh, which sets PARLEY_LIBFUZZER=1) it links
+    // libFuzzer, whose main drives `LLVMFuzzerTestOneInput`: the fuzzers and the sanitized tests share
+    // one build. Elsewhere it is the command that replays files.
     .executableTarget(
         name: "ParleyFuzz",
         dependencies: ["ParleyFuzzTargets"],
-        swiftSettings: swiftSettings
+        swiftSettings: swiftSettings + (linksLibFuzzer ? [.define("PARLEY_LIBFUZZER")] : []),
+        linkerSettings: linksLibFuzzer ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : []
     ),
     .testTarget(
         name: "ParleyFuzzTests",
@@ -403,6 +409,7 @@ package.targets += appleStandIns + [
             "ParleyWire",
             .product(name: "Logging", package: "swift-log"),
         ] + appleFrameworks,
+        exclude: ["Peers"],
         swiftSettings: swiftSettings,
         linkerSettings: exportsSSLNew
     ),

@@ -6,8 +6,9 @@
 #   scripts/fuzz.sh --seconds 600 token    one target, ten minutes
 #   scripts/fuzz.sh --list                 the targets
 #
-# The build is a separate one (.build-fuzz: every package instrumented; a first one on two cores
-# takes about ten minutes). Each target's corpus grows in .build-fuzz/corpus/TARGET from the seeds
+# The build is scripts/asan-build.sh's (.build-asan, shared with scripts/sanitize.sh address: every
+# package instrumented; a first one on two cores takes 15 minutes or more). Each target's corpus
+# grows in .build-asan/fuzz/corpus/TARGET from the seeds
 # (Fuzz/seeds, the protocol's golden frames). An input that crashes a target or breaks one of its
 # rules is saved in Fuzz/findings/TARGET/: commit it with the fix, and the test suite replays it
 # from then on (Tests/ParleyFuzzTests). `swift run parley-fuzz TARGET FILE` replays one by hand.
@@ -34,31 +35,20 @@ done
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
 scripts/setup.sh
-echo "== building parley-fuzz with libFuzzer and AddressSanitizer (.build-fuzz)"
-# swiftc takes the last -sanitize it is given, and SwiftPM passes one per sanitizer: the last
-# flag names both, or the Swift code gets AddressSanitizer without the coverage libFuzzer needs.
-log=$(mktemp)
-if ! swift build --scratch-path .build-fuzz --product parley-fuzz --sanitize=fuzzer --sanitize=address -Xswiftc -sanitize=fuzzer,address \
-  -Xswiftc -DPARLEY_LIBFUZZER > "$log" 2>&1; then
-  grep -E "error" "$log" | sort -u | head -20 >&2
-  rm -f "$log"
-  echo "scripts/fuzz.sh: the build failed (above); no target was run" >&2
-  exit 1
-fi
-rm -f "$log"
-binary=.build-fuzz/debug/parley-fuzz
+scripts/asan-build.sh --product parley-fuzz
+binary=.build-asan/debug/parley-fuzz
 
 # A target counts as searched only on libFuzzer's own word: its closing statistics ("#N DONE cov: C
 # ft: …" and "Done N runs in S second(s)") with runs and coverage above zero, and a clean exit. A
 # binary that is not libFuzzer's (a plain build takes the arguments for files and stops), or a build
 # without coverage, prints none of these, and "found nothing" from it would mean nothing.
-mkdir -p .build-fuzz/logs
+mkdir -p .build-asan/fuzz/logs
 found=0
 failed=()
 for target in "${targets[@]}"; do
-  corpus=.build-fuzz/corpus/$target
+  corpus=.build-asan/fuzz/corpus/$target
   findings=Fuzz/findings/$target
-  log=.build-fuzz/logs/$target.txt
+  log=.build-asan/fuzz/logs/$target.txt
   mkdir -p "$corpus" "$findings"
   case "$target" in
     client-frame) cp Tests/ParleyProtocolTests/Golden/client-* "$corpus"/ ;;

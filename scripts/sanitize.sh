@@ -7,14 +7,15 @@
 #   scripts/sanitize.sh address   AddressSanitizer over everything and UndefinedBehaviorSanitizer
 #                                 (trap mode) over the C edge (CParleyGst), with real calls: the
 #                                 engine's tests (audio, video), calls with data channels and
-#                                 recordings, GStreamer and OpenSSL underneath (.build-asan)
+#                                 recordings, GStreamer and OpenSSL underneath (.build-asan,
+#                                 scripts/asan-build.sh: the build scripts/fuzz.sh fuzzes with)
 #   scripts/sanitize.sh           both
 #   scripts/sanitize.sh address --filter CallTests    what runs, narrowed (swift test --filter)
 #
 # A report stops the run (halt_on_error) and fails it, as does a run in which no test ran (a filter
 # that matches nothing). GStreamer's own leaks are by design (its registry, its type system), so
-# LeakSanitizer is off; what ASan checks is every access. A first build of each takes about ten
-# minutes on two cores.
+# LeakSanitizer is off; what ASan checks is every access. A first build of each takes 15 minutes or
+# more on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,25 +44,30 @@ for kind in "${kinds[@]}"; do
   case "$kind" in
     thread)
       scratch=.build-tsan
-      flags=(--sanitize=thread)
+      flags=(--scratch-path "$scratch" --sanitize=thread)
+      unset PARLEY_LIBFUZZER
       tests="${filter:-ParleyServerTests|ParleyKitTests|ParleyProtocolTests|ParleyJanusTests|ParleyFuzzTests|ParleyWireTests}"
       ;;
     address)
+      # The build shared with scripts/fuzz.sh: AddressSanitizer, and UBSan on the C edge.
       scratch=.build-asan
-      # swiftc has no UndefinedBehaviorSanitizer on Linux (Swift traps on overflow and bad casts by
-      # itself); the C targets get it from clang, in trap mode, which needs no runtime of its own.
-      flags=(--sanitize=address -Xcc -fsanitize=undefined -Xcc -fsanitize-trap=undefined)
+      mapfile -t flags < <(scripts/asan-build.sh --print-flags)
+      export PARLEY_LIBFUZZER=1
       tests="${filter:-ParleyMediaTests.CallTests|ParleyMediaTests.EngineTests|ParleyMediaTests.CallRecordingTests}"
       ;;
   esac
-  echo "== $kind: building ($scratch)"
-  log=$(mktemp)
-  if ! swift build --build-tests --scratch-path "$scratch" "${flags[@]}" > "$log" 2>&1; then
-    grep -E "error" "$log" | sort -u | head -20 >&2
-    echo "scripts/sanitize.sh: the $kind build failed (above)" >&2
-    rm -f "$log"; exit 1
+  if [ "$kind" = address ]; then
+    scripts/asan-build.sh --build-tests
+  else
+    echo "== $kind: building ($scratch)"
+    log=$(mktemp)
+    if ! swift build --build-tests "${flags[@]}" > "$log" 2>&1; then
+      grep -E "error" "$log" | sort -u | head -20 >&2
+      echo "scripts/sanitize.sh: the $kind build failed (above)" >&2
+      rm -f "$log"; exit 1
+    fi
+    rm -f "$log"
   fi
-  rm -f "$log"
   echo "== $kind: testing $tests"
   output=$scratch/sanitize-output.txt
   # The test run's own status is the pipeline's first (errexit off around it, so a failure is
@@ -71,7 +77,7 @@ for kind in "${kinds[@]}"; do
     ASAN_OPTIONS="detect_leaks=0 halt_on_error=1 detect_stack_use_after_return=0" \
     UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
     PARLEY_REQUIRE_ALL_TESTS=1 \
-    in_namespace swift test --skip-build --scratch-path "$scratch" "${flags[@]}" --disable-xctest --no-parallel --filter "$tests" \
+    in_namespace swift test --skip-build "${flags[@]}" --disable-xctest --no-parallel --filter "$tests" \
     2>&1 | tee "$output" | grep -E "✘|WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:|SUMMARY|Test run with"
   statuses=("${PIPESTATUS[@]}")
   set -e

@@ -3,14 +3,17 @@
 # SQLite for the server, GStreamer with webrtcbin and libnice for the media engine, Avahi's client
 # library for LAN calls (`parley lan`, `call --lan` and `listen --lan` also need avahi-daemon running).
 #   scripts/setup.sh                 what `parley demo`, `call` and `listen` need
-#   scripts/setup.sh --tests         and what the tests start (coturn, Chromium with chromedriver, Janus, PostgreSQL, HAProxy)
+#   scripts/setup.sh --tests         and what the tests start (coturn, Chromium with chromedriver, Janus, PostgreSQL, HAProxy),
+#                                    and aiortc, a third-party WebRTC peer, from PyPI into .build-python
 #   scripts/setup.sh chromium        and any other packages named (the call benchmark adds chromium)
 set -euo pipefail
 
+cd "$(dirname "$0")/.."
 extra=()
+tests=0
 for argument in "$@"; do
   case "$argument" in
-    --tests) extra+=(coturn chromium chromium-driver janus postgresql haproxy iproute2 procps util-linux espeak-ng sox avahi-daemon dbus-daemon) ;;
+    --tests) tests=1; extra+=(coturn chromium chromium-driver janus postgresql haproxy iproute2 procps util-linux espeak-ng sox avahi-daemon dbus-daemon) ;;
     *) extra+=("$argument") ;;
   esac
 done
@@ -18,6 +21,7 @@ done
 packages=(
   libsqlite3-dev
   libavahi-client-dev
+  libssl-dev
   pkg-config
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev libnice-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice
@@ -29,10 +33,20 @@ need=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || need+=("$package")
 done
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing Debian packages: ${need[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
-echo "== installing Debian packages: ${need[*]}"
-sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+
+# aiortc: its DTLS client offers only the ECDSA suites RFC 8827 requires, which is what the strict-peer
+# test needs (Tests/ParleyMediaTests/StrictDTLSTests.swift). A virtual environment of the project's
+# own, so the system's Python is left as it is.
+aiortc_version=1.16.0
+if [ "$tests" -eq 1 ] && ! .build-python/bin/python -c "import aiortc, sys; sys.exit(aiortc.__version__ != '$aiortc_version')" 2>/dev/null; then
+  echo "== installing aiortc $aiortc_version from PyPI into .build-python"
+  rm -rf .build-python
+  python3 -m venv .build-python
+  .build-python/bin/pip install -q --disable-pip-version-check "aiortc==$aiortc_version"
+fi
