@@ -40,7 +40,9 @@ char *parley_gst_missing_elements(const char *names) {
 }
 
 void parley_gst_warm_dtls(void) {
-    // dtlsdec takes the process-wide default certificate, generating it on first use.
+    // Parley's certificate (parley_dtls_certificate.c); and GStreamer's own RSA one, which every
+    // dtlsdec still generates on first use, as its starting point, before Parley's replaces it.
+    parley_dtls_certificate_pem();
     GstElement *dec = gst_element_factory_make("dtlsdec", NULL);
     if (dec) gst_object_unref(dec);
 }
@@ -187,6 +189,13 @@ static void on_notify_ice_connection(GObject *webrtc, GParamSpec *spec, gpointer
     l->callback(l->context, PARLEY_EVENT_ICE_CONNECTION_STATE, state, NULL, NULL);
 }
 
+static void on_notify_connection(GObject *webrtc, GParamSpec *spec, gpointer data) {
+    Listener *l = data;
+    GstWebRTCPeerConnectionState state;
+    g_object_get(webrtc, "connection-state", &state, NULL);
+    l->callback(l->context, PARLEY_EVENT_CONNECTION_STATE, state, NULL, NULL);
+}
+
 static void on_notify_ice_gathering(GObject *webrtc, GParamSpec *spec, gpointer data) {
     Listener *l = data;
     GstWebRTCICEGatheringState state;
@@ -208,6 +217,17 @@ static void on_pad_added(GstElement *webrtc, GstPad *pad, gpointer data) {
 static void on_data_channel(GstElement *webrtc, GObject *channel, gpointer data) {
     Listener *l = data;
     l->callback(l->context, PARLEY_EVENT_DATA_CHANNEL, 0, NULL, channel);
+}
+
+/// Each DTLS transport webrtcbin makes gets Parley's certificate, as its dtlsdec is added: before the
+/// transport's encoder takes the connection and before any description names a fingerprint.
+/// (webrtcbin 1.22 hashes the whole PEM for the fingerprint, key and all, when the PEM is not its
+/// own: the engine writes the certificate's own fingerprint into its descriptions.)
+static void on_deep_element_added(GstBin *bin, GstBin *sub_bin, GstElement *element, gpointer data) {
+    GstElementFactory *factory = gst_element_get_factory(element);
+    if (!factory || strcmp(GST_OBJECT_NAME(factory), "dtlsdec") != 0) return;
+    const char *pem = parley_dtls_certificate_pem();
+    if (pem) g_object_set(element, "pem", pem, NULL);
 }
 
 static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *message, gpointer data) {
@@ -242,8 +262,10 @@ void parley_webrtc_attach(void *pipeline, void *webrtc, parley_event_callback ca
     g_signal_connect(webrtc, "on-ice-candidate", G_CALLBACK(on_ice_candidate), l);
     g_signal_connect(webrtc, "notify::ice-connection-state", G_CALLBACK(on_notify_ice_connection), l);
     g_signal_connect(webrtc, "notify::ice-gathering-state", G_CALLBACK(on_notify_ice_gathering), l);
+    g_signal_connect(webrtc, "notify::connection-state", G_CALLBACK(on_notify_connection), l);
     g_signal_connect(webrtc, "pad-added", G_CALLBACK(on_pad_added), l);
     g_signal_connect(webrtc, "on-data-channel", G_CALLBACK(on_data_channel), l);
+    g_signal_connect(webrtc, "deep-element-added", G_CALLBACK(on_deep_element_added), NULL);
     GstBus *bus = gst_element_get_bus(GST_ELEMENT(pipeline));
     gst_bus_set_sync_handler(bus, on_bus_message, l, g_free);
     gst_object_unref(bus);
@@ -251,7 +273,8 @@ void parley_webrtc_attach(void *pipeline, void *webrtc, parley_event_callback ca
 
 void parley_webrtc_detach(void *pipeline, void *webrtc, void *context) {
     GCallback handlers[] = { G_CALLBACK(on_negotiation_needed), G_CALLBACK(on_ice_candidate), G_CALLBACK(on_notify_ice_connection),
-                             G_CALLBACK(on_notify_ice_gathering), G_CALLBACK(on_pad_added), G_CALLBACK(on_data_channel) };
+                             G_CALLBACK(on_notify_connection), G_CALLBACK(on_notify_ice_gathering), G_CALLBACK(on_pad_added), G_CALLBACK(on_data_channel),
+                             G_CALLBACK(on_deep_element_added) };
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
         g_signal_handlers_disconnect_matched(webrtc, G_SIGNAL_MATCH_FUNC, 0, 0, NULL, handlers[i], NULL);
     // The bus handler's notify frees the listener.

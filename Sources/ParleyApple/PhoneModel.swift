@@ -35,9 +35,12 @@ public final class PhoneModel {
         public var speaker = false
         public var remoteMuted = false
         public var remoteHeld = false
-        /// Mean opinion score (1…4.5) and bars (1…5) of the last interval.
+        /// Mean opinion score (1…4.5) and bars (1…5) of the last interval; nil while nothing
+        /// arrives from the far side (`receiving` false): there is nothing to rate.
         public var mos: Double?
         public var bars: Int?
+        /// Whether audio arrives from the far side (false after a few seconds without a packet).
+        public var receiving = true
         /// The callee is offline and nothing could wake them.
         public var calleeOffline = false
         /// Recording with consent: `.asked` wants the user's answer (`answerRecording`); `.on`
@@ -334,6 +337,13 @@ public final class PhoneModel {
             calls[index].recording = state
         case .route(let output):
             route = output
+        case .receivingMedia(let id, let receiving):
+            guard let index = calls.firstIndex(where: { $0.id == id }) else { return }
+            calls[index].receiving = receiving
+            if !receiving {
+                calls[index].mos = nil
+                calls[index].bars = nil
+            }
         case .bitrate, .pausedByInterruption, .recorded:
             break
         }

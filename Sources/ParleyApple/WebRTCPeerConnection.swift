@@ -400,6 +400,10 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
         if let state = Self.iceState(newState) { sink.yield(.iceConnectionState(state)) }
     }
 
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didChange newState: RTCPeerConnectionState) {
+        if let state = Self.connectionState(newState) { sink.yield(.connectionState(state)) }
+    }
+
     public func peerConnection(_ peerConnection: RTCPeerConnection, didChange newState: RTCIceGatheringState) {
         if newState == .complete { sink.yield(.localCandidate(nil)) }
     }
@@ -410,6 +414,14 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
 
     public func peerConnection(_ peerConnection: RTCPeerConnection, didRemove candidates: [RTCIceCandidate]) {}
     public func peerConnection(_ peerConnection: RTCPeerConnection, didOpen dataChannel: RTCDataChannel) {}
+
+    static func connectionState(_ state: RTCPeerConnectionState) -> PeerConnectionState? {
+        let states: [RTCPeerConnectionState: PeerConnectionState] = [
+            .new: .new, .connecting: .connecting, .connected: .connected, .disconnected: .disconnected,
+            .failed: .failed, .closed: .closed,
+        ]
+        return states[state]
+    }
 
     static func iceState(_ state: RTCIceConnectionState) -> IceConnectionState? {
         let states: [RTCIceConnectionState: IceConnectionState] = [

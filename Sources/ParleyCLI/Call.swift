@@ -52,6 +52,9 @@ struct Call: AsyncParsableCommand {
                     Console.say("\(callee) is not online and has no device to wake; hanging up")
                     await softphone.hangUp(call)
                 }
+                if case .receivingMedia(call, let receiving) = event {
+                    Console.say(receiving ? "audio from \(callee) arrives again" : "no audio is arriving from \(callee)")
+                }
                 if case .remoteUpdated(call, let muted, let held) = event {
                     if let muted { Console.say("\(callee) \(muted ? "muted" : "unmuted") their microphone") }
                     if let held { Console.say("\(callee) \(held ? "put the call on hold" : "resumed the call")") }
@@ -62,7 +65,9 @@ struct Call: AsyncParsableCommand {
         offline.cancel()
         if let timeline { for line in Console.summary(timeline) { Console.say(line) } }
         await softphone.stop()
-        // A call that never connected (declined, busy, offline, no answer) is a failure for scripts.
+        // A call that never connected (declined, busy, offline, no answer) is a failure for scripts,
+        // and so is one that connected with nothing heard.
         if timeline?.connected == nil { throw ExitCode(2) }
+        if timeline?.heardNothing == true { throw ExitCode(3) }
     }
 }

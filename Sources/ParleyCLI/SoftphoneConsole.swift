@@ -179,7 +179,9 @@ enum Console {
         } else {
             parts.append("○ \(timeline.ringing == nil ? "calling" : "ringing")")
         }
-        if let q = timeline.quality {
+        if timeline.connected != nil, !timeline.receivingMedia {
+            parts.append("no audio arriving")
+        } else if let q = timeline.quality {
             parts.append(String(format: "MOS %.2f", q.mos))
             parts.append(q.latestRttMs == nil ? "RTT —" : String(format: "RTT %.0f ms", q.rttMs))
             parts.append(String(format: "loss %.1f%%", q.lossPct))
@@ -219,7 +221,9 @@ enum Console {
         if let connected = timeline.connected, let ended = timeline.ended {
             lines.append(String(format: "  talk time            %.1f s", (ended - connected).seconds))
         }
-        if let q = timeline.quality {
+        if timeline.heardNothing {
+            lines.append("  no audio was received from \(timeline.remote): the call connected, but nothing was heard")
+        } else if let q = timeline.quality {
             lines.append(String(format: "  quality              MOS %.2f (%d/5)  RTT %.0f ms  loss %.1f%%  jitter %.0f ms  %.0f kbps",
                                 q.mos, q.score, q.rttMs, q.lossPct, q.jitterMs, q.bitrateKbps))
         }

@@ -34,6 +34,9 @@ final class Bridge: @unchecked Sendable {
     private var _firstAudioAt: ContinuousClock.Instant?
     var iceConnectedAt: ContinuousClock.Instant? { lock.withLock { _iceConnectedAt } }
     private var _iceConnectedAt: ContinuousClock.Instant?
+    /// When the connection as a whole first connected: DTLS-SRTP up on a connected ICE pair.
+    var connectedAt: ContinuousClock.Instant? { lock.withLock { _connectedAt } }
+    private var _connectedAt: ContinuousClock.Instant?
     private var level: Double?
     private var remoteChannels: [DataChannel] = []
     private var taps: [(element: UnsafeMutableRawPointer, probe: UInt)] = []
@@ -174,6 +177,13 @@ final class Bridge: @unchecked Sendable {
                 lock.withLock { if _iceConnectedAt == nil { _iceConnectedAt = .now } }
             }
             eventSink.yield(.iceConnectionState(state))
+        case Int32(PARLEY_EVENT_CONNECTION_STATE.rawValue):
+            // GstWebRTCPeerConnectionState, in order: connected once DTLS is up on a connected ICE pair.
+            let states: [PeerConnectionState] = [.new, .connecting, .connected, .disconnected, .failed, .closed]
+            guard Int(number) < states.count else { return }
+            let state = states[Int(number)]
+            if state == .connected { lock.withLock { if _connectedAt == nil { _connectedAt = .now } } }
+            eventSink.yield(.connectionState(state))
         case Int32(PARLEY_EVENT_PAD_ADDED.rawValue):
             guard let object, let text else { return }
             receive(pad: object, media: String(cString: text))
@@ -317,6 +327,7 @@ final class Bridge: @unchecked Sendable {
         }
         writer?.close()
         eventSink.yield(.iceConnectionState(.closed))
+        eventSink.yield(.connectionState(.closed))
         eventSink.finish()
         channelSink.finish()
     }

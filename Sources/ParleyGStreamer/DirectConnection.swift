@@ -28,7 +28,7 @@ public final class DirectConnection: Sendable {
             try await b.setLocalDescription(answer)
             try await a.setRemoteDescription(answer)
             let deadline = ContinuousClock.now + timeout
-            while a.remoteAudioStartedAt == nil || b.remoteAudioStartedAt == nil || a.iceConnectedAt == nil {
+            while a.remoteAudioStartedAt == nil || b.remoteAudioStartedAt == nil || a.connectedAt == nil || b.connectedAt == nil {
                 guard ContinuousClock.now < deadline else { throw MediaEngineError(.negotiation, "no audio both ways within \(timeout)") }
                 try await Task.sleep(for: .milliseconds(5))
             }

@@ -134,8 +134,13 @@ public final class GStreamerEngine: PeerConnectionFactory {
         parley_gst_deinit()
     }
 
-    /// Generates the DTLS certificate on a background thread (100–750 ms of RSA key generation).
+    /// Generates the DTLS certificates on a background thread: Parley's ECDSA P-256 one, and the RSA
+    /// one GStreamer's dtlsdec makes on first use regardless (100–750 ms of key generation).
     public static func warmUp() { _ = dtlsWarmUp }
+
+    /// The fingerprint of the process's DTLS certificate, as `a=fingerprint` carries it ("sha-256 AB:…");
+    /// nil if OpenSSL could not make one, and webrtcbin's own (RSA) is used.
+    public static var dtlsFingerprint: String? { parley_dtls_certificate_fingerprint().map { String(cString: $0) } }
 }
 
 final class WarmUp: @unchecked Sendable {

@@ -17,6 +17,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public let recording: URL?
     /// When ICE first connected, and when the first remote audio was decoded.
     public var iceConnectedAt: ContinuousClock.Instant? { bridge.iceConnectedAt }
+    /// When DTLS-SRTP first came up on the connected ICE pair (webrtcbin's connection-state).
+    public var connectedAt: ContinuousClock.Instant? { bridge.connectedAt }
     public var remoteAudioStartedAt: ContinuousClock.Instant? { bridge.firstAudioAt }
     /// The local description last applied.
     public var currentLocalSDP: String? { bridge.currentLocalSDP }
@@ -240,7 +242,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         try checkOpen()
         try startSending(numberedAs: nil)
         bridge.offerCovers()
-        var sdp = try await awaitSDP { parley_webrtc_create_offer(self.webrtc, $0, $1) }
+        var sdp = Self.withOwnFingerprint(try await awaitSDP { parley_webrtc_create_offer(self.webrtc, $0, $1) })
         if iceRestart {
             let fresh = SDPText.newIceCredentials()
             sdp = SDPText.replacingIceCredentials(in: sdp, ufrag: fresh.ufrag, password: fresh.password)
@@ -250,12 +252,19 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
 
     public func createAnswer() async throws -> SessionDescription {
         try checkOpen()
-        var sdp = try await awaitSDP { parley_webrtc_create_answer(self.webrtc, $0, $1) }
+        var sdp = Self.withOwnFingerprint(try await awaitSDP { parley_webrtc_create_answer(self.webrtc, $0, $1) })
         if lock.withLock({ answerRestarts }) {
             let fresh = SDPText.newIceCredentials()
             sdp = SDPText.replacingIceCredentials(in: sdp, ufrag: fresh.ufrag, password: fresh.password)
         }
         return SessionDescription(type: "answer", sdp: sdp)
+    }
+
+    /// webrtcbin 1.22 hashes the whole PEM it was given, key included, for `a=fingerprint`: the
+    /// description gets the certificate's own (parley_dtls_certificate.c), which the far side checks.
+    private static func withOwnFingerprint(_ sdp: String) -> String {
+        guard let fingerprint = GStreamerEngine.dtlsFingerprint else { return sdp }
+        return SDPText.replacingFingerprint(in: sdp, with: fingerprint)
     }
 
     public func setLocalDescription(_ description: SessionDescription) async throws {

@@ -37,6 +37,15 @@ package enum SDPText {
         return rewritten.joined(separator: "\r\n") + "\r\n"
     }
 
+    /// Replaces every `a=fingerprint` value with `fingerprint` ("sha-256 AB:…").
+    package static func replacingFingerprint(in sdp: String, with fingerprint: String) -> String {
+        let rewritten = lines(sdp).map { line in line.hasPrefix("a=fingerprint:") ? "a=fingerprint:" + fingerprint : line }
+        return rewritten.joined(separator: "\r\n") + "\r\n"
+    }
+
+    /// The first `a=fingerprint` value.
+    package static func fingerprint(_ sdp: String) -> String? { attribute("fingerprint", in: sdp).first }
+
     /// Fresh ICE credentials from the ice-char set (RFC 8839: ufrag ≥ 4, password ≥ 22 characters).
     package static func newIceCredentials() -> (ufrag: String, password: String) {
         let chars = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/")

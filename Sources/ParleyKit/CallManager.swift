@@ -21,6 +21,10 @@ public enum CallEvent: Hashable, Sendable {
     case recording(UUID, RecordingConsent.State, RecordingConsent.Change)
     /// A recording this device made is finished: its file and where it sits in the call.
     case recorded(UUID, CallRecordingFile)
+    /// Whether media arrives from the far side: `false` once a connected call has received no
+    /// packet for `Configuration.noMediaAfter` (nothing to hear, and no quality to rate: the call's
+    /// quality is cleared), `true` when packets arrive again after that.
+    case receivingMedia(UUID, Bool)
 }
 
 /// Runs calls: signaling on one side, the system call provider, the audio session and peer
@@ -33,6 +37,8 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         public var bitrate = BitrateController.Configuration()
         /// How long an ended call stays known (for `phase(of:)` and late events) before it is forgotten.
         public var endedCallRetention: Duration = .seconds(300)
+        /// How long a connected call may receive no packet before `CallEvent.receivingMedia(_, false)`.
+        public var noMediaAfter: Duration = .seconds(5)
         public init() {}
     }
 
@@ -639,14 +645,18 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         guard let live = calls[call], let peer = live.peer, live.media.count < 2 else { return }
         let interval = configuration.statsInterval
         let bitrateConfiguration = configuration.bitrate
+        let noMediaAfter = configuration.noMediaAfter
         let task = Task { [clock] in
             var monitor = QualityMonitor()
             var controller = BitrateController(configuration: bitrateConfiguration)
             var mediaFlows = false
+            var arrivals = MediaArrivals(silenceAfter: noMediaAfter)
             while !Task.isCancelled {
                 guard let sample = try? await peer.statistics() else { return }
+                if let receiving = arrivals.add(sample) { self.receiving(receiving, for: call) }
                 if let report = monitor.add(sample) {
-                    self.record(report, for: call)
+                    // No MOS without received packets; the encoder still learns what the far side lost.
+                    if report.receivedPackets > 0 { self.record(report, for: call) }
                     // The controller starts with the media: under loss the DTLS handshake can hold
                     // it back for seconds, and no receiver report comes before it flows.
                     mediaFlows = mediaFlows || report.bitrateKbps > 0
@@ -659,6 +669,11 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             }
         }
         calls[call]?.media.append(task)
+    }
+
+    private func receiving(_ receiving: Bool, for call: CallID) {
+        if !receiving { calls[call]?.quality = nil }
+        eventSink.yield(.receivingMedia(call.uuid, receiving))
     }
 
     private func record(_ report: QualityReport, for call: CallID) {

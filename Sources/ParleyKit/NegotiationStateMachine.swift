@@ -27,6 +27,8 @@ import ParleyProtocol
 /// - Remote candidates wait until the description they belong to is applied; local candidates
 ///   wait until the description they belong to has been sent.
 /// - `maxIceRestarts` restarts in a row without ICE connecting end negotiation with `ice-failed`.
+/// - The call is connected when the connection as a whole is (ICE and DTLS: `connectionChanged`),
+///   not when ICE alone is; a DTLS handshake that fails on a connected pair ends it with `dtls-failed`.
 public struct NegotiationStateMachine: Hashable, Sendable {
     public enum Action: Hashable, Sendable {
         case createOffer(iceRestart: Bool)
@@ -36,7 +38,9 @@ public struct NegotiationStateMachine: Hashable, Sendable {
         case addRemoteCandidate(IceCandidate?)
         /// A description, a candidate, or a restart request for the other party.
         case send(SignalPayload)
+        /// ICE and DTLS are up: media can flow.
         case reportConnected
+        /// "ice-failed" (the restarts ran out) or "dtls-failed".
         case reportFailed(reason: String)
     }
 
@@ -68,6 +72,8 @@ public struct NegotiationStateMachine: Hashable, Sendable {
 
     public let polite: Bool
     public let maxIceRestarts: Int
+    /// Whether ICE is connected now: a connection failure then is DTLS's.
+    private var iceConnected = false
     private var state = State.stable
     /// ICE restarts (offers, or requests for one) since ICE last connected.
     public private(set) var iceRestarts = 0
@@ -119,13 +125,31 @@ public struct NegotiationStateMachine: Hashable, Sendable {
 
     public mutating func iceConnectionChanged(_ ice: IceConnectionState) -> [Action] {
         guard state != .closed else { return [] }
+        iceConnected = ice == .connected || ice == .completed
         switch ice {
         case .connected, .completed:
             iceRestarts = 0
-            return [.reportConnected]
+            return []
         case .failed:
             return wantRestart(.iceFailed)
         case .new, .checking, .disconnected, .closed:
+            return []
+        }
+    }
+
+    /// ICE and DTLS together. Connected only once DTLS-SRTP is up on the ICE pair: before that no
+    /// media can flow, whatever ICE says. A failure while ICE is connected is the DTLS handshake's
+    /// (no cipher suite in common, a certificate that does not match its fingerprint), which an
+    /// ICE restart does not repeat: negotiation ends. One while ICE is not is ICE's, handled there.
+    public mutating func connectionChanged(_ connection: PeerConnectionState) -> [Action] {
+        guard state != .closed else { return [] }
+        switch connection {
+        case .connected:
+            return [.reportConnected]
+        case .failed where iceConnected:
+            _ = close()
+            return [.reportFailed(reason: "dtls-failed")]
+        case .new, .connecting, .disconnected, .failed, .closed:
             return []
         }
     }

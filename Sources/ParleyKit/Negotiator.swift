@@ -7,9 +7,9 @@ import ParleyProtocol
 /// at a time and the far side gets our signals in the order the machine chose.
 public actor Negotiator {
     public enum Outcome: Hashable, Sendable {
-        /// ICE connected (again).
+        /// ICE and DTLS connected (again): media can flow.
         case connected
-        /// ICE failed and the restarts ran out.
+        /// ICE failed and the restarts ran out ("ice-failed"), or the DTLS handshake failed ("dtls-failed").
         case failed(reason: String)
     }
 
@@ -48,6 +48,8 @@ public actor Negotiator {
                 await perform(machine.localCandidate(candidate))
             case .iceConnectionState(let state):
                 await perform(machine.iceConnectionChanged(state))
+            case .connectionState(let state):
+                await perform(machine.connectionChanged(state))
             case .remoteAudioStarted:
                 break
             }

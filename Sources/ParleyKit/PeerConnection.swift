@@ -13,6 +13,13 @@ public enum IceConnectionState: String, Hashable, Sendable {
     case new, checking, connected, completed, failed, disconnected, closed
 }
 
+/// The connection as a whole, ICE and DTLS together (W3C `RTCPeerConnectionState`): `connected` once
+/// a connected ICE pair carries a finished DTLS handshake, so SRTP keys exist and media can flow;
+/// `failed` when either failed.
+public enum PeerConnectionState: String, Hashable, Sendable {
+    case new, connecting, connected, disconnected, failed, closed
+}
+
 /// What a peer connection reports.
 public enum PeerConnectionEvent: Hashable, Sendable {
     /// Negotiation may be needed; check `shouldNegotiate(id)` when handling it, since a round that
@@ -21,6 +28,8 @@ public enum PeerConnectionEvent: Hashable, Sendable {
     /// A local ICE candidate to send; nil when gathering is complete.
     case localCandidate(IceCandidate?)
     case iceConnectionState(IceConnectionState)
+    /// ICE and DTLS together: a call is connected on `.connected`, not on ICE alone.
+    case connectionState(PeerConnectionState)
     /// The first remote audio was decoded.
     case remoteAudioStarted
 }

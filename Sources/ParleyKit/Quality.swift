@@ -82,6 +82,8 @@ public struct QualityReport: Hashable, Sendable {
     /// The highest `bitrateKbps` of the last ten seconds: what the far side's codec runs at while it
     /// speaks (the E-model's Ie grows below 20 kbit/s, `EModel.fullQualityKbps`).
     public var codecKbps: Double = 0
+    /// Packets received in the latest interval. None: nothing to rate, and no MOS is shown.
+    public var receivedPackets: Int = 0
 
     /// The form `call.report` carries.
     public var callQuality: CallQuality {
@@ -204,7 +206,10 @@ public struct QualityMonitor: Sendable {
         self.window = max(1, window)
     }
 
-    /// Takes a reading; answers the smoothed report once there are two readings to compare.
+    /// Takes a reading; answers the smoothed report once there are two readings to compare. A
+    /// report of an interval in which nothing arrived (`receivedPackets` 0) rates nothing: with no
+    /// loss and no jitter its MOS would read as a perfect call nobody heard, and it is not shown
+    /// (`CallManager`); what it says of the far side's reception still steers the encoder.
     public mutating func add(_ sample: MediaStatsSample) -> QualityReport? {
         defer { previous = sample }
         guard let previous, sample.at > previous.at else { return nil }
@@ -249,7 +254,7 @@ public struct QualityMonitor: Sendable {
                              meanMeasuredRttMs: measured.isEmpty ? nil : mean(measured),
                              burstRatio: EModel.burstRatio(lostPackets: recent.map(\.gapPackets).reduce(0, +),
                                                            runs: recent.map(\.gapRuns).reduce(0, +), lossPct: mean(recent.map(\.loss))),
-                             codecKbps: codec)
+                             codecKbps: codec, receivedPackets: received)
     }
 }
 
@@ -257,5 +262,32 @@ extension Duration {
     /// The duration in seconds, as a `Double`.
     public var seconds: Double {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}
+
+/// Whether packets arrive, from a connected call's statistics: silence is `silenceAfter` with no
+/// packet received (from the first reading on, so a call that never receives anything counts).
+public struct MediaArrivals: Hashable, Sendable {
+    public let silenceAfter: Duration
+    private var packets = 0
+    private var lastArrival: Duration?
+    public private(set) var receiving = true
+
+    public init(silenceAfter: Duration) { self.silenceAfter = silenceAfter }
+
+    /// Takes a reading; answers the new state when it changes.
+    public mutating func add(_ sample: MediaStatsSample) -> Bool? {
+        let arrived = sample.packetsReceived > packets
+        packets = max(packets, sample.packetsReceived)
+        if arrived || lastArrival == nil { lastArrival = sample.at }
+        if arrived, !receiving {
+            receiving = true
+            return true
+        }
+        if !arrived, receiving, let lastArrival, sample.at - lastArrival >= silenceAfter {
+            receiving = false
+            return false
+        }
+        return nil
     }
 }

@@ -29,9 +29,23 @@ actor AudioBridgeRooms {
         var destroyTimer: Task<Void, Never>?
     }
 
+    /// A token Janus could not be told to remove yet.
+    private struct Unrevoked {
+        var number: Int64
+        var secret: String
+        var member: Member
+    }
+
+    /// How often a token Janus could not be told to remove is tried again.
+    static let revocationRetry: Duration = .seconds(1)
+
     private let settings: JanusSettings
     private let logger: Logger
     private var rooms: [RoomID: Room] = [:]
+    /// Tokens that still admit, for want of Janus: tried again every `revocationRetry` by
+    /// `retrying` until Janus removed them or no longer has their room.
+    private var unrevoked: [Unrevoked] = []
+    private var retrying: Task<Void, Never>?
     private var bridge: AudioBridge?
     private var generation = 0
     private var connecting: Task<AudioBridge, any Error>?
@@ -67,19 +81,21 @@ actor AudioBridgeRooms {
             if rooms[name]?.members[device]?.token == member.token { rooms[name]?.members[device] = previous }
             throw error
         }
-        if let previous { await revoke(previous, in: room, on: bridge) }
+        if let previous { _ = await revokeOrRetry(previous, in: room) }
         return RoomMedia.Janus(url: settings.clientURL, room: room.number, token: member.token, participant: member.participant)
     }
 
     /// The device left (or its session expired): its token no longer admits, its participant is
     /// kicked. With `token`, only if that is still the device's admission (a join taken back must
-    /// not revoke a newer one).
-    func release(room name: RoomID, device: DeviceKey, token: String? = nil, roomIsEmpty: Bool) async {
+    /// not revoke a newer one). Answers once Janus has removed the token: true; false when Janus
+    /// cannot be reached now, and the token is tried again until it is removed.
+    @discardableResult
+    func release(room name: RoomID, device: DeviceKey, token: String? = nil, roomIsEmpty: Bool) async -> Bool {
         guard var room = rooms[name], token == nil || room.members[device]?.token == token,
-              let member = room.members.removeValue(forKey: device) else { return }
+              let member = room.members.removeValue(forKey: device) else { return true }
         if roomIsEmpty, room.members.isEmpty { room.destroyTimer = destroyLater(name) }
         rooms[name] = room
-        if let bridge, room.createdIn == generation { await revoke(member, in: room, on: bridge) }
+        return await revokeOrRetry(member, in: room)
     }
 
     /// Ends the Janus session (server shutdown). Rooms with members stay in Janus when their
@@ -88,6 +104,7 @@ actor AudioBridgeRooms {
     /// process could find again, are destroyed.
     func shutdown() async {
         for room in rooms.values { room.destroyTimer?.cancel() }
+        retrying?.cancel()
         if let bridge {
             for room in rooms.values where room.createdIn == generation && (room.members.isEmpty || settings.roomKey == nil) {
                 try? await bridge.destroy(room: room.number, secret: room.secret)
@@ -119,15 +136,54 @@ actor AudioBridgeRooms {
         }
     }
 
-    private func revoke(_ member: Member, in room: Room, on bridge: AudioBridge) async {
+    /// Removes the member's token from the room's `allowed` list and kicks its participant; if
+    /// Janus cannot be reached, keeps the token to try again (answering false).
+    private func revokeOrRetry(_ member: Member, in room: Room) async -> Bool {
+        let entry = Unrevoked(number: room.number, secret: room.secret, member: member)
+        if await revoke(entry) { return true }
+        logger.warning("Janus could not be told to revoke a room token; trying again until it is",
+                       metadata: ["room": "\(room.number)"])
+        unrevoked.append(entry)
+        if retrying == nil {
+            retrying = Task { await self.retryRevocations() }
+        }
+        return false
+    }
+
+    private func retryRevocations() async {
+        while !unrevoked.isEmpty {
+            do { try await Task.sleep(for: Self.revocationRetry) } catch { break }
+            // Those that fail go back, beside any added while these were tried.
+            let pending = unrevoked
+            unrevoked = []
+            for entry in pending where !(await revoke(entry)) { unrevoked.append(entry) }
+        }
+        retrying = nil
+    }
+
+    /// True once Janus no longer admits the token: removed now, or its room is gone from Janus
+    /// (restarted, or destroyed). Janus is reached on this session, or a new one if it was lost:
+    /// the room's secret is the server's in any session.
+    private func revoke(_ entry: Unrevoked) async -> Bool {
+        let bridge: AudioBridge
+        do { bridge = try await connected() } catch { return false }
         do {
-            try await bridge.allowed(room: room.number, secret: room.secret, action: "remove", tokens: [member.token])
-            try await bridge.kick(room: room.number, secret: room.secret, id: member.participant)
+            try await bridge.allowed(room: entry.number, secret: entry.secret, action: "remove", tokens: [entry.member.token])
+        } catch JanusError.audioBridge(.noSuchRoom, _) {
+            return true
+        } catch {
+            logger.notice("could not revoke an AudioBridge token", metadata: ["room": "\(entry.number)", "error": "\(error)"])
+            return false
+        }
+        do {
+            try await bridge.kick(room: entry.number, secret: entry.secret, id: entry.member.participant)
         } catch JanusError.audioBridge(.noSuchUser, _) {
             // Never joined Janus, or already left it.
         } catch {
-            logger.notice("could not revoke an AudioBridge participant", metadata: ["room": "\(room.number)", "error": "\(error)"])
+            // The token no longer admits: a participant left in Janus can only stay until it leaves.
+            logger.notice("could not kick an AudioBridge participant", metadata: ["room": "\(entry.number)", "error": "\(error)"])
         }
+        return true
     }
 
     private func destroyLater(_ name: RoomID) -> Task<Void, Never> {

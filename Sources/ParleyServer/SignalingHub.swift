@@ -357,8 +357,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             guard rooms.contains(key, in: leave.room) else {
                 throw ErrorMessage(code: .notInRoom, message: "this device is not in room \(leave.room)")
             }
-            leaveRoom(leave.room, key: key)
-            return [:]
+            // Acknowledged once Janus no longer admits the device's token: a join with it right
+            // after the ack is refused. Janus out of reach: the device has left all the same, and
+            // the ack says the revocation is still to come (the server keeps trying).
+            let revoked = await leaveAndRevoke(leave.room, key: key)
+            return revoked ? [:] : ["revocationPending": .bool(true)]
         case .roomSignal(let signal):
             let delivery = try rooms.signal(signal, from: key)
             deliver(delivery.message, to: delivery.to)
@@ -637,12 +640,26 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         return others
     }
 
+    /// The device is gone from the room (its session expired, or it moved to another node): the
+    /// others are told now, and Janus stops admitting it in the background.
     private func leaveRoom(_ room: RoomID, key: DeviceKey) {
-        guard let (deliveries, isEmpty) = rooms.leave(room, by: key) else { return }
-        if let audioBridge {
-            Task { await audioBridge.release(room: room, device: key, roomIsEmpty: isEmpty) }
-        }
+        guard let isEmpty = removeFromRoom(room, key: key), let audioBridge else { return }
+        Task { await audioBridge.release(room: room, device: key, roomIsEmpty: isEmpty) }
+    }
+
+    /// `room.leave`: the others are told, then Janus stops admitting the device's token. Answers
+    /// whether Janus did; false when it cannot be reached now (it is tried again until it does).
+    private func leaveAndRevoke(_ room: RoomID, key: DeviceKey) async -> Bool {
+        guard let isEmpty = removeFromRoom(room, key: key), let audioBridge else { return true }
+        return await audioBridge.release(room: room, device: key, roomIsEmpty: isEmpty)
+    }
+
+    /// Takes the device out of the room and tells the others; answers whether the room is empty
+    /// now, nil if the device was not in it.
+    private func removeFromRoom(_ room: RoomID, key: DeviceKey) -> Bool? {
+        guard let (deliveries, isEmpty) = rooms.leave(room, by: key) else { return nil }
         for delivery in deliveries { deliver(delivery.message, to: delivery.to) }
+        return isEmpty
     }
 
     /// `room.join` with Janus: checked here, admitted by Janus (which takes round trips), then

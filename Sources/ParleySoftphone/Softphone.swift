@@ -83,7 +83,10 @@ public struct CallTimeline: Sendable {
     public var firstAudio: ContinuousClock.Instant?
     public var ended: ContinuousClock.Instant?
     public var endReason: EndReason?
+    /// The last quality report; nil while nothing arrives (there is nothing to rate).
     public var quality: QualityReport?
+    /// Whether media arrives from the far side (`CallEvent.receivingMedia`).
+    public var receivingMedia = true
     public var bitrate: BitrateController.Setting?
     public var recording: URL?
     /// From the invite's acknowledgement: the callee's ringing devices and pushes sent.
@@ -101,6 +104,8 @@ public struct CallTimeline: Sendable {
     public var timeToConnected: Duration? { since(connected) }
     public var timeToIceConnected: Duration? { since(iceConnected) }
     public var timeToFirstAudio: Duration? { since(firstAudio) }
+    /// Connected, and not one sound decoded from the far side: nothing was heard.
+    public var heardNothing: Bool { connected != nil && firstAudio == nil }
     public var isEnded: Bool { ended != nil }
 }
 
@@ -115,6 +120,9 @@ public enum SoftphoneEvent: Hashable, Sendable {
     case recording(UUID, RecordingConsent.State, RecordingConsent.Change)
     /// A recording this softphone made is finished.
     case recorded(UUID, CallRecordingFile)
+    /// Media stopped arriving from the far side (`false`, after `CallManager.Configuration.noMediaAfter`
+    /// without a packet) or arrives again (`true`).
+    case receivingMedia(UUID, Bool)
 }
 
 /// A headless softphone: the SDK's call manager with the GStreamer engine, a WebSocket signaling
@@ -499,6 +507,10 @@ public actor Softphone {
         case .recorded(let call, let file):
             timelines[call]?.recordedFiles.append(file)
             eventSink.yield(.recorded(call, file))
+        case .receivingMedia(let call, let receiving):
+            timelines[call]?.receivingMedia = receiving
+            if !receiving { timelines[call]?.quality = nil }
+            eventSink.yield(.receivingMedia(call, receiving))
         case .incoming, .route, .pausedByInterruption:
             break  // incoming calls are announced by the provider (`HeadlessCallProvider.Notice`)
         }

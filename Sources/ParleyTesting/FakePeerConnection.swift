@@ -31,6 +31,23 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     private let offerGate = Gate()
     /// Loss to report in statistics, in percent.
     public var simulatedLossPct: Double = 0
+    /// Whether the far side's packets stop arriving: the received counters stand still from now
+    /// on (as a real connection's do when DTLS is up but nothing comes), and move on when cleared.
+    public var nothingArrives: Bool {
+        get { lock.withLock { arrivalsStoppedAt != nil } }
+        set {
+            lock.withLock {
+                if newValue, arrivalsStoppedAt == nil { arrivalsStoppedAt = ContinuousClock.now - startedAt }
+                if !newValue, let stopped = arrivalsStoppedAt {
+                    missed += ContinuousClock.now - startedAt - stopped
+                    arrivalsStoppedAt = nil
+                }
+            }
+        }
+    }
+    private var arrivalsStoppedAt: Duration?
+    /// How long arrivals stood still, in all: what the received counters leave out.
+    private var missed: Duration = .zero
 
     /// WebRTC's negotiation-needed flag: set by adding media (at creation), cleared by a completed round.
     private var needsNegotiation = true
@@ -135,10 +152,13 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     public func statistics() async throws -> MediaStatsSample {
         lock.withLock {
             let elapsed = ContinuousClock.now - startedAt
-            let packets = Int(elapsed.components.seconds * 50 + elapsed.components.attoseconds / 20_000_000_000_000_000)
-            let lost = Int(Double(packets) * simulatedLossPct / 100)
-            return MediaStatsSample(at: elapsed, roundTripTimeMs: 20, jitterMs: 2, packetsReceived: packets - lost, packetsLost: lost,
-                                    bytesSent: packets * 160, bytesReceived: (packets - lost) * 160, audioLevel: microphone.sends ? 0.3 : 0)
+            func packets(in time: Duration) -> Int { Int(time.components.seconds * 50 + time.components.attoseconds / 20_000_000_000_000_000) }
+            let sent = packets(in: elapsed)
+            let arriving = packets(in: (arrivalsStoppedAt ?? elapsed) - missed)
+            let lost = Int(Double(arriving) * simulatedLossPct / 100)
+            return MediaStatsSample(at: elapsed, roundTripTimeMs: 20, jitterMs: 2, packetsReceived: arriving - lost, packetsLost: lost,
+                                    bytesSent: sent * 160, bytesReceived: (arriving - lost) * 160, audioLevel: microphone.sends ? 0.3 : 0,
+                                    packetsSent: sent)
         }
     }
 
@@ -195,6 +215,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     public func failIce() {
         lock.withLock { iceState = .failed }
         sink.yield(.iceConnectionState(.failed))
+        sink.yield(.connectionState(.failed))
     }
 
     /// Simulates a network that stays down: ICE fails now and after every restart.
@@ -204,6 +225,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
             iceState = .failed
         }
         sink.yield(.iceConnectionState(.failed))
+        sink.yield(.connectionState(.failed))
     }
 
     private func connect() {
@@ -215,9 +237,12 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         guard changed else { return }
         if down {
             sink.yield(.iceConnectionState(.failed))
+            sink.yield(.connectionState(.failed))
             return
         }
+        // As a real one reports: ICE first, then the connection as a whole once DTLS is up.
         sink.yield(.iceConnectionState(.connected))
+        sink.yield(.connectionState(.connected))
         sink.yield(.remoteAudioStarted)
     }
 

@@ -4,7 +4,9 @@ import ParleyProtocol
 
 /// A system call provider for tests and headless use: records what the app reports and lets the
 /// test act as the user (answer, end, hold…) and as the system (audio activation, reset). It checks
-/// what CallKit checks: a UUID reported twice, actions fulfilled or failed twice or never asked for.
+/// what CallKit checks: a UUID reported twice, actions fulfilled or failed twice or never asked for
+/// (`violations`), and actions left open (`openActions`), which CallKit times out. Tests fail on
+/// either when they stop their devices.
 public final class FakeSystemCallProvider: SystemCallProvider, @unchecked Sendable {
     public enum Record: Hashable, Sendable {
         case incoming(IncomingCallReport)
@@ -31,6 +33,10 @@ public final class FakeSystemCallProvider: SystemCallProvider, @unchecked Sendab
     public init() { (actions, sink) = AsyncStream.makeStream() }
 
     public var records: [Record] { lock.withLock { log } }
+
+    /// Actions the app was given and has neither fulfilled nor failed: CallKit times each out, and
+    /// the user sees the call fail. A test ends with none (`SDKDevice.stop()` checks).
+    public var openActions: Set<ProviderActionID> { lock.withLock { open } }
 
     /// What happened to an action: fulfilled, failed, or still open (nil).
     public func outcome(of action: ProviderActionID) -> Bool? {

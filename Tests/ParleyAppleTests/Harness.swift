@@ -90,9 +90,12 @@ final class OtherParty: @unchecked Sendable {
         return call
     }
 
-    func stop() async {
+    /// Stops it; the test fails if its app broke a CallKit rule or left an action open.
+    func stop(sourceLocation: SourceLocation = #_sourceLocation) async {
         await signaling.stop()
         task?.cancel()
+        #expect(provider.violations.isEmpty, "the other party broke CallKit's rules: \(provider.violations)", sourceLocation: sourceLocation)
+        #expect(provider.openActions.isEmpty, "the other party left actions open: \(provider.openActions)", sourceLocation: sourceLocation)
     }
 }
 

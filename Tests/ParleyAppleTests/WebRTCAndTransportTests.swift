@@ -104,6 +104,8 @@ extension OneIPhone {
             #expect(await events.next() == .localCandidate(nil))
             rtc.standInIceConnectionState(.connected)
             #expect(await events.next() == .iceConnectionState(.connected))
+            rtc.standInConnectionState(.connected)
+            #expect(await events.next() == .connectionState(.connected), "ICE and DTLS up: what the call waits for")
         }
 
         @Test func muteHoldBitrateAndDTMFReachTheTracksAndTheSender() async throws {

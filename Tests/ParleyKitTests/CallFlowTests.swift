@@ -80,6 +80,29 @@ struct CallFlowTests {
         try await server.stop()
     }
 
+    /// Connected, but nothing arrives (DTLS up, the far side sends nothing, or its packets are
+    /// dropped): the SDK says so, and rates nothing; it says so again when packets come back.
+    @Test func aConnectedCallThatReceivesNothingSaysSoAndHasNoMOS() async throws {
+        let server = try await LiveServer.start()
+        let (alice, bob, call) = try await Self.connectedCall(server)
+        let alicePeer = try #require(alice.peers.connections.first)
+        try await eventually("a quality report") { alice.events.contains { if case .quality(call, _) = $0 { true } else { false } } }
+        alicePeer.nothingArrives = true
+        // CallManager.Configuration's default: 5 s without a packet.
+        try await eventually(timeout: .seconds(10), "alice hears of the silence") { alice.events.contains(.receivingMedia(call, false)) }
+        let silentAt = alice.events.count
+        try await Task.sleep(for: .milliseconds(500))  // checks that nothing happens: no report rates the silence
+        #expect(!alice.events.dropFirst(silentAt).contains { if case .quality(call, _) = $0 { true } else { false } })
+        #expect(await alice.phase(call) == .connected, "the call goes on: the far side may come back")
+        alicePeer.nothingArrives = false
+        try await eventually("alice hears packets again") { alice.events.contains(.receivingMedia(call, true)) }
+        try await eventually("and rates them") { alice.events.dropFirst(silentAt).contains { if case .quality(call, _) = $0 { true } else { false } } }
+        _ = bob.provider.perform { .end($0, call: call) }
+        try await eventually("alice's call ends") { alice.provider.endReason(of: call) == .remoteEnded }
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+
     @Test func aCutConnectionResumesAndTheCallSurvivesWithAnICERestart() async throws {
         let server = try await LiveServer.start()
         let (alice, bob, call) = try await Self.connectedCall(server)

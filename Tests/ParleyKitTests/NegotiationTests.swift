@@ -61,7 +61,27 @@ struct NegotiationStateMachineTests {
         #expect(caller.remoteDescriptionSet() == [.addRemoteCandidate(candidate("b"))])
         #expect(caller.received(SignalPayload(candidate: .endOfCandidates)) == [.addRemoteCandidate(nil)])
         #expect(caller.iceConnectionChanged(.checking) == [])
-        #expect(caller.iceConnectionChanged(.connected) == [.reportConnected])
+        #expect(caller.iceConnectionChanged(.connected) == [], "no media flows before DTLS-SRTP is up")
+        #expect(caller.connectionChanged(.connecting) == [])
+        #expect(caller.connectionChanged(.connected) == [.reportConnected])
+    }
+
+    /// A peer whose DTLS client shares no cipher suite with us (or whose certificate does not match
+    /// its fingerprint) fails the handshake on a connected ICE pair: an ICE restart would not repeat
+    /// the handshake, so negotiation ends, and the call never says "connected".
+    @Test func aDTLSHandshakeThatFailsOnAConnectedPairEndsNegotiation() {
+        var caller = Self.connectedCaller()
+        #expect(caller.connectionChanged(.connecting) == [])
+        #expect(caller.connectionChanged(.failed) == [.reportFailed(reason: "dtls-failed")])
+        #expect(caller.connectionChanged(.connected) == [], "closed")
+        #expect(caller.networkChanged() == [], "closed")
+    }
+
+    /// ICE failing takes the connection down with it: that is ICE's failure, and ICE restarts.
+    @Test func aConnectionThatFailsWithICEIsRestartedNotEnded() {
+        var caller = Self.connectedCaller()
+        #expect(caller.iceConnectionChanged(.failed) == [.createOffer(iceRestart: true)])
+        #expect(caller.connectionChanged(.failed) == [])
     }
 
     @Test func theCalleeAnswersAndNeverOffers() {
@@ -138,8 +158,9 @@ struct NegotiationStateMachineTests {
         #expect(callee.iceConnectionChanged(.failed) == [restartRequest])
         #expect(callee.iceRestarts == 2)
         #expect(callee.received(SignalPayload(restartIce: true)) == [], "restarts are the caller's to make")
-        #expect(callee.iceConnectionChanged(.connected) == [.reportConnected])
+        #expect(callee.iceConnectionChanged(.connected) == [])
         #expect(callee.iceRestarts == 0)
+        #expect(callee.connectionChanged(.connected) == [.reportConnected])
     }
 
     @Test func theCalleesWishesWaitForItsFirstOfferAndItsAnswers() {

@@ -150,6 +150,22 @@ struct QualityTests {
         #expect(reports[23].listeningMos < reports[0].listeningMos - 0.5)
     }
 
+    /// An interval with nothing received says so (`receivedPackets` 0): the manager shows no MOS for
+    /// it, rather than the perfect one of a call with no loss and no jitter that nobody heard. What
+    /// the far side reports of our packets still reaches the encoder.
+    @Test func anIntervalWithNoPacketReceivedSaysSo() throws {
+        var monitor = QualityMonitor(window: 2)
+        _ = monitor.add(MediaStatsSample(at: .seconds(0)))
+        let silentReport = monitor.add(MediaStatsSample(at: .seconds(1), roundTripTimeMs: 40, bytesSent: 4000, remoteLossPct: 8, packetsSent: 50))
+        let silent = try #require(silentReport)
+        #expect(silent.receivedPackets == 0)
+        #expect(silent.remoteLossPct == 8)
+        let resumedReport = monitor.add(MediaStatsSample(at: .seconds(2), roundTripTimeMs: 40, packetsReceived: 50, bytesSent: 8000,
+                                                         bytesReceived: 4000, packetsSent: 100))
+        let resumed = try #require(resumedReport)
+        #expect(resumed.receivedPackets == 50)
+    }
+
     @Test func theMonitorTurnsCountersIntoSmoothedIntervals() throws {
         var monitor = QualityMonitor(window: 2)
         let step18 = monitor.add(MediaStatsSample(at: .seconds(0)))
@@ -172,15 +188,16 @@ struct QualityTests {
     @Test func theFarSidesAsksForPacketsAgainCountAsItsLoss() throws {
         var monitor = QualityMonitor(window: 1)
         _ = monitor.add(MediaStatsSample(at: .seconds(0), remoteLossPct: 0, packetsSent: 0))
-        let repairedReport = monitor.add(MediaStatsSample(at: .seconds(1), remoteLossPct: 0, packetsSent: 50, retransmissionsAsked: 5))
+        // Both ways carry packets: an interval with nothing received is not rated at all.
+        let repairedReport = monitor.add(MediaStatsSample(at: .seconds(1), packetsReceived: 50, remoteLossPct: 0, packetsSent: 50, retransmissionsAsked: 5))
         let repaired = try #require(repairedReport)
         #expect(repaired.remoteLossPct == 10)
-        let reportedReport = monitor.add(MediaStatsSample(at: .seconds(2), remoteLossPct: 12, packetsSent: 100, retransmissionsAsked: 6))
+        let reportedReport = monitor.add(MediaStatsSample(at: .seconds(2), packetsReceived: 100, remoteLossPct: 12, packetsSent: 100, retransmissionsAsked: 6))
         let reported = try #require(reportedReport)
         #expect(reported.remoteLossPct == 12, "the larger of the two")
         var fresh = QualityMonitor(window: 1)
         _ = fresh.add(MediaStatsSample(at: .seconds(0)))
-        let beforeReport = fresh.add(MediaStatsSample(at: .seconds(1), packetsSent: 50))
+        let beforeReport = fresh.add(MediaStatsSample(at: .seconds(1), packetsReceived: 50, packetsSent: 50))
         let before = try #require(beforeReport)
         #expect(before.remoteLossPct == nil, "nothing heard from the far side yet")
     }

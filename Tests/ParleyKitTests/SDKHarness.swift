@@ -38,9 +38,13 @@ final class SDKDevice: @unchecked Sendable {
         try await eventually { await signaling.session != nil }
     }
 
-    func stop() async {
+    /// Stops the device; the test fails if the app broke a CallKit rule or left an action open
+    /// (CallKit would have timed it out, and the user seen the call fail).
+    func stop(sourceLocation: SourceLocation = #_sourceLocation) async {
         await signaling.stop()
         task?.cancel()
+        #expect(provider.violations.isEmpty, "\(user) broke CallKit's rules: \(provider.violations)", sourceLocation: sourceLocation)
+        #expect(provider.openActions.isEmpty, "\(user) left actions open: \(provider.openActions)", sourceLocation: sourceLocation)
     }
 
     var events: [CallEvent] { lock.withLock { log } }

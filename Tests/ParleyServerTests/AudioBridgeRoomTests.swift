@@ -65,6 +65,70 @@ struct AudioBridgeRoomTests {
         try await server.stop()
     }
 
+    /// `room.leave` is acknowledged only once Janus no longer admits the device's token. The server
+    /// reaches Janus slowly here (a proxy holds back each frame 300 ms either way), and a join
+    /// with the old token goes to Janus directly right after the ack: when the revocation ran on a
+    /// task of its own after the ack, that join got in every time.
+    @Test func aTokenAdmitsNoOneOnceTheLeaveIsAcknowledged() async throws {
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        let slowLink = try TCPProxy()
+        defer { slowLink.stop() }
+        slowLink.connect(to: janus.port, host: janus.address)
+        let server = try await LiveServer.start { $0.janus = JanusSettings(url: "ws://127.0.0.1:\(slowLink.port)") }
+        let alice = try await server.device("alice", "a1")
+        let joined = try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Alice")) }.get().decodeResult(RoomJoinResult.self)
+        let ticket = try #require(joined.media.janus)
+        let probe = try await AudioBridge.attach(try await Self.client(janus))
+
+        slowLink.delay = .milliseconds(300)
+        let left = try await alice.request { .roomLeave(RoomLeave(id: $0, room: "lobby")) }.get()
+        #expect(left.result["revocationPending"] == nil, "Janus could be reached")
+        await #expect(throws: JanusError.audioBridge(.unauthorized, reason: "Unauthorized (not in the allowed list)")) {
+            _ = try await probe.join(room: ticket.room, display: "Alice", token: ticket.token)
+        }
+        try await server.stop()
+    }
+
+    /// Janus out of reach when a device leaves: it has left all the same, the ack says the
+    /// revocation is still to come, and once Janus can be reached again the token is removed.
+    @Test func aLeaveWhileJanusIsOutOfReachIsRevokedWhenItIsBack() async throws {
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        let link = try TCPProxy()
+        defer { link.stop() }
+        link.connect(to: janus.port, host: janus.address)
+        let server = try await LiveServer.start { $0.janus = JanusSettings(url: "ws://127.0.0.1:\(link.port)") }
+        let alice = try await server.device("alice", "a1")
+        let bob = try await server.device("bob", "b1")
+        let joined = try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Alice")) }.get().decodeResult(RoomJoinResult.self)
+        let ticket = try #require(joined.media.janus)
+        _ = try await bob.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Bob")) }.get()
+
+        // The server's connection to Janus breaks, and nothing new gets through.
+        link.connect(to: try freeTCPPort())
+        link.cut()
+        let left = try await alice.request { .roomLeave(RoomLeave(id: $0, room: "lobby")) }.get()
+        #expect(left.result["revocationPending"] == .bool(true))
+        _ = try await bob.expect { if case .roomParticipantLeft(let gone) = $0.message { gone } else { nil } }
+
+        // Janus within reach again: the token stops admitting, without anyone asking.
+        link.connect(to: janus.port, host: janus.address)
+        let probe = try await AudioBridge.attach(try await Self.client(janus))
+        try await eventually(timeout: .seconds(10), "the token is revoked") {
+            do {
+                _ = try await probe.join(room: ticket.room, display: "Alice", token: ticket.token)
+                try await probe.leave()
+                return false
+            } catch JanusError.audioBridge(.unauthorized, _) {
+                return true
+            }
+        }
+        try await server.stop()
+    }
+
     @Test func aJoinWhileJanusIsDownIsUnavailable() async throws {
         let server = try await LiveServer.start { $0.janus = JanusSettings(url: "ws://127.0.0.1:\(try! freeTCPPort())") }
         let alice = try await server.device("alice", "a1")

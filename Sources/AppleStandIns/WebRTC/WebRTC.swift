@@ -569,6 +569,11 @@ public enum RTCIceConnectionState: Int, Sendable {
     case new, checking, connected, completed, failed, disconnected, closed, count
 }
 
+/// `typedef NS_ENUM(NSInteger, RTCPeerConnectionState)`: ICE and DTLS together (W3C `RTCPeerConnectionState`).
+public enum RTCPeerConnectionState: Int, Sendable {
+    case new, connecting, connected, disconnected, failed, closed
+}
+
 /// `typedef NS_ENUM(NSInteger, RTCIceGatheringState)`
 public enum RTCIceGatheringState: Int, Sendable {
     case new, gathering, complete
@@ -604,9 +609,12 @@ public protocol RTCPeerConnectionDelegate: NSObjectProtocol {
     func peerConnection(_ peerConnection: RTCPeerConnection, didAdd rtpReceiver: RTCRtpReceiver, streams mediaStreams: [RTCMediaStream])
     /// `- (void)peerConnection:(RTCPeerConnection *)peerConnection didRemoveReceiver:(RTCRtpReceiver *)rtpReceiver;` (@optional)
     func peerConnection(_ peerConnection: RTCPeerConnection, didRemove rtpReceiver: RTCRtpReceiver)
+    /// `- (void)peerConnection:(RTCPeerConnection *)peerConnection didChangeConnectionState:(RTCPeerConnectionState)newState;` (@optional)
+    func peerConnection(_ peerConnection: RTCPeerConnection, didChange newState: RTCPeerConnectionState)
 }
 
 extension RTCPeerConnectionDelegate {
+    public func peerConnection(_ peerConnection: RTCPeerConnection, didChange newState: RTCPeerConnectionState) {}
     public func peerConnection(_ peerConnection: RTCPeerConnection, didStartReceivingOn transceiver: RTCRtpTransceiver) {}
     public func peerConnection(_ peerConnection: RTCPeerConnection, didAdd rtpReceiver: RTCRtpReceiver, streams mediaStreams: [RTCMediaStream]) {}
     public func peerConnection(_ peerConnection: RTCPeerConnection, didRemove rtpReceiver: RTCRtpReceiver) {}
@@ -847,6 +855,11 @@ open class RTCPeerConnection: NSObject {
 
     /// The network does something: an ICE state, a local candidate, negotiation needed.
     public func standInIceConnectionState(_ state: RTCIceConnectionState) {
+        delegate?.peerConnection(self, didChange: state)
+    }
+
+    /// ICE and DTLS together, as libwebrtc reports it after the ICE state it follows.
+    public func standInConnectionState(_ state: RTCPeerConnectionState) {
         delegate?.peerConnection(self, didChange: state)
     }
 

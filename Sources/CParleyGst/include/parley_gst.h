@@ -21,6 +21,11 @@ int parley_gst_init(void);
 char *parley_gst_missing_elements(const char *names);
 /// Generates the process's default DTLS certificate now, so the first call does not wait for it.
 void parley_gst_warm_dtls(void);
+/// The process's DTLS certificate and key (ECDSA P-256), PEM, as dtlsdec's "pem" takes them; made
+/// on first use and kept. NULL if OpenSSL could not make them (webrtcbin then uses its own, RSA).
+const char *parley_dtls_certificate_pem(void);
+/// Its fingerprint as an SDP "a=fingerprint:" value ("sha-256 AB:CD:…"), NULL with no certificate.
+const char *parley_dtls_certificate_fingerprint(void);
 /// How many DTLS handshakes (OpenSSL SSL objects) got Parley's shorter retransmission timer
 /// (parley_dtls_timer.c); and the timer that follows `timer_us` (0: the first).
 unsigned long parley_dtls_timers_set(void);
@@ -82,6 +87,8 @@ enum parley_event_kind {
     /// text = the message; from the pipeline's bus
     PARLEY_EVENT_ERROR = 7,
     PARLEY_EVENT_WARNING = 8,
+    /// number = GstWebRTCPeerConnectionState: ICE and DTLS together
+    PARLEY_EVENT_CONNECTION_STATE = 9,
 };
 
 typedef void (*parley_event_callback)(void *context, int kind, unsigned int number, const char *text, void *object);

@@ -3,21 +3,29 @@ import Foundation
 import Glibc
 #endif
 
-/// A loopback TCP relay in front of the server, so a test can cut every connection through it at
-/// once, as a network would, without either end choosing to close.
-final class TCPProxy: @unchecked Sendable {
-    let port: Int
+/// A loopback TCP relay in front of a server, so a test can cut every connection through it at
+/// once, as a network would, without either end choosing to close; or hold back what goes through
+/// (`delay`), as a slow link or a loaded server would.
+public final class TCPProxy: @unchecked Sendable {
+    public let port: Int
     private let listener: Int32
-    private var upstream = 0
+    private var upstream = (host: "127.0.0.1", port: 0)
     private let lock = NSLock()
     private var sockets: Set<Int32> = []
     private var stopped = false
+    private var _delay: Duration = .zero
 
-    init() throws {
+    /// How long each read, either way, waits before it is passed on.
+    public var delay: Duration {
+        get { lock.withLock { _delay } }
+        set { lock.withLock { _delay = newValue } }
+    }
+
+    public init() throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var yes: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = Self.loopback(port: 0)
+        var address = Self.address("127.0.0.1", port: 0)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
@@ -34,13 +42,13 @@ final class TCPProxy: @unchecked Sendable {
         Thread.detachNewThread { [self] in acceptLoop() }
     }
 
-    var url: String { "http://127.0.0.1:\(port)" }
+    public var url: String { "http://127.0.0.1:\(port)" }
 
-    /// Where connections go: the server's port.
-    func connect(to port: Int) { lock.withLock { upstream = port } }
+    /// Where connections go: the server's port, on loopback or `host` (an IPv4 address).
+    public func connect(to port: Int, host: String = "127.0.0.1") { lock.withLock { upstream = (host, port) } }
 
     /// Resets every connection relayed so far; new ones are relayed as before.
-    func cut() {
+    public func cut() {
         let open: Set<Int32> = lock.withLock { defer { sockets = [] }; return sockets }
         for socket in open {
             var linger = Glibc.linger(l_onoff: 1, l_linger: 0)  // RST, as a broken path looks
@@ -49,7 +57,7 @@ final class TCPProxy: @unchecked Sendable {
         }
     }
 
-    func stop() {
+    public func stop() {
         lock.withLock { stopped = true }
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
@@ -61,7 +69,8 @@ final class TCPProxy: @unchecked Sendable {
             let client = accept(listener, nil, nil)
             if client < 0 { return }
             let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = Self.loopback(port: lock.withLock { upstream })
+            let target = lock.withLock { upstream }
+            var address = Self.address(target.host, port: target.port)
             let connected = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
@@ -72,16 +81,18 @@ final class TCPProxy: @unchecked Sendable {
             }
             lock.withLock { _ = sockets.insert(client); _ = sockets.insert(server) }
             let pair = Pair(client, server) { [weak self] in self?.lock.withLock { _ = self?.sockets.remove(client); _ = self?.sockets.remove(server) } }
-            Thread.detachNewThread { Self.pump(from: client, to: server); pair.finished() }
-            Thread.detachNewThread { Self.pump(from: server, to: client); pair.finished() }
+            Thread.detachNewThread { [self] in Self.pump(from: client, to: server, delay: { self.delay }); pair.finished() }
+            Thread.detachNewThread { [self] in Self.pump(from: server, to: client, delay: { self.delay }); pair.finished() }
         }
     }
 
-    private static func pump(from source: Int32, to destination: Int32) {
+    private static func pump(from source: Int32, to destination: Int32, delay: () -> Duration) {
         var buffer = [UInt8](repeating: 0, count: 16 * 1024)
         while true {
             let count = read(source, &buffer, buffer.count)
             if count <= 0 { break }
+            let wait = delay()
+            if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18) }
             var sent = 0
             while sent < count {
                 let written = buffer[sent..<count].withUnsafeBytes { write(destination, $0.baseAddress, count - sent) }
@@ -109,11 +120,11 @@ final class TCPProxy: @unchecked Sendable {
         }
     }
 
-    private static func loopback(port: Int) -> sockaddr_in {
+    private static func address(_ host: String, port: Int) -> sockaddr_in {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_addr.s_addr = inet_addr(host)
         return address
     }
 }
