@@ -165,9 +165,31 @@ public enum AudioAnalysis {
         return value > 0 ? max(-120, 20 * log10(value)) : -120
     }
 
-    /// The strongest frequency between `low` and `high` Hz (to the nearest hertz), or nil for
-    /// silence: a Goertzel scan in 10 Hz steps over half a second, refined around the best step.
+    /// The strongest frequency between `low` and `high` Hz (to the nearest hertz) in every half
+    /// second of `samples`: that of the first half second if each whole half second after it has
+    /// the same (within 2 Hz), nil if one is silent or carries another. A span shorter than a
+    /// second is judged by its first half second. So a long span is judged all through, not by its start.
     public static func dominantFrequency(_ samples: [Float], sampleRate: Int, low: Double = 100, high: Double = 2000) -> Double? {
+        let half = max(1, sampleRate / 2)
+        guard samples.count >= 2 * half else { return strongestFrequency(samples, sampleRate: sampleRate, low: low, high: high) }
+        var first: Double?
+        for start in stride(from: 0, through: samples.count - half, by: half) {
+            guard let found = strongestFrequency(Array(samples[start..<start + half]), sampleRate: sampleRate, low: low, high: high),
+                  first.map({ abs($0 - found) <= 2 }) ?? true else { return nil }
+            first = first ?? found
+        }
+        return first
+    }
+
+    /// Whether `samples` are quieter than `below` dBFS throughout. An empty span is not silent: it
+    /// is audio that was never recorded (a receiver writes only what it decodes).
+    public static func isSilent(_ samples: [Float], below: Double = -50) -> Bool {
+        !samples.isEmpty && level(samples) < below
+    }
+
+    /// The strongest frequency of the first half second of `samples`, or nil for silence: a
+    /// Goertzel scan in 10 Hz steps, refined around the best step.
+    static func strongestFrequency(_ samples: [Float], sampleRate: Int, low: Double, high: Double) -> Double? {
         guard samples.count >= sampleRate / 20, rms(samples) > 0.001 else { return nil }
         // Every third sample of 48 kHz audio still carries tones up to 8 kHz, at a third of the work.
         let step = sampleRate >= 48_000 ? 3 : 1

@@ -57,6 +57,22 @@ struct LiveCall {
         }
     }
 
+    /// After the hang-up: each side heard the other's tone in every half second, and its recording
+    /// spans the call on the wall clock, from its first audio to the end. A receiver writes only
+    /// what it decodes, so a gap would shorten the file rather than show as silence in it.
+    func expectEachHeardTheOtherThroughout(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        for (phone, recording, hertz, who) in [(alice, try alicesRecording(), 660.0, "alice"), (bob, try bobsRecording(), 440.0, "bob")] {
+            let timeline = try #require(await phone.timeline(of: id), sourceLocation: sourceLocation)
+            let first = try #require(timeline.firstAudio, sourceLocation: sourceLocation)
+            let end = try #require(timeline.ended, sourceLocation: sourceLocation)
+            let heardFor = (end - first).seconds
+            #expect(recording.audio.duration > heardFor - 0.5,
+                    "\(who) recorded \(recording.audio.duration) s of the \(heardFor) s from first audio to the end", sourceLocation: sourceLocation)
+            let check = recording.toneInEveryWindow(hertz, from: 0.5, to: recording.audio.duration - 0.5)
+            #expect(check.passed, "\(who): \(check)", sourceLocation: sourceLocation)
+        }
+    }
+
     func alicesRecording() throws -> Recording { try Recording(directory.appendingPathComponent("alice.wav")) }
     func bobsRecording() throws -> Recording { try Recording(directory.appendingPathComponent("bob.wav")) }
     func bobsRecordedSeconds() throws -> Double { try bobsRecording().audio.duration }
