@@ -293,7 +293,9 @@ let package = Package(
 )
 
 #if os(Linux)
-let linksLibFuzzer = Context.environment["PARLEY_LIBFUZZER"] == "1"
+/// libFuzzer without its main (compiler-rt's libclang_rt.fuzzer_no_main), for parley-fuzz in the
+/// AddressSanitizer build: scripts/asan-build.sh sets its path.
+let libFuzzer = Context.environment["PARLEY_LIBFUZZER"].flatMap { $0.isEmpty ? nil : $0 }
 
 // What only Linux builds: the GStreamer engine and the softphone, Avahi, the impaired wire (TUN), the
 // fuzzers, and the tests that start Linux services (Janus, PostgreSQL, coturn, Chromium) or use the
@@ -375,14 +377,14 @@ package.targets += appleStandIns + [
         dependencies: ["ParleyProtocol", "ParleyServer", "ParleyGStreamer", "ParleyJanus", "ParleyTesting", .product(name: "Logging", package: "swift-log")],
         swiftSettings: swiftSettings
     ),
-    // In the AddressSanitizer build (scripts/asan-build.sh, which sets PARLEY_LIBFUZZER=1) it links
-    // libFuzzer, whose main drives `LLVMFuzzerTestOneInput`: the fuzzers and the sanitized tests share
-    // one build. Elsewhere it is the command that replays files.
+    // In the AddressSanitizer build (scripts/asan-build.sh) it links libFuzzer, whose driver its
+    // main runs: the fuzzers and the sanitized tests share one build. Elsewhere it is the command
+    // that replays files.
     .executableTarget(
         name: "ParleyFuzz",
         dependencies: ["ParleyFuzzTargets"],
-        swiftSettings: swiftSettings + (linksLibFuzzer ? [.define("PARLEY_LIBFUZZER")] : []),
-        linkerSettings: linksLibFuzzer ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : []
+        swiftSettings: swiftSettings + (libFuzzer != nil ? [.define("PARLEY_LIBFUZZER")] : []),
+        linkerSettings: libFuzzer.map { [.unsafeFlags(["-Xlinker", "--whole-archive", "-Xlinker", $0, "-Xlinker", "--no-whole-archive", "-lstdc++"])] } ?? []
     ),
     .testTarget(
         name: "ParleyFuzzTests",

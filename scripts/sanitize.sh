@@ -51,8 +51,10 @@ for kind in "${kinds[@]}"; do
     address)
       # The build shared with scripts/fuzz.sh: AddressSanitizer, and UBSan on the C edge.
       scratch=.build-asan
-      mapfile -t flags < <(scripts/asan-build.sh --print-flags)
-      export PARLEY_LIBFUZZER=1
+      printed=$(scripts/asan-build.sh --print-flags)
+      mapfile -t flags <<< "$printed"
+      PARLEY_LIBFUZZER=$(scripts/asan-build.sh --print-libfuzzer)
+      export PARLEY_LIBFUZZER
       tests="${filter:-ParleyMediaTests.CallTests|ParleyMediaTests.EngineTests|ParleyMediaTests.CallRecordingTests}"
       ;;
   esac

@@ -13,7 +13,7 @@ extra=()
 tests=0
 for argument in "$@"; do
   case "$argument" in
-    --tests) tests=1; extra+=(coturn chromium chromium-driver janus postgresql haproxy iproute2 procps util-linux espeak-ng sox avahi-daemon dbus-daemon) ;;
+    --tests) tests=1; extra+=(coturn chromium chromium-driver janus postgresql haproxy iproute2 procps util-linux espeak-ng sox avahi-daemon dbus-daemon python3-venv) ;;
     *) extra+=("$argument") ;;
   esac
 done

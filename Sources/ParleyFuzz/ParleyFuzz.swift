@@ -1,9 +1,12 @@
 import Foundation
 import ParleyFuzzTargets
 
-// Built by scripts/fuzz.sh with `--sanitize=fuzzer -DPARLEY_LIBFUZZER`: libFuzzer's own main drives
-// `LLVMFuzzerTestOneInput`, and PARLEY_FUZZ_TARGET names the target. Built plainly (as `swift build`
-// builds it), `parley-fuzz TARGET FILE…` feeds files to a target once each: how a finding is replayed.
+// Built in the AddressSanitizer build (scripts/asan-build.sh: PARLEY_LIBFUZZER set, libFuzzer linked
+// without its main): this main runs libFuzzer's driver on `fuzzOne`, and PARLEY_FUZZ_TARGET names the
+// target. (SwiftPM renames an executable's entry point unless it is told to link libFuzzer's main,
+// which it would then do in every executable and test bundle of the build.) Built plainly (as
+// `swift build` builds it), `parley-fuzz TARGET FILE…` feeds files to a target once each: how a
+// finding is replayed.
 
 #if PARLEY_LIBFUZZER
 /// Runs `body` to its end from a thread outside Swift's cooperative pool (libFuzzer's, or main).
@@ -25,8 +28,22 @@ private let target: FuzzTarget = {
     return target
 }()
 
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzzOne(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
+/// libFuzzer's entry for a program with a main of its own (compiler-rt's FuzzerInterface.h).
+@_silgen_name("LLVMFuzzerRunDriver")
+private func runFuzzerDriver(_ argc: UnsafeMutablePointer<CInt>,
+                             _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+                             _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt) -> CInt
+
+@main
+struct FuzzDriver {
+    static func main() {
+        var argc = CommandLine.argc
+        var argv = Optional(CommandLine.unsafeArgv)
+        exit(runFuzzerDriver(&argc, &argv) { data, count in fuzzOne(UnsafeRawPointer(data), count) })
+    }
+}
+
+func fuzzOne(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
     let data = start.map { Data(bytes: $0, count: count) } ?? Data()
     let target = target
     if !target.isAsync {

@@ -46,6 +46,8 @@ actor AudioBridgeRooms {
     /// `retrying` until Janus removed them or no longer has their room.
     private var unrevoked: [Unrevoked] = []
     private var retrying: Task<Void, Never>?
+    /// Shut down: Janus is not reached again.
+    private var closed = false
     private var bridge: AudioBridge?
     private var generation = 0
     private var connecting: Task<AudioBridge, any Error>?
@@ -103,8 +105,13 @@ actor AudioBridgeRooms {
     /// the room next (this one restarted, or another) finds it. Empty rooms, and rooms no other
     /// process could find again, are destroyed.
     func shutdown() async {
+        closed = true
         for room in rooms.values { room.destroyTimer?.cancel() }
         retrying?.cancel()
+        if !unrevoked.isEmpty {
+            logger.warning("shutting down with room tokens Janus was never told to revoke",
+                           metadata: ["tokens": "\(unrevoked.count)", "rooms": "\(Set(unrevoked.map(\.number)))"])
+        }
         if let bridge {
             for room in rooms.values where room.createdIn == generation && (room.members.isEmpty || settings.roomKey == nil) {
                 try? await bridge.destroy(room: room.number, secret: room.secret)
@@ -140,7 +147,9 @@ actor AudioBridgeRooms {
     /// Janus cannot be reached, keeps the token to try again (answering false).
     private func revokeOrRetry(_ member: Member, in room: Room) async -> Bool {
         let entry = Unrevoked(number: room.number, secret: room.secret, member: member)
-        if await revoke(entry) { return true }
+        // On the session there is: a `room.leave` waits for this, and connecting to a Janus that
+        // does not answer takes seconds. Without one, the retries connect.
+        if let bridge, await revoke(entry, on: bridge) != .unreachable { return true }
         logger.warning("Janus could not be told to revoke a room token; trying again until it is",
                        metadata: ["room": "\(room.number)"])
         unrevoked.append(entry)
@@ -151,29 +160,33 @@ actor AudioBridgeRooms {
     }
 
     private func retryRevocations() async {
-        while !unrevoked.isEmpty {
+        while !unrevoked.isEmpty, !closed {
             do { try await Task.sleep(for: Self.revocationRetry) } catch { break }
-            // Those that fail go back, beside any added while these were tried.
-            let pending = unrevoked
+            // Those not done go back, beside any added while these were tried; the first that
+            // cannot reach Janus ends the round (the others would not reach it either).
+            var pending = unrevoked[...]
             unrevoked = []
-            for entry in pending where !(await revoke(entry)) { unrevoked.append(entry) }
+            while let entry = pending.first, !closed {
+                guard let bridge = try? await connected(), await revoke(entry, on: bridge) != .unreachable else { break }
+                pending = pending.dropFirst()
+            }
+            unrevoked = Array(pending) + unrevoked
         }
         retrying = nil
     }
 
-    /// True once Janus no longer admits the token: removed now, or its room is gone from Janus
-    /// (restarted, or destroyed). Janus is reached on this session, or a new one if it was lost:
-    /// the room's secret is the server's in any session.
-    private func revoke(_ entry: Unrevoked) async -> Bool {
-        let bridge: AudioBridge
-        do { bridge = try await connected() } catch { return false }
+    private enum Revocation { case done, unreachable }
+
+    /// Done once Janus no longer admits the token: removed now, or its room is gone from Janus
+    /// (restarted, or destroyed). The room's secret is the server's in any Janus session.
+    private func revoke(_ entry: Unrevoked, on bridge: AudioBridge) async -> Revocation {
         do {
             try await bridge.allowed(room: entry.number, secret: entry.secret, action: "remove", tokens: [entry.member.token])
         } catch JanusError.audioBridge(.noSuchRoom, _) {
-            return true
+            return .done
         } catch {
             logger.notice("could not revoke an AudioBridge token", metadata: ["room": "\(entry.number)", "error": "\(error)"])
-            return false
+            return .unreachable
         }
         do {
             try await bridge.kick(room: entry.number, secret: entry.secret, id: entry.member.participant)
@@ -183,7 +196,7 @@ actor AudioBridgeRooms {
             // The token no longer admits: a participant left in Janus can only stay until it leaves.
             logger.notice("could not kick an AudioBridge participant", metadata: ["room": "\(entry.number)", "error": "\(error)"])
         }
-        return true
+        return .done
     }
 
     private func destroyLater(_ name: RoomID) -> Task<Void, Never> {
@@ -219,6 +232,7 @@ actor AudioBridgeRooms {
 
     private func connected() async throws -> AudioBridge {
         if let bridge { return bridge }
+        guard !closed else { throw JanusError.disconnected }
         if let connecting { return try await connecting.value }
         let settings = self.settings
         let task = Task { () throws -> AudioBridge in

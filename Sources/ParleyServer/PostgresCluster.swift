@@ -89,7 +89,12 @@ public final class PostgresCluster: ClusterLink {
                         inbox.yield(message)
                     }
                 }
+                // Ended without an error (the connection closed): deaf all the same.
                 listening.continuation.yield(StoreError("the listening connection closed"))
+                if !Task.isCancelled {
+                    logger.critical("the cluster's listening connection closed; this node no longer hears the others and stops")
+                    lostContinuation.yield("the listening connection closed")
+                }
             } catch {
                 listening.continuation.yield(error)
                 if !Task.isCancelled {

@@ -277,6 +277,8 @@ struct NegotiationStateMachineTests {
         #expect(caller.negotiationNeeded() == [])
         #expect(caller.localCandidate(candidate("1")) == [])
         #expect(caller.iceConnectionChanged(.connected) == [])
+        #expect(caller.connectionChanged(.connected) == [])
+        #expect(caller.connectionChanged(.failed) == [])
         #expect(caller.received(SignalPayload(description: offer("b2"), candidate: .endOfCandidates, restartIce: true)) == [])
         #expect(caller.offerCreated(offer("a2")) == [])
         #expect(caller.remoteDescriptionSet() == [])

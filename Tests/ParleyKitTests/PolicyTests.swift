@@ -166,6 +166,24 @@ struct QualityTests {
         #expect(resumed.receivedPackets == 50)
     }
 
+    /// Silence is `silenceAfter` without a packet, from the first reading on (a call that never
+    /// receives anything counts), said once; packets again are said once too.
+    @Test func mediaArrivalsSayWhenPacketsStopAndComeBack() {
+        var never = MediaArrivals(silenceAfter: .seconds(5))
+        #expect(never.add(MediaStatsSample(at: .seconds(0))) == nil)
+        #expect(never.add(MediaStatsSample(at: .seconds(4))) == nil)
+        #expect(never.add(MediaStatsSample(at: .seconds(5))) == false, "nothing since the call connected")
+        #expect(never.add(MediaStatsSample(at: .seconds(7))) == nil, "said once")
+
+        var arrivals = MediaArrivals(silenceAfter: .seconds(5))
+        #expect(arrivals.add(MediaStatsSample(at: .seconds(0), packetsReceived: 10)) == nil)
+        #expect(arrivals.add(MediaStatsSample(at: .seconds(2), packetsReceived: 110)) == nil)
+        #expect(arrivals.add(MediaStatsSample(at: .seconds(6), packetsReceived: 110)) == nil, "four seconds without")
+        #expect(arrivals.add(MediaStatsSample(at: .seconds(7), packetsReceived: 110)) == false)
+        #expect(arrivals.add(MediaStatsSample(at: .seconds(8), packetsReceived: 111)) == true)
+        #expect(arrivals.add(MediaStatsSample(at: .seconds(9), packetsReceived: 160)) == nil)
+    }
+
     @Test func theMonitorTurnsCountersIntoSmoothedIntervals() throws {
         var monitor = QualityMonitor(window: 2)
         let step18 = monitor.add(MediaStatsSample(at: .seconds(0)))

@@ -21,6 +21,32 @@ enum CallChecks {
         }
     }
 
+    /// Waits until the servers at `bases` hold `count` signaling sessions between them, as their
+    /// `/metrics` say (`parley_sessions`): the devices are registered (again).
+    static func waitForSessions(_ count: Int, on bases: [String], _ what: String) async throws {
+        try await eventually(timeout: .seconds(20), what) {
+            var total = 0
+            for base in bases {
+                guard let (data, _) = try? await URLSession.shared.data(from: URL(string: "\(base)/metrics")!) else { continue }
+                let line = String(decoding: data, as: UTF8.self).split(separator: "\n").first { $0.hasPrefix("parley_sessions ") }
+                total += line.flatMap { Double($0.split(separator: " ").last ?? "") }.map { Int($0) } ?? 0
+            }
+            return total == count
+        }
+    }
+
+    /// Waits until every quality log (`parley call|listen --quality-log`) holds `reports` quality
+    /// reports: a report is written only for an interval in which media arrived, so each side hears
+    /// the other, and has for that many intervals.
+    static func waitUntilHearing(_ logs: [URL], reports: Int = 2) async throws {
+        try await eventually(timeout: .seconds(20), "both sides hear each other") {
+            logs.allSatisfy { log in
+                let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+                return text.split(separator: "\n").filter { $0.contains(#""mos":"#) }.count >= reports
+            }
+        }
+    }
+
     /// Waits for the caller's and the listener's softphones to end. One that never hears the end
     /// is stopped after `seconds` plus a minute, so it fails the test instead of holding it.
     static func finish(caller: (Process, Pipe, Pipe), listener: (Process, Pipe, Pipe),

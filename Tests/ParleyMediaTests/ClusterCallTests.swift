@@ -24,6 +24,30 @@ struct ClusterCallTests {
         var testDescription: String { rawValue }
     }
 
+    /// A node whose LISTEN connection is lost hears no other node, and the others count it as gone
+    /// (they take its calls over): it stops, with a failing status, rather than run deaf; its
+    /// supervisor starts it again.
+    @Test func aNodeThatLosesItsListeningConnectionStops() async throws {
+        guard PostgresServer.testsCanRun("cluster call tests") else { return }
+        let postgres = try await PostgresServer.start()
+        defer { postgres.stop() }
+        let name = try postgres.createDatabase()
+        let node = try await ServeProcess(port: 0, database: postgres.url(database: name))
+        defer { if node.process.isRunning { node.process.terminate() } }
+        let listeners = "FROM pg_stat_activity WHERE application_name LIKE 'parley-node %'"
+        #expect(try postgres.psql("SELECT count(*) \(listeners)", database: name) == "1", "the node listens")
+        #expect(try postgres.psql("SELECT bool_and(pg_terminate_backend(pid)) \(listeners)", database: name) == "t")
+        try await eventually(timeout: .seconds(20), "the node stops") { !node.process.isRunning }
+        #expect(node.process.terminationStatus != 0, "a node that stops for a lost connection fails")
+    }
+
+    /// The fewest quality reports any of the logs holds so far.
+    static func reports(in logs: [URL]) -> Int {
+        logs.map { log in
+            ((try? String(contentsOf: log, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.contains(#""mos":"#) }.count
+        }.min() ?? 0
+    }
+
     @Test(arguments: Disruption.allCases)
     func theCallGoesOnWithAudioInEveryWindowAndEndsOnceRecorded(_ disruption: Disruption) async throws {
         guard PostgresServer.testsCanRun("cluster call tests") else { return }
@@ -46,16 +70,20 @@ struct ClusterCallTests {
         let aliceDoor = "http://127.0.0.1:\(balancer.ports[0])", bobDoor = "http://127.0.0.1:\(balancer.ports[1])"
         let seconds = 18.0
 
+        let nodes = { ["http://127.0.0.1:\(one.port)", "http://127.0.0.1:\(two.port)"] }
+        let logs = [directory.appendingPathComponent("alice.jsonl"), directory.appendingPathComponent("bob.jsonl")]
         let listener = try SoftphoneCommandTests.start(["listen", "--server", bobDoor, "--as", "bob", "--play", "tone:660",
-                                                        "--record", directory.appendingPathComponent("bob.wav").path, "--once", "--answer", "auto"])
+                                                        "--record", directory.appendingPathComponent("bob.wav").path, "--once", "--answer", "auto",
+                                                        "--quality-log", logs[1].path])
         defer { if listener.0.isRunning { listener.0.terminate() } }
-        try await Task.sleep(for: .seconds(1))  // bob registers
+        try await CallChecks.waitForSessions(1, on: nodes(), "bob registers")
         let caller = try SoftphoneCommandTests.start(["call", "bob", "--server", aliceDoor, "--as", "alice", "--play", "tone:440",
                                                       "--record", directory.appendingPathComponent("alice.wav").path,
-                                                      "--duration", "\(Int(seconds))"])
+                                                      "--duration", "\(Int(seconds))", "--quality-log", logs[0].path])
         defer { if caller.0.isRunning { caller.0.terminate() } }
 
-        try await Task.sleep(for: .seconds(4))  // the call is connected and talking, run by node one (alice's)
+        // The disruption comes while both hear each other, on a call run by node one (alice's).
+        try await CallChecks.waitUntilHearing(logs)
         let first = try owner()
         #expect(first.hasPrefix("n"), "the call has a node: \(first)")
         switch disruption {
@@ -65,17 +93,20 @@ struct ClusterCallTests {
             await two.stop(SIGKILL)
         case .rollingRestart:
             await one.stop(SIGTERM)
-            try await Task.sleep(for: .seconds(1))
             one = try await ServeProcess(port: one.port, database: database)
-            try await Task.sleep(for: .seconds(3))
+            // Node two goes only once both phones are on a node again and hear each other anew.
+            try await CallChecks.waitForSessions(2, on: nodes(), "both phones are on a node again")
+            try await CallChecks.waitUntilHearing(logs, reports: Self.reports(in: logs) + 2)
             await two.stop(SIGTERM)
-            try await Task.sleep(for: .seconds(1))
             two = try await ServeProcess(port: two.port, database: database)
         }
 
         // The call moved where its node went away: another node took it over (and, in a rolling
         // restart, another after it).
         if disruption == .killTheOtherNode {
+            // Read once the node that is left knows bob again (he was on node two): by then it has
+            // had every chance to take the call from itself, wrongly.
+            try await CallChecks.waitForSessions(2, on: [nodes()[0]], "bob is back, on node one")
             #expect(try owner() == first, "the node running the call kept it")
         } else {
             try await eventually("another node runs the call") { try owner() != first }

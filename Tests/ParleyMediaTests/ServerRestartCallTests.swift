@@ -55,19 +55,22 @@ struct ServerRestartCallTests {
         let base = "http://127.0.0.1:\(server.port)"
         let seconds = 14.0
 
+        let logs = [directory.appendingPathComponent("alice.jsonl"), directory.appendingPathComponent("bob.jsonl")]
         let listener = try SoftphoneCommandTests.start(["listen", "--server", base, "--as", "bob", "--play", "tone:660",
-                                                        "--record", directory.appendingPathComponent("bob.wav").path, "--once", "--answer", "auto"])
+                                                        "--record", directory.appendingPathComponent("bob.wav").path, "--once", "--answer", "auto",
+                                                        "--quality-log", logs[1].path])
         defer { if listener.0.isRunning { listener.0.terminate() } }
-        try await Task.sleep(for: .seconds(1))  // bob registers
+        try await CallChecks.waitForSessions(1, on: [base], "bob registers")
         let caller = try SoftphoneCommandTests.start(["call", "bob", "--server", base, "--as", "alice", "--play", "tone:440",
                                                       "--record", directory.appendingPathComponent("alice.wav").path,
-                                                      "--duration", "\(Int(seconds))"])
+                                                      "--duration", "\(Int(seconds))", "--quality-log", logs[0].path])
         defer { if caller.0.isRunning { caller.0.terminate() } }
 
-        try await Task.sleep(for: .seconds(4))  // the call is connected and talking
+        // The restart comes while both hear each other, not after a guess at when that is.
+        try await CallChecks.waitUntilHearing(logs)
         await server.stop(stopSignal)
-        try await Task.sleep(for: .seconds(1))
         server = try await ServeProcess(port: server.port, database: database)
+        try await CallChecks.waitForSessions(2, on: [base], "both phones are back on the restarted server")
 
         let (alice, bob) = await CallChecks.finish(caller: caller, listener: listener, seconds: seconds)
         #expect(alice.status == 0, "\(alice.output)\(alice.errors)")

@@ -23,6 +23,7 @@ const END_REASONS = {
   'server-shutdown': () => 'The server stopped, which ended the call.',
   'server-lost-call': () => 'The server restarted without a record of this call, so it had to end.',
   'ice-failed': () => 'The call\'s network connection failed and could not be restored.',
+  'dtls-failed': () => 'The call\'s connection could not be secured (its DTLS handshake failed).',
   local: () => 'Call ended.',
 };
 
@@ -191,7 +192,7 @@ class App {
       if (this.call?.id === frame.call) this.call.updated(frame);
       return;
     case 'call.ended':
-      if (this.call?.id === frame.call) this.ended(this.call, frame.detail === 'ice-failed' ? 'ice-failed' : frame.reason);
+      if (this.call?.id === frame.call) this.ended(this.call, ['ice-failed', 'dtls-failed'].includes(frame.detail) ? frame.detail : frame.reason);
       return;
     default:
       if (frame.type.startsWith('room.')) this.room?.frame(frame);

@@ -21,6 +21,8 @@ final class WSTestClient: @unchecked Sendable {
     private var ended = false
     private var closeFrame: WebSocketCloseFrame?
     private var requests = 0
+    private var lastSeq = 0
+    private var signalsSeen: Set<CallSignalled> = []
     private let commands: AsyncStream<Command>.Continuation
     private let task: Task<Void, Never>
     let codec = WireCodec()
@@ -125,14 +127,33 @@ final class WSTestClient: @unchecked Sendable {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             let text: String? = lock.withLock { inbox.isEmpty ? nil : inbox.removeFirst() }
-            if let text { return try codec.decodeServerFrame(text) }
+            if let text {
+                let frame = try codec.decodeServerFrame(text)
+                try lock.withLock { try checkDeliveredOnce(frame) }
+                return frame
+            }
             if lock.withLock({ ended && inbox.isEmpty }) { return nil }
             try await Task.sleep(for: .milliseconds(2))
         }
         return nil
     }
 
-    /// Reads frames until one matches; the others are dropped.
+    /// Every frame comes once on a connection: its `seq` is above the last one's, and a relayed
+    /// call signal (whose description or candidate is unique) is not relayed again. A frame again
+    /// is a duplicate delivery, as a fault between nodes would make: `expect`, which reads past the
+    /// frames it is not waiting for, would otherwise never show it.
+    /// (Called under the lock.)
+    private func checkDeliveredOnce(_ frame: ServerFrame) throws {
+        if let seq = frame.seq {
+            guard seq > lastSeq else { throw TestFailure("frame \(seq) (\(frame.message.type)) came after frame \(lastSeq): delivered again") }
+            lastSeq = seq
+        }
+        if case .callSignal(let signal) = frame.message {
+            guard signalsSeen.insert(signal).inserted else { throw TestFailure("the same call.signal came twice: \(signal)") }
+        }
+    }
+
+    /// Reads frames until one matches; the others are dropped (each checked to come only once).
     func expect<T>(timeout: Duration = .seconds(5), line: Int = #line, _ match: (ServerFrame) -> T?) async throws -> T {
         let deadline = ContinuousClock.now + timeout
         var skipped: [String] = []
