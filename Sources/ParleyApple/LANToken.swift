@@ -36,7 +36,7 @@ public enum LANToken {
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.httpBody = try JSONEncoder().encode(LANTokenRequest(user: user, name: name, pin: pin))
         request.timeoutInterval = 5
-        let (data, response) = try await session.data(for: request)
+        let (data, response) = try await session.dataCancellably(for: request)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
         guard status == 200 else {
             let message = (try? JSONDecoder().decode(HTTPErrorBody.self, from: data))?.error.message ?? "HTTP \(status)"

@@ -299,7 +299,7 @@ public final class PhoneModel {
         do {
             var request = URLRequest(url: session.server.appendingPathComponent("v1/calls"))
             request.setValue("Bearer \(try await phone.configuration.token())", forHTTPHeaderField: "Authorization")
-            let (data, response) = try await URLSession.shared.data(for: request)
+            let (data, response) = try await URLSession.shared.dataCancellably(for: request)
             guard (response as? HTTPURLResponse)?.statusCode == 200 else { throw ModelError("the server did not give the history") }
             history = try JSONDecoder().decode(CallList.self, from: data).calls
         } catch {
@@ -363,7 +363,7 @@ public final class PhoneModel {
         request.httpBody = try JSONEncoder().encode(DevTokenRequest(user: user, name: name))
         let data: Data, response: URLResponse
         do {
-            (data, response) = try await URLSession.shared.data(for: request)
+            (data, response) = try await URLSession.shared.dataCancellably(for: request)
         } catch {
             throw ModelError("The server at \(server.absoluteString) cannot be reached.")
         }

@@ -224,7 +224,7 @@ public struct HTTPDeviceRegistrar: DeviceRegistrar {
         request.setValue("Bearer \(try await token())", forHTTPHeaderField: "Authorization")
         request.httpBody = try JSONEncoder().encode(registration)
         request.timeoutInterval = 10
-        let (_, response) = try await URLSession.shared.data(for: request)
+        let (_, response) = try await URLSession.shared.dataCancellably(for: request)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
         guard status == 200 else { throw Refused(status: status) }
     }

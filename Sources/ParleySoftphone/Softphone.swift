@@ -272,7 +272,7 @@ public actor Softphone {
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
         request.timeoutInterval = 3
         let seconds = Int(waited.seconds)
-        guard let (data, response) = try? await URLSession.shared.data(for: request), let http = response as? HTTPURLResponse else {
+        guard let (data, response) = try? await URLSession.shared.dataCancellably(for: request), let http = response as? HTTPURLResponse else {
             return SoftphoneError("cannot reach the Parley server at \(server.absoluteString): no signaling connection in \(seconds) s")
         }
         let message = (try? JSONDecoder().decode(ErrorBody.self, from: data))?.error.message
@@ -309,7 +309,7 @@ public actor Softphone {
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
         request.httpBody = try JSONEncoder().encode(DeviceRegistration(platform: .linux, voip: registration, alerts: alerts))
         request.timeoutInterval = 5
-        let (_, response) = try await URLSession.shared.data(for: request)
+        let (_, response) = try await URLSession.shared.dataCancellably(for: request)
         guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
             throw SoftphoneError("the server refused the device registration (status \((response as? HTTPURLResponse)?.statusCode ?? 0))")
         }
@@ -562,7 +562,7 @@ public actor Softphone {
         request.timeoutInterval = 3
         let response: URLResponse
         do {
-            (_, response) = try await URLSession.shared.data(for: request)
+            (_, response) = try await URLSession.shared.dataCancellably(for: request)
         } catch {
             throw unanswered(error, at: serverName(server, lan: false), host: server.host)
         }
@@ -586,7 +586,7 @@ public actor Softphone {
         request.timeoutInterval = 5
         let data: Data, response: URLResponse
         do {
-            (data, response) = try await URLSession.shared.data(for: request)
+            (data, response) = try await URLSession.shared.dataCancellably(for: request)
         } catch {
             throw unanswered(error, at: serverName(server, lan: false), host: server.host)
         }
@@ -608,7 +608,7 @@ extension Softphone {
         request.timeoutInterval = 5
         let data: Data, response: URLResponse
         do {
-            (data, response) = try await URLSession.shared.data(for: request)
+            (data, response) = try await URLSession.shared.dataCancellably(for: request)
         } catch {
             throw unanswered(error, at: serverName(listener, lan: true), host: listener.host)
         }

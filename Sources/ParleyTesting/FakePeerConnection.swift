@@ -23,6 +23,8 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     private var remoteDescription: SessionDescription?
     private var remoteCandidates: [IceCandidate?] = []
     private var startedAt = ContinuousClock.now
+    /// When ICE and DTLS first connected.
+    private var connectedAt: ContinuousClock.Instant?
     private var microphone = MicrophoneSwitches()
     public private(set) var closed = false
     public private(set) var encoding: BitrateController.Setting?
@@ -85,6 +87,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
 
     public func createAnswer() async throws -> SessionDescription {
         try lock.withLock {
+            guard !closed else { throw Failure(description: "closed") }
             guard state == .haveRemoteOffer else { throw Failure(description: "createAnswer in \(state.rawValue)") }
             version += 1
             return SessionDescription(type: "answer", sdp: sdp(ufrag: "a\(version)"))
@@ -93,6 +96,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
 
     public func setLocalDescription(_ description: SessionDescription) async throws {
         let completed: Bool = try lock.withLock {
+            guard !closed else { throw Failure(description: "closed") }
             switch (description.type, state) {
             case ("offer", .stable): state = .haveLocalOffer
             case ("answer", .haveRemoteOffer): state = .stable
@@ -110,6 +114,12 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
 
     public func setRemoteDescription(_ description: SessionDescription) async throws {
         let completed: Bool = try lock.withLock {
+            guard !closed else { throw Failure(description: "closed") }
+            // As webrtcbin and libwebrtc: a description that does not parse, or has no media section,
+            // is refused.
+            guard description.sdp.hasPrefix("v=0\r\n"), description.sdp.contains("\r\nm=") else {
+                throw Failure(description: "the SDP does not parse: \(description.sdp.prefix(40))")
+            }
             switch (description.type, state) {
             case ("offer", .stable): state = .haveRemoteOffer
             case ("answer", .haveLocalOffer): state = .stable
@@ -130,7 +140,12 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
 
     public func addRemoteCandidate(_ candidate: IceCandidate?) async throws {
         try lock.withLock {
-            guard remoteDescription != nil else { throw Failure(description: "a candidate before the remote description") }
+            guard !closed else { throw Failure(description: "closed") }
+            guard let remoteDescription else { throw Failure(description: "a candidate before the remote description") }
+            // A candidate for a media section the remote description does not have is refused.
+            if let candidate, candidate.sdpMid.map({ !remoteDescription.sdp.contains("a=mid:\($0)\r\n") }) ?? (candidate.sdpMLineIndex != 0) {
+                throw Failure(description: "a candidate for an unknown media section: \(candidate)")
+            }
             remoteCandidates.append(candidate)
         }
     }
@@ -156,7 +171,9 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
             let sent = packets(in: elapsed)
             let arriving = packets(in: (arrivalsStoppedAt ?? elapsed) - missed)
             let lost = Int(Double(arriving) * simulatedLossPct / 100)
-            return MediaStatsSample(at: elapsed, roundTripTimeMs: 20, jitterMs: 2, packetsReceived: arriving - lost, packetsLost: lost,
+            // A round trip is known from the first RTCP receiver report, about a second in.
+            let rtt: Double? = connectedAt.map { ContinuousClock.now - $0 >= .seconds(1) } == true ? 20 : nil
+            return MediaStatsSample(at: elapsed, roundTripTimeMs: rtt, jitterMs: 2, packetsReceived: arriving - lost, packetsLost: lost,
                                     bytesSent: sent * 160, bytesReceived: (arriving - lost) * 160, audioLevel: microphone.sends ? 0.3 : 0,
                                     packetsSent: sent)
         }
@@ -241,13 +258,14 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
             return
         }
         // As a real one reports: ICE first, then the connection as a whole once DTLS is up.
+        lock.withLock { if connectedAt == nil { connectedAt = .now } }
         sink.yield(.iceConnectionState(.connected))
         sink.yield(.connectionState(.connected))
         sink.yield(.remoteAudioStarted)
     }
 
     private func sdp(ufrag: String) -> String {
-        "v=0\r\no=- \(name.hashValue & 0xFFFF) \(version) IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=ice-ufrag:\(ufrag)\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n"
+        "v=0\r\no=- \(name.hashValue & 0xFFFF) \(version) IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=ice-ufrag:\(ufrag)\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"
     }
 }
 

@@ -80,6 +80,24 @@ struct CallFlowTests {
         try await server.stop()
     }
 
+    /// Loss on the path reaches the encoder: the quality loop reads it from the statistics, and
+    /// the bitrate controller turns Opus's in-band FEC on and tells it how much to expect.
+    @Test func lossOnThePathTurnsForwardErrorCorrectionOn() async throws {
+        let server = try await LiveServer.start()
+        let (alice, bob, call) = try await Self.connectedCall(server)
+        let alicePeer = try #require(alice.peers.connections.first)
+        try await eventually("a quality report") { alice.events.contains { if case .quality(call, _) = $0 { true } else { false } } }
+        #expect(alicePeer.encoding?.fec != true, "a clean path needs no FEC")
+        alicePeer.simulatedLossPct = 10
+        try await eventually("the encoder is told to protect against the loss") {
+            alicePeer.encoding.map { $0.fec && $0.expectedLossPct > 0 } == true
+        }
+        _ = bob.provider.perform { .end($0, call: call) }
+        try await eventually("alice's call ends") { alice.provider.endReason(of: call) == .remoteEnded }
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+
     /// Connected, but nothing arrives (DTLS up, the far side sends nothing, or its packets are
     /// dropped): the SDK says so, and rates nothing; it says so again when packets come back.
     @Test func aConnectedCallThatReceivesNothingSaysSoAndHasNoMOS() async throws {

@@ -549,6 +549,9 @@ struct NegotiationInterleavingTests {
 
 @Suite("Negotiator over fake peer connections")
 struct NegotiatorTests {
+    /// The least a peer connection takes from the far side: a session with one media section.
+    static let minimalSDP = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"
+
     /// Two negotiators over fake peer connections (which refuse a rollback, as webrtcbin does),
     /// each one's signals handed straight to the other.
     final class Pair: @unchecked Sendable {
@@ -634,7 +637,7 @@ struct NegotiatorTests {
         await negotiator.restartIce()
         peer.resumeOfferCreation()
         try await eventually("the first offer went out") { sent.value.contains { $0.description?.type == "offer" } }
-        await negotiator.receive(SignalPayload(description: SessionDescription(type: "answer", sdp: "v=0\r\n")))
+        await negotiator.receive(SignalPayload(description: SessionDescription(type: "answer", sdp: Self.minimalSDP)))
         try await eventually("then the restart") { peer.offersMade == [false, true] }
         await peer.close()
         await run.value
@@ -646,7 +649,7 @@ struct NegotiatorTests {
         let early = IceCandidate(candidate: "candidate:9 1 udp 1 198.51.100.7 9 typ host", sdpMid: "0", sdpMLineIndex: 0)
         await negotiator.receive(SignalPayload(candidate: .candidate(early)))
         #expect(peer.candidates.isEmpty)
-        await negotiator.receive(SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0\r\n")))
+        await negotiator.receive(SignalPayload(description: SessionDescription(type: "offer", sdp: Self.minimalSDP)))
         #expect(peer.candidates == [early])
         #expect(await peer.signalingState() == .stable, "answered")
     }
