@@ -106,11 +106,14 @@ public final class FakeSystemCallProvider: SystemCallProvider, @unchecked Sendab
 
 /// Records what the SDK asks of the audio session.
 public final class FakeAudioSession: AudioSession, @unchecked Sendable {
-    public enum Record: Hashable, Sendable {
+    public indirect enum Record: Hashable, Sendable {
         case configured(video: Bool)
         case audioEnabled(Bool)
         case speaker(Bool)
         case routed(AudioOutput)
+        /// An override or a route asked for before the session was configured for a call: iOS
+        /// refuses an output override outside the playAndRecord category the configuration sets.
+        case refused(Record)
     }
 
     private let lock = NSLock()
@@ -119,6 +122,8 @@ public final class FakeAudioSession: AudioSession, @unchecked Sendable {
     public init() {}
 
     public var records: [Record] { lock.withLock { log } }
+    /// What iOS would have refused (`Record.refused`).
+    public var refusals: [Record] { lock.withLock { log.filter { if case .refused = $0 { true } else { false } } } }
     public var isAudioEnabled: Bool {
         lock.withLock {
             for record in log.reversed() { if case .audioEnabled(let on) = record { return on } }
@@ -128,6 +133,11 @@ public final class FakeAudioSession: AudioSession, @unchecked Sendable {
 
     public func configure(_ configuration: CallAudioConfiguration) async { lock.withLock { log.append(.configured(video: configuration.video)) } }
     public func setAudioEnabled(_ enabled: Bool) async { lock.withLock { log.append(.audioEnabled(enabled)) } }
-    public func overrideOutputToSpeaker(_ speaker: Bool) async { lock.withLock { log.append(.speaker(speaker)) } }
-    public func route(to output: AudioOutput) async { lock.withLock { log.append(.routed(output)) } }
+    public func overrideOutputToSpeaker(_ speaker: Bool) async { lock.withLock { log.append(ifConfigured(.speaker(speaker))) } }
+    public func route(to output: AudioOutput) async { lock.withLock { log.append(ifConfigured(.routed(output))) } }
+
+    /// (Under the lock.)
+    private func ifConfigured(_ record: Record) -> Record {
+        log.contains { if case .configured = $0 { true } else { false } } ? record : .refused(record)
+    }
 }

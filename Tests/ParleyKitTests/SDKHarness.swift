@@ -39,12 +39,14 @@ final class SDKDevice: @unchecked Sendable {
     }
 
     /// Stops the device; the test fails if the app broke a CallKit rule or left an action open
-    /// (CallKit would have timed it out, and the user seen the call fail).
+    /// (CallKit would have timed it out, and the user seen the call fail), or asked the audio
+    /// session for what iOS refuses.
     func stop(sourceLocation: SourceLocation = #_sourceLocation) async {
         await signaling.stop()
         task?.cancel()
         #expect(provider.violations.isEmpty, "\(user) broke CallKit's rules: \(provider.violations)", sourceLocation: sourceLocation)
         #expect(provider.openActions.isEmpty, "\(user) left actions open: \(provider.openActions)", sourceLocation: sourceLocation)
+        #expect(audio.refusals.isEmpty, "\(user) asked the audio session what iOS refuses: \(audio.refusals)", sourceLocation: sourceLocation)
     }
 
     var events: [CallEvent] { lock.withLock { log } }
