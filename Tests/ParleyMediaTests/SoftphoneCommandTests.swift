@@ -132,8 +132,7 @@ struct SoftphoneCommandTests {
         let listener = try Self.start(["listen", "--server", server.baseURL, "--as", "bob", "--play", "tone:660",
                                        "--record", directory.appendingPathComponent("bob.wav").path, "--once", "--answer", "auto"])
         defer { if listener.0.isRunning { listener.0.terminate() } }
-        try await eventually { (try? await server.http("GET", "/healthz")) != nil }
-        try await Task.sleep(for: .seconds(1))  // bob registers
+        try await CallChecks.waitForSessions(1, on: [server.baseURL], "bob registers")
         let caller = try await Self.run(["call", "bob", "--server", server.baseURL, "--as", "alice", "--play", "tone:440",
                                    "--record", directory.appendingPathComponent("alice.wav").path, "--duration", "2"])
         let callee = await Self.finish(listener)
@@ -150,8 +149,7 @@ struct SoftphoneCommandTests {
         let server = try await LiveServer.start()
         let listener = try Self.start(["listen", "--server", server.baseURL, "--as", "bob", "--play", "silence", "--once", "--answer", "never"])
         defer { if listener.0.isRunning { listener.0.terminate() } }
-        try await eventually { (try? await server.http("GET", "/healthz")) != nil }
-        try await Task.sleep(for: .seconds(1))
+        try await CallChecks.waitForSessions(1, on: [server.baseURL], "bob registers")
         let caller = try await Self.run(["call", "bob", "--server", server.baseURL, "--as", "alice", "--play", "silence"])
         let callee = await Self.finish(listener)
         #expect(caller.status == 2)
