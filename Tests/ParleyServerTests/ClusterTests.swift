@@ -259,7 +259,7 @@ struct ClusterTests {
             // it stays; once she leaves Janus too, it is destroyed.
             try await bobJanus.leave()
             #expect(try await bob.request { .roomLeave(RoomLeave(id: $0, room: "standup")) }.isSuccess)
-            try await Task.sleep(for: .seconds(1))
+            try await Task.sleep(for: .seconds(1))  // checks that nothing happens: the room is not destroyed under alice
             #expect(try await bobJanus.exists(room: aliceTicket.room), "alice is still talking in it")
             #expect(!aliceHears.contains(.destroyed(room: aliceTicket.room)))
             try await aliceJanus.leave()
