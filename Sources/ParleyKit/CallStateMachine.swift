@@ -219,7 +219,7 @@ public struct CallStateMachine: Sendable {
         return [.sendDTMF(digits.uppercased(), then: action)]
     }
 
-    /// Media could not be recovered (ICE restarts ran out).
+    /// Media could not be recovered: ICE restarts ran out (`ice-failed`), or DTLS failed (`dtls-failed`).
     public mutating func mediaFailed(_ reason: String) -> [Action] {
         guard !phase.isEnded else { return [] }
         phase = .ended(EndReason(rawValue: reason))
