@@ -5,20 +5,33 @@
 # gathers ICE candidates on every interface it sees, and nothing a test starts may reach beyond
 # this machine. Browser and Janus tests fail (rather than skip) here if they cannot run. Tests run
 # one at a time: real calls, Chromium and Janus side by side on two cores starve each other's timers.
+#
+#   scripts/test.sh [swift test arguments…]     e.g. --filter CallTests
+#   scripts/test.sh --build-only                 install and build, no tests
+#   scripts/test.sh --no-build […]               the tests of the last build (.ci/run builds first,
+#                                                then builds for the sanitizers beside the tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh --tests
+step=all
+case "${1:-}" in
+  --build-only) step=build; shift ;;
+  --no-build) step=test; shift ;;
+esac
 
-echo "== building (a first build on two cores takes several minutes)"
-mkdir -p .build
-swift build --build-tests 2>&1 | tee .build/build-output.txt
-# Parley's own sources build without a warning, and stay so: a new one fails the run. (An
-# incremental build shows only the files it recompiled; CI's fresh clone compiles them all.)
-# Warnings inside a macro's expansion (#expect, #require) name the macro, not the file.
-if grep -E "^($PWD/(Sources|Tests)/[^:]+|macro expansion #[A-Za-z]+):[0-9]+:[0-9]+: warning:" .build/build-output.txt; then
-  echo "scripts/test.sh: the warnings above come from Parley's own sources; fix them" >&2
-  exit 1
+if [ "$step" != test ]; then
+  scripts/setup.sh --tests
+  echo "== building (a first build on two cores takes several minutes)"
+  mkdir -p .build
+  swift build --build-tests 2>&1 | tee .build/build-output.txt
+  # Parley's own sources build without a warning, and stay so: a new one fails the run. (An
+  # incremental build shows only the files it recompiled; CI's fresh clone compiles them all.)
+  # Warnings inside a macro's expansion (#expect, #require) name the macro, not the file.
+  if grep -E "^($PWD/(Sources|Tests)/[^:]+|macro expansion #[A-Za-z]+):[0-9]+:[0-9]+: warning:" .build/build-output.txt; then
+    echo "scripts/test.sh: the warnings above come from Parley's own sources; fix them" >&2
+    exit 1
+  fi
+  [ "$step" = all ] || exit 0
 fi
 # Network namespaces a killed run left behind. Tests name theirs "parley-…" ending in their process's
 # ID modulo 10 000 (TunWire's, LANLab's), and remove them when they finish; `ip netns add` keeps

@@ -4,8 +4,9 @@ import Glibc
 #endif
 
 /// A loopback TCP relay in front of a server, so a test can cut every connection through it at
-/// once, as a network would, without either end choosing to close; or hold back what goes through
-/// (`delay`), as a slow link or a loaded server would.
+/// once, as a network would, without either end choosing to close; make them go silent without a
+/// reset (`blackHole`), as a path that breaks does; or hold back what goes through (`delay`), as a
+/// slow link or a loaded server would.
 public final class TCPProxy: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
@@ -14,6 +15,8 @@ public final class TCPProxy: @unchecked Sendable {
     private var sockets: Set<Int32> = []
     private var stopped = false
     private var _delay: Duration = .zero
+    private var accepted = 0
+    private var silencedBelow = 0
 
     /// How long each read, either way, waits before it is passed on.
     public var delay: Duration {
@@ -57,6 +60,13 @@ public final class TCPProxy: @unchecked Sendable {
         }
     }
 
+    /// Every connection relayed so far goes silent both ways and stays open: what either end sends
+    /// is read and dropped, and neither hears of the other closing. New connections are relayed as
+    /// before. Only a heartbeat tells such a connection from an idle one.
+    public func blackHole() {
+        lock.withLock { silencedBelow = accepted }
+    }
+
     public func stop() {
         lock.withLock { stopped = true }
         shutdown(listener, Int32(SHUT_RDWR))
@@ -79,17 +89,25 @@ public final class TCPProxy: @unchecked Sendable {
                 close(server)
                 continue
             }
-            lock.withLock { _ = sockets.insert(client); _ = sockets.insert(server) }
+            let number = lock.withLock {
+                _ = sockets.insert(client)
+                _ = sockets.insert(server)
+                accepted += 1
+                return accepted
+            }
             let pair = Pair(client, server) { [weak self] in self?.lock.withLock { _ = self?.sockets.remove(client); _ = self?.sockets.remove(server) } }
-            Thread.detachNewThread { [self] in Self.pump(from: client, to: server, delay: { self.delay }); pair.finished() }
-            Thread.detachNewThread { [self] in Self.pump(from: server, to: client, delay: { self.delay }); pair.finished() }
+            let silenced: @Sendable () -> Bool = { [self] in lock.withLock { number <= silencedBelow } }
+            Thread.detachNewThread { [self] in Self.pump(from: client, to: server, delay: { self.delay }, silenced: silenced); pair.finished() }
+            Thread.detachNewThread { [self] in Self.pump(from: server, to: client, delay: { self.delay }, silenced: silenced); pair.finished() }
         }
     }
 
-    private static func pump(from source: Int32, to destination: Int32, delay: () -> Duration) {
+    private static func pump(from source: Int32, to destination: Int32, delay: () -> Duration, silenced: () -> Bool) {
         var buffer = [UInt8](repeating: 0, count: 16 * 1024)
         while true {
             let count = read(source, &buffer, buffer.count)
+            // A silent path passes on neither data nor the end of it; the socket closes with the pair.
+            if silenced() { if count <= 0 { return } else { continue } }
             if count <= 0 { break }
             let wait = delay()
             if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18) }

@@ -13,12 +13,15 @@ import WSClient
 /// the upgrade's HTTP status, or a timeout.
 public struct WebSocketSignalingTransport: SignalingTransport {
     public var maxFrameSize: Int
+    /// How long a close waits for the server's answering close frame before it drops the connection.
+    public var closeTimeout: Duration
     private let eventLoopGroup: any EventLoopGroup
     private let logger: Logger
 
-    public init(maxFrameSize: Int = 64 * 1024, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+    public init(maxFrameSize: Int = 64 * 1024, closeTimeout: Duration = .seconds(2), eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
                 logger: Logger = Logger(label: "parley.websocket", factory: { _ in SwiftLogNoOpLogHandler() })) {
         self.maxFrameSize = maxFrameSize
+        self.closeTimeout = closeTimeout
         self.eventLoopGroup = eventLoopGroup
         self.logger = logger
     }
@@ -27,7 +30,9 @@ public struct WebSocketSignalingTransport: SignalingTransport {
         var headers = HTTPFields()
         headers[.authorization] = "Bearer \(token)"
         headers[.secWebSocketProtocol] = "parley.v1"
-        let configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameSize, additionalHeaders: headers)
+        // A close waits this long for the server's answering close, then drops the connection: on a
+        // path gone silent (what the heartbeat gives up on) no answer ever comes.
+        let configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameSize, additionalHeaders: headers, closeTimeout: closeTimeout)
         let (outbound, outboundSink) = AsyncStream<Outbound>.makeStream()
         let (events, eventSink) = AsyncStream<TransportEvent>.makeStream()
         let (ready, readySink) = AsyncStream<(any Error)?>.makeStream()
@@ -37,17 +42,17 @@ public struct WebSocketSignalingTransport: SignalingTransport {
             readySink.yield(nil)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    for await item in outbound {
-                        switch item {
-                        case .text(let text): try await writer.write(.text(text))
-                        case .close:
-                            try await writer.close(.normalClosure, reason: nil)
-                            return
-                        }
+                    for try await message in inbound.messages(maxSize: maxFrameSize) {
+                        if case .text(let text) = message { eventSink.yield(.text(text)) }
                     }
+                    // The server closed: nothing more goes out.
+                    outboundSink.finish()
                 }
-                for try await message in inbound.messages(maxSize: maxFrameSize) {
-                    if case .text(let text) = message { eventSink.yield(.text(text)) }
+                // Until `close()` (or the server's close): leaving the handler makes swift-websocket
+                // send the close frame and wait `closeTimeout` for the server's.
+                for await item in outbound {
+                    guard case .text(let text) = item else { break }
+                    try await writer.write(.text(text))
                 }
                 group.cancelAll()
             }

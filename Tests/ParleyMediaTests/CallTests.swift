@@ -203,6 +203,31 @@ struct CallTests {
         }
     }
 
+    /// A path that goes silent without a reset, as a phone's does when its network drops away: no
+    /// close, no error, only nothing arriving. The heartbeat (every 2 s here) goes unanswered, the
+    /// SDK gives the connection up and resumes its session on a new one.
+    @Test func aSignalingConnectionThatGoesSilentIsNoticedAndResumed() async throws {
+        let proxy = try TCPProxy()
+        defer { proxy.stop() }
+        try await withCall(aliceThrough: proxy, server: { $0.heartbeat = 2 }) { call in
+            try await call.talk(for: .seconds(1))
+            let signaling = try #require(await call.alice.signalingClient)
+            let before = try #require(await signaling.session)
+            let silencedAt = try call.bobsRecordedSeconds()
+            proxy.blackHole()
+            try await eventually(timeout: .seconds(30), "alice's SDK noticed the silent connection and resumed on a new one") {
+                await signaling.session?.resumed == true
+            }
+            #expect(await signaling.session?.session == before.session)
+            #expect(await call.alice.timeline(of: call.id)?.isEnded == false)
+            let end = try call.bobsRecordedSeconds()
+            // Signaling works again: the hangup reaches the far side.
+            try await call.hangUp(by: call.alice)
+            let heard = try call.bobsRecording().toneInEveryWindow(440, from: silencedAt, to: end)
+            #expect(heard.passed, "\(heard)")
+        }
+    }
+
     @Test(.enabled(if: Coturn.testsEnabled))
     func relayOnlyCallGoesThroughTurnWithTheServersCredentials() async throws {
         let turn = try await Coturn()

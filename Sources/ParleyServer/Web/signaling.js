@@ -143,6 +143,7 @@ export class Signaling extends EventTarget {
   }
 
   receive(text) {
+    this.lastHeard = Date.now();
     let frame;
     try { frame = JSON.parse(text); } catch { return; }
     if (!frame || typeof frame.type !== 'string') return;
@@ -180,7 +181,16 @@ export class Signaling extends EventTarget {
     this.setState('online', frame.resumed ? 'resumed' : 'new-session');
     for (const entry of this.pending.values()) this.ws.send(entry.frame);
     // Heartbeat well inside the server's window; acks ride along so the resume buffer stays small.
+    // Every ping is answered: a connection that heard nothing for a whole heartbeat (two pings) is
+    // on a path that went silent without a reset, which the socket itself may not notice for
+    // minutes. It is given up and the session resumed on a new one.
+    this.lastHeard = Date.now();
     this.pingTimer = setInterval(() => {
+      if (Date.now() - this.lastHeard > this.heartbeat * 1000) {
+        this.teardown();
+        this.scheduleReconnect('connection-lost');
+        return;
+      }
       this.send({ type: 'ping', id: `ping-${this.nextId++}` });
       if (this.lastSeq > this.lastAckSent) this.sendAck();
     }, Math.max(1000, this.heartbeat * 1000 / 2));

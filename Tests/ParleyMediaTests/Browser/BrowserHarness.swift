@@ -47,14 +47,15 @@ final class BrowserLab: @unchecked Sendable {
         self.directory = directory
     }
 
-    /// A browser on the Parley page whose microphone plays a tone of `hertz`.
-    func browser(tone hertz: Double) async throws -> Browser {
+    /// A browser on the Parley page whose microphone plays a tone of `hertz`; the page comes from
+    /// (and signals to) `base` if given, a proxy in front of the server, else the server itself.
+    func browser(tone hertz: Double, through base: String? = nil) async throws -> Browser {
         let tone = directory.appendingPathComponent("tone-\(Int(hertz)).wav")
         if !FileManager.default.fileExists(atPath: tone.path) { try Self.writeTone(hertz, to: tone) }
         let profile = directory.appendingPathComponent("profile-\(browsers.count)")
         let browser = try await driver.browser(audioFile: tone, profile: profile)
         browsers.append(browser)
-        try await browser.open(server.baseURL + "/")
+        try await browser.open((base ?? server.baseURL) + "/")
         return browser
     }
 

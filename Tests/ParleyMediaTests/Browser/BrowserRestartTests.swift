@@ -1,4 +1,5 @@
 import Foundation
+import ParleyLocalServices
 import ParleyServerTesting
 import Testing
 
@@ -46,6 +47,38 @@ extension BrowserTests {
             #expect(try await alice.call()["endReason"] as? String == "server-lost-call")
             #expect(try await alice.notice().contains("restarted without a record of this call"))
             try await forgetful.stop()
+        }
+    }
+
+    /// The page's path to the server goes silent without a reset, as a phone's does when its network
+    /// drops away: the socket reports nothing. The heartbeat (every 2 s here) goes unanswered, the
+    /// page gives the connection up and resumes its session on a new one, and the call goes on.
+    @Test func aPageWhoseConnectionGoesSilentNoticesAndResumes() async throws {
+        let proxy = try TCPProxy()
+        defer { proxy.stop() }
+        try await BrowserLab.run(configure: { $0.heartbeat = 2 }) { lab in
+            proxy.connect(to: lab.server.port)
+            let alice = try await lab.browser(tone: 660, through: proxy.url)
+            let bob = try await lab.browser(tone: 990)
+            try await lab.signIn(alice, as: "alice")
+            try await lab.signIn(bob, as: "bob")
+            try await alice.type("#dial-user", "bob\u{E007}")
+            try await bob.waitForCall("incoming")
+            try await bob.press("\u{E007}")
+            try await alice.waitForCall("active")
+            try await alice.waitForRemoteTone(990)
+            #expect(try await alice.snapshot()["connectionDetail"] as? String == "new-session")
+
+            proxy.blackHole()
+            try await eventually(timeout: .seconds(20), "alice's page noticed the silent connection and resumed on a new one") {
+                let snapshot = try await alice.snapshot()
+                return snapshot["connection"] as? String == "online" && snapshot["connectionDetail"] as? String == "resumed"
+            }
+            #expect(try await alice.callState() == "active")
+            try await alice.waitForRemoteTone(990)
+            // Signaling reaches the page again: bob's hang-up ends alice's call.
+            try await bob.press("\u{E00C}")
+            try await alice.waitForCall("ended")
         }
     }
 }
