@@ -52,9 +52,6 @@ struct Call: AsyncParsableCommand {
                     Console.say("\(callee) is not online and has no device to wake; hanging up")
                     await softphone.hangUp(call)
                 }
-                if case .receivingMedia(call, let receiving) = event {
-                    Console.say(receiving ? "audio from \(callee) arrives again" : "no audio is arriving from \(callee)")
-                }
                 if case .remoteUpdated(call, let muted, let held) = event {
                     if let muted { Console.say("\(callee) \(muted ? "muted" : "unmuted") their microphone") }
                     if let held { Console.say("\(callee) \(held ? "put the call on hold" : "resumed the call")") }

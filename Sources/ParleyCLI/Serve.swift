@@ -44,6 +44,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Seconds a call rings before it ends with no-answer. [PARLEY_RING_TIMEOUT]")
     var ringTimeout: Int = env("PARLEY_RING_TIMEOUT").flatMap(Int.init) ?? 45
 
+    @Option(help: "Seconds between the heartbeats clients send (told them in welcome); a connection silent for three is closed and its session kept for resume. [PARLEY_HEARTBEAT]")
+    var heartbeat: Int = env("PARLEY_HEARTBEAT").flatMap(Int.init) ?? 20
+
     @Option(help: "Browser origins allowed to open signaling connections besides the server's own, comma-separated, e.g. https://app.example.com. [PARLEY_ALLOWED_ORIGINS]")
     var allowedOrigins: String = env("PARLEY_ALLOWED_ORIGINS") ?? ""
 
@@ -67,6 +70,7 @@ struct Serve: AsyncParsableCommand {
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be from 0 to 65535") }
         guard ringTimeout > 0 else { throw ValidationError("--ring-timeout must be at least 1 second") }
+        guard (1...300).contains(heartbeat) else { throw ValidationError("--heartbeat must be 1 to 300 seconds") }
         guard httpRateLimit >= 0, httpRateLimit.isFinite else { throw ValidationError("--http-rate-limit must be 0 (no limit) or more") }
         guard frameRateLimit >= 0, frameRateLimit.isFinite else { throw ValidationError("--frame-rate-limit must be 0 (no limit) or more") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
@@ -98,6 +102,7 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.apns = try apns.settings()
         configuration.ringTimeout = .seconds(ringTimeout)
+        configuration.heartbeat = heartbeat
         configuration.trustedProxies = Self.list(trustedProxies)
         configuration.limits.httpRequestsPerSecond = httpRateLimit
         configuration.limits.httpBurst = max(1, httpRateLimit * 10)

@@ -308,8 +308,14 @@ func runCall(_ phone: Softphone, _ call: UUID, duration: Double?,
         interrupt.cancel()
     }
     var lastPrinted = ContinuousClock.now - .seconds(10)
-    var asked = false, changesSaid = 0, filesSaid = 0
+    var asked = false, changesSaid = 0, filesSaid = 0, receivingSaid = true
     while let timeline = await phone.timeline(of: call) {
+        // Media stopping and coming back, in words (both ways: a caller and a listener).
+        if timeline.connected != nil, timeline.receivingMedia != receivingSaid, !timeline.isEnded {
+            receivingSaid = timeline.receivingMedia
+            let peer = timeline.remote.rawValue
+            Console.say(receivingSaid ? "audio from \(peer) arrives again" : "no audio is arriving from \(peer)")
+        }
         // Recording: ask once the call is up, say what changed, answer the far side's request.
         if !asked, timeline.connected != nil, let path = recording.path {
             asked = true

@@ -78,6 +78,41 @@ struct ImpairedCallTests {
         }
     }
 
+    /// The path between the two sides goes dead for 12 s mid-call: every packet lost both ways,
+    /// media and signaling alike, with no reset (the heartbeat is 4 s here, so the signaling
+    /// connections are given up on both ends and resumed after). Each side says no audio is
+    /// arriving, then that it arrives again; the call goes on, each hears the other's tone in
+    /// every half second of what it recorded but the second around the outage, and the recording
+    /// spans the call less the outage (a receiver writes only what it decodes): audio came back
+    /// within a second and stayed. The
+    /// hang-up at the end crosses the resumed signaling.
+    @Test func aCallComesBackAfterThePathWasDeadForTwelveSeconds() throws {
+        let lab = try ImpairedWireLab(impairment: "delay=20ms", serverOptions: ["--heartbeat", "4"])
+        defer { lab.removeFiles() }
+        let outage = 12.0
+        let call: ImpairedWireLab.Call
+        do {
+            call = try lab.call(seconds: 28, changes: [(.seconds(8), "loss=100%"), (.seconds(8 + outage), "delay=20ms")],
+                                play: ("tone:440", "tone:660"))
+        } catch { _ = lab.stop(); throw error }
+        _ = lab.stop()
+        for (side, other, hertz) in [(call.caller, "bob", 660.0), (call.callee, "alice", 440.0)] {
+            #expect(side.output.contains("no audio is arriving from \(other)"), "\(side.name): \(side.output)")
+            #expect(side.output.contains("audio from \(other) arrives again"), "\(side.name): \(side.output)")
+            let heardFor = side.talkSeconds - (side.firstAudioSeconds - side.connectedSeconds)
+            #expect(side.recordingSeconds > heardFor - outage - 1, "\(side.name): recorded \(side.recordingSeconds) s of \(heardFor) s heard, \(outage) s of it dead")
+            // The outage is one point of the recording (nothing was decoded during it), where
+            // concealment fades out and the stream picks up again: every window but the second
+            // around it carries the tone.
+            let recording = try Recording(side.recording)
+            let cut = 8 - side.firstAudioSeconds
+            for check in [recording.toneInEveryWindow(hertz, from: 0.5, to: cut - 0.5),
+                          recording.toneInEveryWindow(hertz, from: cut + 0.5, to: recording.audio.duration - 0.5)] {
+                #expect(check.passed, "\(side.name): \(check)")
+            }
+        }
+    }
+
     static func loudest(_ samples: [Float]) -> Double {
         stride(from: 0, to: samples.count - 960, by: 960).map { AudioAnalysis.rms(Array(samples[$0..<$0 + 960])) }.max() ?? 0
     }
@@ -122,6 +157,8 @@ struct ImpairedWireLab {
         var firstAudioSeconds: Double
         var recordingSeconds: Double
         var log: [[String: Any]]
+        /// What its `parley call` or `parley listen` printed.
+        var output: String
 
         var encoderSettings: [(bitrateKbps: Double, fec: Bool, expectedLossPct: Int)] {
             log.compactMap { entry in
@@ -147,7 +184,8 @@ struct ImpairedWireLab {
     private let control: Int32
     private let stopped = DispatchSemaphore(value: 0)
 
-    init(impairment: String) throws {
+    /// `serverOptions`: more arguments for `parley serve` (`--heartbeat 4`).
+    init(impairment: String, serverOptions: [String] = []) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-lab-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         speech = directory.appendingPathComponent("speech.wav")
@@ -173,7 +211,7 @@ struct ImpairedWireLab {
         let log = directory.appendingPathComponent("server.log")
         do {
             server = try Self.start(in: b.namespace, ["serve", "--host", b.address, "--port", "\(port)", "--database", ":memory:",
-                                                      "--dev", "true", "--token-secret", String(repeating: "s", count: 40)], output: log)
+                                                      "--dev", "true", "--token-secret", String(repeating: "s", count: 40)] + serverOptions, output: log)
         } catch {
             close(ends[1]); stopped.wait(); wire.close()
             throw error
@@ -191,10 +229,18 @@ struct ImpairedWireLab {
     /// A call from side a to side b that lasts `seconds` once connected; the wire changes to
     /// `impairing` (both ways) `after` the caller started, if given.
     func call(seconds: Int, impairing change: String? = nil, after delay: Duration = .zero) throws -> Call {
+        try call(seconds: seconds, changes: change.map { [(delay, $0)] } ?? [])
+    }
+
+    /// A call from side a to side b that lasts `seconds` once connected; the wire changes (both
+    /// ways) to each spec at its time after the caller started. Each side plays `play` (the
+    /// speech if not given: `tone:440` for the caller, `tone:660` for the callee, for instance).
+    func call(seconds: Int, changes: [(after: Duration, spec: String)], play: (caller: String, callee: String)? = nil) throws -> Call {
         let url = "http://\(b.address):\(port)"
         func arguments(_ name: String, _ address: String) -> [String] {
-            ["--server", url, "--as", name, "--play", speech.path, "--record", directory.appendingPathComponent("\(name).wav").path,
-             "--ice-address", address, "--quality-log", directory.appendingPathComponent("\(name).jsonl").path]
+            let sound = play.map { name == "alice" ? $0.caller : $0.callee } ?? speech.path
+            return ["--server", url, "--as", name, "--play", sound, "--record", directory.appendingPathComponent("\(name).wav").path,
+                    "--ice-address", address, "--quality-log", directory.appendingPathComponent("\(name).jsonl").path]
         }
         let calleeOutput = directory.appendingPathComponent("callee.out")
         let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--once"] + arguments("bob", b.address), output: calleeOutput)
@@ -214,9 +260,11 @@ struct ImpairedWireLab {
             callee.terminate()
             throw error
         }
-        if let change {
-            Thread.sleep(forTimeInterval: Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
-            let line = "set \(change)\n"
+        let started = ContinuousClock.now
+        for change in changes {
+            let wait = started + change.after - .now
+            if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18) }
+            let line = "set \(change.spec)\n"
             guard line.withCString({ write(control, $0, strlen($0)) }) == line.utf8.count else {
                 caller.terminate(); callee.terminate()
                 throw TestFailure("the wire took no change")
@@ -250,7 +298,7 @@ struct ImpairedWireLab {
             .split(separator: "\n").compactMap { try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         return Side(name: name, recording: recording, talkSeconds: try figure("talk time"),
                     connectedSeconds: try figure("time to connected") / 1000, firstAudioSeconds: try figure("time to first audio") / 1000,
-                    recordingSeconds: try WAV.read(recording).duration, log: log)
+                    recordingSeconds: try WAV.read(recording).duration, log: log, output: output)
     }
 
     /// The speech sent is in the recording, on its own timeline: its loudness over time (20 ms
