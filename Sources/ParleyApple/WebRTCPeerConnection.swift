@@ -291,8 +291,14 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
         return parameters
     }
 
+    public var canSendDTMF: Bool { dtmfSender?.canInsertDtmf ?? false }
+
+    private var dtmfSender: (any RTCDtmfSender)? {
+        lock.withLock({ peer })?.senders.first(where: { $0.track?.kind == "audio" })?.dtmfSender
+    }
+
     public func sendDTMF(_ tones: String) async throws {
-        guard let dtmf = lock.withLock({ peer })?.senders.first(where: { $0.track?.kind == "audio" })?.dtmfSender, dtmf.canInsertDtmf else {
+        guard let dtmf = dtmfSender, dtmf.canInsertDtmf else {
             throw WebRTCError("this call cannot send DTMF")
         }
         // RFC 4733 tones of 100 ms with 70 ms between them, as browsers send them.

@@ -344,6 +344,9 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         }
     }
 
+    /// No RFC 4733 sender in the pipeline (GStreamer's `rtpdtmfsrc` is not wired in): refused.
+    public var canSendDTMF: Bool { false }
+
     public func sendDTMF(_ tones: String) async throws {
         throw MediaEngineError(.unsupported, "the GStreamer engine does not send DTMF yet")
     }

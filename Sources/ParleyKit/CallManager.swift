@@ -577,7 +577,8 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 await live.peer?.setOnHold(held)
             case .sendDTMF(let tones, let action):
                 do {
-                    guard let peer = live.peer else { throw CancellationError() }
+                    // An engine that cannot send DTMF fails the action at once (CallKit tells the user).
+                    guard let peer = live.peer, peer.canSendDTMF else { throw CancellationError() }
                     try await peer.sendDTMF(tones)
                     await provider.fulfill(action)
                 } catch {

@@ -83,7 +83,11 @@ public protocol PeerConnection: Sendable {
     /// if it is not muted (`MicrophoneSwitches`).
     func setOnHold(_ held: Bool) async
     func setAudioEncoding(_ setting: BitrateController.Setting) async
-    /// Sends DTMF tones (RFC 4733 telephone-events) on the audio stream: 0-9, *, #, A-D, and ',' for a pause.
+    /// Whether this engine can send DTMF on this call now: WebRTC's can once the audio sender
+    /// has negotiated telephone-event; the GStreamer engine cannot (it has no RFC 4733 sender).
+    var canSendDTMF: Bool { get }
+    /// Sends DTMF tones (RFC 4733 telephone-events) on the audio stream: 0-9, *, #, A-D, and ',' for
+    /// a pause. Throws where `canSendDTMF` is false.
     func sendDTMF(_ tones: String) async throws
     func statistics() async throws -> MediaStatsSample
     /// Whether this engine can record calls (`startCallRecording`).

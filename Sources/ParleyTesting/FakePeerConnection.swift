@@ -157,8 +157,22 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     /// Tones sent with `sendDTMF`, in order.
     public private(set) var tonesSent = ""
 
+    /// Whether it sends DTMF: not by default, as the GStreamer engine does not; set it to stand in
+    /// for WebRTC's, which does once connected. Either way it refuses what WebRTC's `insertDtmf` does.
+    public var sendsDTMF: Bool {
+        get { lock.withLock { dtmf } }
+        set { lock.withLock { dtmf = newValue } }
+    }
+    private var dtmf = false
+
+    public var canSendDTMF: Bool { lock.withLock { dtmf && !closed && iceState == .connected } }
+
     public func sendDTMF(_ tones: String) async throws {
         try lock.withLock {
+            guard dtmf else { throw Failure(description: "this engine does not send DTMF") }
+            guard !tones.isEmpty, tones.allSatisfy({ "0123456789*#ABCDabcd,".contains($0) }) else {
+                throw Failure(description: "WebRTC refuses the tones \(tones)")
+            }
             guard !closed, iceState == .connected else { throw Failure(description: "DTMF without connected media") }
             tonesSent += tones
         }

@@ -128,6 +128,7 @@ extension OneIPhone {
             await peer.setAudioEncoding(BitrateController.Setting(bitrateKbps: 24, fec: true, expectedLossPct: 10))
             #expect(rtc.standInSenders.first?.parameters.encodings.first?.maxBitrateBps == NSNumber(value: 24000))
 
+            #expect(peer.canSendDTMF, "the audio sender's dtmfSender says it can insert")
             try await peer.sendDTMF("12#")
             #expect(rtc.standInSenders.first?.standInTones == "12#")
             await #expect(throws: (any Error).self) { try await peer.sendDTMF("hello") }

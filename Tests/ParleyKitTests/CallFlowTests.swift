@@ -57,7 +57,12 @@ struct CallFlowTests {
         #expect(bobPeer.muted)
         try await eventually("alice hears of it") { alice.events.contains(.remoteUpdated(call, muted: true, held: nil)) }
 
-        // DTMF goes out on the media; nonsense tones are refused.
+        // DTMF: an engine that cannot send it (the GStreamer engine) fails the action at once and
+        // sends nothing; one that can (WebRTC's) sends it on the media; nonsense tones are refused.
+        let refused = alice.provider.perform { .playDTMF($0, call: call, digits: "12#") }
+        try await eventually("DTMF refused by an engine without it") { alice.provider.outcome(of: refused) == false }
+        #expect(alicePeer.tonesSent == "")
+        alicePeer.sendsDTMF = true
         let dtmf = alice.provider.perform { .playDTMF($0, call: call, digits: "12#") }
         try await eventually("DTMF fulfilled") { alice.provider.outcome(of: dtmf) == true }
         #expect(alicePeer.tonesSent == "12#")

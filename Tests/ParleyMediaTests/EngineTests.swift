@@ -209,6 +209,9 @@ struct EngineTests {
         let peer = try await GStreamerEngine(configuration: configuration, logger: testLogger).makePeerConnection(PeerConnectionConfiguration(iceServers: []))
         await #expect(throws: MediaEngineError.self) { try await peer.setRemoteDescription(SessionDescription(type: "offer", sdp: "not sdp")) }
         await #expect(throws: MediaEngineError.self) { try await peer.setRemoteDescription(SessionDescription(type: "bogus", sdp: "v=0\r\n")) }
+        // No RFC 4733 sender: the engine says so before the SDK asks, and refuses if asked.
+        #expect(!peer.canSendDTMF)
+        await #expect(throws: MediaEngineError.self) { try await peer.sendDTMF("1") }
         await peer.close()
         await #expect(throws: MediaEngineError.self) { _ = try await peer.createOffer(iceRestart: false) }
     }
