@@ -9,11 +9,15 @@ import Glibc
 /// PostgreSQL refuses to run as root; as root the cluster belongs to Debian's `postgres` user
 /// (`setpriv` drops to it). Each `database()` is a new, empty database for one test.
 public final class PostgresServer: @unchecked Sendable {
-    public let process: Process
+    /// The running server's process (a new one after `restart()`).
+    public var process: Process { lock.withLock { current } }
     public let directory: URL
     public let port: Int
     private let binaries: String
     private let log: URL
+    private let owner: (uid: uid_t, gid: gid_t)?
+    private let maxConnections: Int
+    private var current: Process
     private let lock = NSLock()
     private var databases = 0
 
@@ -47,34 +51,54 @@ public final class PostgresServer: @unchecked Sendable {
             throw TestFailure("initdb failed: \(initdb.output.suffix(2000))")
         }
         let server = try PostgresServer(binaries: binaries, directory: directory, port: port, owner: owner, maxConnections: maxConnections)
-        do {
-            try await eventually(timeout: .seconds(20), "PostgreSQL accepting connections in \(directory.path)") {
-                guard server.process.isRunning else { throw TestFailure("postgres exited: \(server.output.suffix(2000))") }
-                return try Self.run(binaries + "/pg_isready", as: nil, ["-q", "-h", directory.path, "-p", "\(port)"]).status == 0
-            }
-        } catch {
+        do { try await server.ready() } catch {
             server.stop()
             throw error
         }
         return server
     }
 
+    /// Stops PostgreSQL as an operator's restart does (a fast shutdown: every connection is closed)
+    /// and starts it again on the same data; returns once it accepts connections.
+    public func restart() async throws {
+        stopProcess(process, with: SIGINT, grace: 5)
+        let next = try Self.launch(binaries: binaries, directory: directory, port: port, owner: owner, maxConnections: maxConnections, log: log)
+        lock.withLock { current = next }
+        try await ready()
+    }
+
+    private func ready() async throws {
+        try await eventually(timeout: .seconds(20), "PostgreSQL accepting connections in \(directory.path)") {
+            guard self.process.isRunning else { throw TestFailure("postgres exited: \(self.output.suffix(2000))") }
+            return try Self.run(self.binaries + "/pg_isready", as: nil, ["-q", "-h", self.directory.path, "-p", "\(self.port)"]).status == 0
+        }
+    }
+
     private init(binaries: String, directory: URL, port: Int, owner: (uid: uid_t, gid: gid_t)?, maxConnections: Int) throws {
         self.binaries = binaries
         self.directory = directory
         self.port = port
+        self.owner = owner
+        self.maxConnections = maxConnections
         log = directory.appendingPathComponent("postgres.log")
         guard FileManager.default.createFile(atPath: log.path, contents: nil) else { throw TestFailure("cannot write \(log.path)") }
         if let owner { chown(log.path, owner.uid, owner.gid) }
-        process = Process()
+        current = try Self.launch(binaries: binaries, directory: directory, port: port, owner: owner, maxConnections: maxConnections, log: log)
+    }
+
+    private static func launch(binaries: String, directory: URL, port: Int, owner: (uid: uid_t, gid: gid_t)?, maxConnections: Int,
+                               log: URL) throws -> Process {
+        let process = Process()
         let arguments = [binaries + "/postgres", "-D", directory.appendingPathComponent("data").path, "-k", directory.path,
                          "-p", "\(port)", "-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off",
                          "-c", "full_page_writes=off", "-c", "max_connections=\(maxConnections)"]
-        (process.executableURL, process.arguments) = Self.command(arguments, as: owner)
+        (process.executableURL, process.arguments) = command(arguments, as: owner)
         let output = try FileHandle(forWritingTo: log)
+        output.seekToEndOfFile()
         process.standardOutput = output
         process.standardError = output
         try process.run()
+        return process
     }
 
     /// Creates a new, empty database and answers its name (`url(database:)` makes its URL).

@@ -21,6 +21,13 @@ struct ClusterCallTests {
         case killTheOtherNode
         /// SIGTERM and start again, one node after the other; both clients move twice.
         case rollingRestart
+        /// Three nodes, and `kill -9` of the one running the call: one of the two left takes it
+        /// over, not both; alice's door sends her to the third.
+        case killTheCallsNodeOfThree
+        /// PostgreSQL restarts under the nodes: each loses its listening connection and stops (it
+        /// would otherwise run deaf), and is started again, as a supervisor does, once PostgreSQL
+        /// is back. Every session is new then; the call is known from the database and goes on.
+        case restartPostgreSQL
         var testDescription: String { rawValue }
     }
 
@@ -64,13 +71,17 @@ struct ClusterCallTests {
         defer { if one.process.isRunning { one.process.terminate() } }
         var two = try await ServeProcess(port: 0, database: database)
         defer { if two.process.isRunning { two.process.terminate() } }
-        // Alice's door prefers node one, Bob's node two; each falls back to the other.
-        let balancer = try await HAProxy.start(preferences: [[one.port, two.port], [two.port, one.port]])
+        let three = disruption == .killTheCallsNodeOfThree ? try await ServeProcess(port: 0, database: database) : nil
+        defer { if let three, three.process.isRunning { three.process.terminate() } }
+        // Alice's door prefers node one, Bob's node two; each falls back to the other (to the
+        // third first, if there is one).
+        let balancer = try await HAProxy.start(preferences: [[one.port] + [three?.port, two.port].compactMap { $0 },
+                                                             [two.port] + [three?.port, one.port].compactMap { $0 }])
         defer { balancer.stop() }
         let aliceDoor = "http://127.0.0.1:\(balancer.ports[0])", bobDoor = "http://127.0.0.1:\(balancer.ports[1])"
         let seconds = 18.0
 
-        let nodes = { ["http://127.0.0.1:\(one.port)", "http://127.0.0.1:\(two.port)"] }
+        let nodes = { [one.port, two.port, three?.port].compactMap { $0 }.map { "http://127.0.0.1:\($0)" } }
         let logs = [directory.appendingPathComponent("alice.jsonl"), directory.appendingPathComponent("bob.jsonl")]
         let listener = try SoftphoneCommandTests.start(["listen", "--server", bobDoor, "--as", "bob", "--play", "tone:660",
                                                         "--record", directory.appendingPathComponent("bob.wav").path, "--once", "--answer", "auto",
@@ -87,7 +98,7 @@ struct ClusterCallTests {
         let first = try owner()
         #expect(first.hasPrefix("n"), "the call has a node: \(first)")
         switch disruption {
-        case .killTheCallsNode:
+        case .killTheCallsNode, .killTheCallsNodeOfThree:
             await one.stop(SIGKILL)
         case .killTheOtherNode:
             await two.stop(SIGKILL)
@@ -98,6 +109,14 @@ struct ClusterCallTests {
             try await CallChecks.waitForSessions(2, on: nodes(), "both phones are on a node again")
             try await CallChecks.waitUntilHearing(logs, reports: Self.reports(in: logs) + 2)
             await two.stop(SIGTERM)
+            two = try await ServeProcess(port: two.port, database: database)
+        case .restartPostgreSQL:
+            try await postgres.restart()
+            for node in [one, two] {
+                try await eventually(timeout: .seconds(20), "the node on port \(node.port) stops") { !node.process.isRunning }
+                #expect(node.process.terminationStatus != 0, "a node that lost its listening connection fails, for its supervisor to see")
+            }
+            one = try await ServeProcess(port: one.port, database: database)
             two = try await ServeProcess(port: two.port, database: database)
         }
 
@@ -121,6 +140,7 @@ struct ClusterCallTests {
         try CallChecks.expectToneInEveryWindow(directory, seconds: seconds)
 
         // One call, ended once by the hangup, with the whole duration, whichever node is asked.
+        #expect(try postgres.psql("SELECT count(*) FROM call", database: name) == "1", "one row of the call in the database")
         for door in [aliceDoor, bobDoor] {
             let calls = try await CallChecks.calls(of: "alice", at: door)
             #expect(calls.count == 1, "\(calls)")
@@ -129,5 +149,6 @@ struct ClusterCallTests {
         }
         await one.stop(SIGTERM)
         await two.stop(SIGTERM)
+        await three?.stop(SIGTERM)
     }
 }
