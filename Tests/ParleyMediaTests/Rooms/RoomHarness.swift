@@ -131,6 +131,11 @@ final class RoomEvents: @unchecked Sendable {
         return found!
     }
 
+    /// When the last event matching came, if one did.
+    func last(_ matches: (RoomEvent) -> Bool) -> ContinuousClock.Instant? {
+        lock.withLock { events }.last { matches($0.event) }?.at
+    }
+
     /// How many events matching came after `since`.
     func count(since: ContinuousClock.Instant, _ matches: (RoomEvent) -> Bool) -> Int {
         lock.withLock { events }.filter { $0.at > since && matches($0.event) }.count

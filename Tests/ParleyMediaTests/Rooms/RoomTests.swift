@@ -22,7 +22,7 @@ struct RoomTests {
             let (bobRoom, bobHears) = try await lab.join(bob)
             try await bobHears.wait("bob sees alice") { if case .joined(_, let people) = $0 { Set(people.map(\.display)) == ["alice", "bob"] } else { false } }
             try await aliceHears.wait("alice sees bob join") { if case .memberJoined(let member) = $0 { member.display == "bob" } else { false } }
-            try await bobHears.wait("bob's media up") { $0 == .connected }
+            let bobConnected = try await bobHears.wait("bob's media up") { $0 == .connected }
             try await bobHears.wait("bob hears the room") { $0 == .hearing }
 
             // Talking starts and stops with alice's bursts; bob, silent, never talks.
@@ -37,7 +37,10 @@ struct RoomTests {
             #expect(changes.filter { $0 }.count >= 2 && changes.filter { !$0 }.count >= 2, "\(changes)")
             #expect(aliceHears.talking(of: "bob").allSatisfy { !$0 }, "bob sends silence")
 
-            // Alice mutes: bob is told, and hears silence from then on.
+            // Alice mutes (once bob has had seven seconds of the room to judge): bob is told, and
+            // hears silence from then on.
+            try await Task.sleep(until: bobConnected + .seconds(7), clock: .continuous)
+            let muting = ContinuousClock.now
             try await aliceRoom.setMuted(true)
             try await bobHears.wait("bob sees alice muted") { if case .muted(let member, true) = $0 { member.display == "alice" } else { false } }
             try await Task.sleep(for: .seconds(4))  // the recording's last seconds, checked below, are all after the mute
@@ -45,18 +48,61 @@ struct RoomTests {
             try await aliceHears.wait("alice sees bob leave") { if case .memberLeft(let member) = $0 { member.display == "bob" } else { false } }
             await bob.stop()
 
-            let heard = try WAV.read(lab.recording("bob"))
-            let bursts = stride(from: 0.0, to: max(0, heard.duration - 5), by: 0.5).filter { start in
-                AudioAnalysis.dominantFrequency(heard.mono(from: start, length: 0.5), sampleRate: heard.sampleRate).map { abs($0 - 440) <= 2 } == true
+            // Alice's bursts (one second in three) in every three seconds of bob's recording, from
+            // his media connecting to her mute (the recording starts as his media connects).
+            let heard = try Recording(lab.recording("bob"))
+            let muted = (muting - bobConnected).seconds
+            #expect(muted >= 6 && heard.audio.duration >= muted, "bob recorded \(heard.audio.duration) s; alice muted at \(muted) s")
+            let quiet = stride(from: 0.0, through: muted - 3, by: 3).filter { start in
+                !stride(from: start, to: start + 3, by: 0.25).contains { at in
+                    heard.dominantFrequency(from: at, length: 0.5).map { abs($0 - 440) <= 2 } == true
+                }
             }
-            #expect(bursts.count >= 2, "bob heard alice's 440 Hz through the mixer")
-            let after = heard.mono(from: heard.duration - 3)
+            #expect(quiet.isEmpty, "no burst of alice in the 3 s from \(quiet) s, before her mute at \(muted) s")
+            let after = heard.audio.mono(from: heard.audio.duration - 3)
             #expect(AudioAnalysis.isSilent(after), "muted alice is silent at bob's: \(AudioAnalysis.level(after)) dBFS")
         }
     }
 }
 
 extension RoomTests {
+    /// Two members with steady tones: each hears the other in every half second from the moment
+    /// both are in to the leave, on the wall clock (a receiver writes only what it decodes, so the
+    /// recording must last that long), and never itself (AudioBridge sends each member the mix of
+    /// the others).
+    @Test func eachMemberHearsTheOtherInEveryWindowAndNeverItself() async throws {
+        try await RoomLab.run { lab in
+            let alice = try await lab.phone("alice", input: .tone(hertz: 440), record: true)
+            let bob = try await lab.phone("bob", input: .tone(hertz: 660), record: true)
+            let (aliceRoom, aliceHears) = try await lab.join(alice)
+            let aliceConnected = try await aliceHears.wait("alice's media up") { $0 == .connected }
+            let (bobRoom, bobHears) = try await lab.join(bob)
+            let bobConnected = try await bobHears.wait("bob's media up") { $0 == .connected }
+            try await bobHears.wait("bob hears the room") { $0 == .hearing }
+            try await aliceHears.wait("alice sees bob talk") { if case .talking(let member, true) = $0 { member.display == "bob" } else { false } }
+            try await Task.sleep(for: .seconds(6))  // the stretch the recordings are judged on
+            let left = ContinuousClock.now
+            await aliceRoom.leave()
+            await bobRoom.leave()
+            await alice.stop()
+            await bob.stop()
+
+            // Alice's recording starts as her media connects, a while before bob is in the room.
+            let bobIn = (bobConnected - aliceConnected).seconds + 1.5
+            for (who, hertz, connected, from, other) in [("alice", 660.0, aliceConnected, bobIn, 440.0), ("bob", 440.0, bobConnected, 1.5, 660.0)] {
+                let recording = try Recording(lab.recording(UserID(rawValue: who)!))
+                let spanned = (left - connected).seconds
+                #expect(recording.audio.duration > spanned - 1, "\(who) recorded \(recording.audio.duration) s of the \(spanned) s from media up to the leave")
+                let check = recording.toneInEveryWindow(hertz, from: from, to: recording.audio.duration - 0.5)
+                #expect(check.passed, "\(who): \(check)")
+                let samples = recording.audio.mono(from: from)
+                let own = AudioAnalysis.toneAmplitude(samples, frequency: other, sampleRate: recording.audio.sampleRate)
+                let heard = AudioAnalysis.toneAmplitude(samples, frequency: hertz, sampleRate: recording.audio.sampleRate)
+                #expect(own < heard / 30, "\(who) hears their own \(Int(other)) Hz (amplitude \(own), the other's \(heard))")
+            }
+        }
+    }
+
     @Test func parleyRoomJoinPrintsWhoIsThereAndWhoTalks() async throws {
         try await RoomLab.run { lab in
             let bob = try await lab.phone("bob", input: .tone(hertz: 660))
@@ -116,7 +162,7 @@ struct RoomRestartTests {
         let pattern = directory.appendingPathComponent("bursts.wav")
         try RoomLab.writeBursts(to: pattern)
         let alice = try await RoomLab.phone(server, "alice", input: .file(pattern, loop: true), record: nil)
-        let bob = try await RoomLab.phone(server, "bob", input: .silence, record: nil)
+        let bob = try await RoomLab.phone(server, "bob", input: .silence, record: directory.appendingPathComponent("bob.wav"))
         let (aliceRoom, aliceHears) = try await RoomLab.join(alice)
         let (bobRoom, bobHears) = try await RoomLab.join(bob)
         try await bobHears.wait("bob hears alice talk") { if case .talking(let member, true) = $0 { member.display == "alice" } else { false } }
@@ -138,10 +184,26 @@ struct RoomRestartTests {
             bobHears.talking(of: "alice", since: rejoinedAt).count >= 4
         }
         #expect(bobHears.count(since: restartedAt) { $0 == .hearing } >= 1, "bob's new media connection decodes audio")
+        // Nine seconds of the new connection to judge: three of alice's bursts.
+        let connected = try #require(bobHears.last { $0 == .connected })
+        try await Task.sleep(until: connected + .seconds(9), clock: .continuous)
+        let left = ContinuousClock.now
         await aliceRoom.leave()
         await bobRoom.leave()
         await alice.stop()
         await bob.stop()
         try await server.stop()
+
+        // The new media connection has a recording of its own (the engine numbers them): alice's
+        // bursts (one second in three) in every three seconds of it, from its start to the leave.
+        let recording = try Recording(directory.appendingPathComponent("bob-2.wav"))
+        let spanned = (left - connected).seconds
+        #expect(recording.audio.duration > spanned - 1, "bob recorded \(recording.audio.duration) s of the \(spanned) s of his second media connection")
+        let quiet = stride(from: 0.0, through: recording.audio.duration - 3, by: 3).filter { start in
+            !stride(from: start, to: start + 3, by: 0.25).contains { at in
+                recording.dominantFrequency(from: at, length: 0.5).map { abs($0 - 440) <= 2 } == true
+            }
+        }
+        #expect(recording.audio.duration >= 6 && quiet.isEmpty, "no burst of alice in the 3 s from \(quiet) s of \(recording.audio.duration) s")
     }
 }
