@@ -26,7 +26,9 @@ final class Bridge: @unchecked Sendable {
     private var localMids: [String?] = []
     private var localSDP: String?
     private var videoFrames = 0
+    private var videoChanges = 0
     private var lastVideoColor: FrameColor?
+    private var lastVideoSamples: [UInt8] = []
     private var remoteMids: [String?] = []
     private var localCandidates: [IceCandidate] = []
     private var gatheringComplete = false
@@ -104,22 +106,35 @@ final class Bridge: @unchecked Sendable {
     }
     var receivedVideoFrames: Int { lock.withLock { videoFrames } }
 
-    /// A decoded RGB frame arrived: counted, and its average colour noted (from a sample of pixels).
+    /// A decoded RGB frame arrived: counted, its average colour noted (from a sample of pixels, every
+    /// 61st), and whether it differs from the one before: some sampled channel moved by more than
+    /// coding noise does (48 of 255), as a moving picture does and a frozen one does not.
     func videoFrame(_ rgb: UnsafeRawBufferPointer?) {
         var color: FrameColor?
+        var samples: [UInt8] = []
         if let rgb, rgb.count >= 3 {
-            var sums = (0, 0, 0), samples = 0
+            var sums = (0, 0, 0)
+            samples.reserveCapacity(rgb.count / 61 + 3)
             for offset in stride(from: 0, to: rgb.count - 2, by: 3 * 61) {
                 sums.0 += Int(rgb[offset]); sums.1 += Int(rgb[offset + 1]); sums.2 += Int(rgb[offset + 2])
-                samples += 1
+                samples += [rgb[offset], rgb[offset + 1], rgb[offset + 2]]
             }
-            color = FrameColor(red: sums.0 / samples, green: sums.1 / samples, blue: sums.2 / samples)
+            let count = samples.count / 3
+            color = FrameColor(red: sums.0 / count, green: sums.1 / count, blue: sums.2 / count)
         }
         lock.withLock {
             videoFrames += 1
             if let color { lastVideoColor = color }
+            if samples.count == lastVideoSamples.count,
+               zip(samples, lastVideoSamples).contains(where: { abs(Int($0) - Int($1)) > 48 }) {
+                videoChanges += 1
+            }
+            lastVideoSamples = samples
         }
     }
+
+    /// Decoded video frames that differed from the frame before.
+    var receivedVideoChanges: Int { lock.withLock { videoChanges } }
 
     var receivedVideoColor: FrameColor? { lock.withLock { lastVideoColor } }
     func rememberRemote(_ sdp: String) { lock.withLock { remoteMids = SDPText.mids(sdp) } }

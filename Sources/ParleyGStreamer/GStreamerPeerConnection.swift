@@ -40,6 +40,9 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public var receivedVideoColor: FrameColor? { bridge.receivedVideoColor }
     /// Decoded video frames received so far.
     public var receivedVideoFrames: Int { bridge.receivedVideoFrames }
+    /// How many of them differed from the frame before: a moving picture's grow with its frames, a
+    /// frozen one's do not.
+    public var receivedVideoChanges: Int { bridge.receivedVideoChanges }
     /// How many ICE restarts this connection went through, started by either side.
     public var iceRestartCount: Int { lock.withLock { restarts } }
     /// The ICE username fragments in force, ours and the far side's: each ICE restart changes both.
@@ -173,7 +176,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                                                       encoding: startEncoding)]
         if video {
             let vp8 = offer.flatMap { SDPText.payloadType(of: "VP8", in: $0) } ?? PipelineDescription.vp8PayloadType
-            chains.append(PipelineDescription.videoSender(configuration, payloadType: vp8))
+            chains.append(PipelineDescription.videoSender(configuration, payloadType: vp8, held: lock.withLock { microphone.held }))
         }
         for chain in chains {
             var error: UnsafeMutablePointer<CChar>?
@@ -467,12 +470,20 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
 
     /// One `mute` property carries both switches, so it is always set from both, under the lock so
     /// that a mute and a hold at once cannot leave the older value behind.
+    /// Applies the switches to the send chains: the microphone is muted unless it `sends`, and a
+    /// video call's camera sends no frame while held (as WebRTC's camera track is disabled then).
     private func updateMicrophone(_ change: (inout MicrophoneSwitches) -> Void = { _ in }) {
         lock.withLock {
             change(&microphone)
-            guard !closed, let element = parley_bin_get(pipeline, "microphone") else { return }
-            parley_set_bool(element, "mute", microphone.sends ? 0 : 1)
-            parley_object_unref(element)
+            guard !closed else { return }
+            if let element = parley_bin_get(pipeline, "microphone") {
+                parley_set_bool(element, "mute", microphone.sends ? 0 : 1)
+                parley_object_unref(element)
+            }
+            if let camera = parley_bin_get(pipeline, "camera") {
+                parley_set_bool(camera, "drop", microphone.held ? 1 : 0)
+                parley_object_unref(camera)
+            }
         }
     }
 

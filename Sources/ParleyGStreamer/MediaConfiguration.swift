@@ -46,9 +46,12 @@ public struct VideoInput: Hashable, Sendable {
     public var height = 240
     public var framesPerSecond = 15
     public var bitrateKbps = 300
-    /// A solid picture of this colour (0xRRGGBB) instead of the moving test pattern: tests tell
-    /// which side's picture arrived by it.
+    /// A still picture of this one colour (0xRRGGBB) instead of the moving test pattern: a frozen
+    /// picture, for tests.
     public var solidColor: UInt32?
+    /// The moving test pattern (a white ball) on this colour (0xRRGGBB) instead of black: tests
+    /// tell which side's picture arrived by its colour, and that it moves.
+    public var background: UInt32?
     public init() {}
 }
 

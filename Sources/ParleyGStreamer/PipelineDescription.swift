@@ -46,13 +46,14 @@ enum PipelineDescription {
             + " ! capsfilter name=\(audioCaps) caps=\"application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,encoding-params=(string)2,useinbandfec=(string)1,minptime=(string)10,payload=\(payloadType),ssrc=(uint)\(randomSSRC())\""
     }
 
-    /// The video send chain: a moving test pattern in VP8 as `payloadType`.
-    static func videoSender(_ configuration: MediaEngineConfiguration, payloadType: Int) -> String {
+    /// The video send chain: a moving test pattern in VP8 as `payloadType`. The `camera` valve
+    /// drops every frame while the call is held (`held`: how it starts).
+    static func videoSender(_ configuration: MediaEngineConfiguration, payloadType: Int, held: Bool = false) -> String {
         let v = configuration.video
         let source = v.solidColor.map { String(format: "videotestsrc is-live=true pattern=solid-color foreground-color=0xff%06x", $0) }
-            ?? "videotestsrc is-live=true pattern=ball"
+            ?? "videotestsrc is-live=true pattern=ball" + (v.background.map { String(format: " background-color=0xff%06x", $0) } ?? "")
         return source + " ! video/x-raw,width=\(v.width),height=\(v.height),framerate=\(v.framesPerSecond)/1"
-            + " ! videoconvert ! queue ! vp8enc deadline=1 cpu-used=8 keyframe-max-dist=60 target-bitrate=\(v.bitrateKbps * 1000)"
+            + " ! videoconvert ! valve name=camera drop=\(held) ! queue ! vp8enc deadline=1 cpu-used=8 keyframe-max-dist=60 target-bitrate=\(v.bitrateKbps * 1000)"
             + " ! rtpvp8pay pt=\(payloadType) ! queue"
             + " ! capsfilter name=\(videoCaps) caps=\"application/x-rtp,media=video,encoding-name=VP8,clock-rate=90000,payload=\(payloadType),ssrc=(uint)\(randomSSRC())\""
     }

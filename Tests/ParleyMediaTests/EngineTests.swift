@@ -157,8 +157,9 @@ struct EngineTests {
 
     @Test func videoFlowsWhenTheCallAsksForIt() async throws {
         let (orange, teal) = (FrameColor(rgb: 0xE07020), FrameColor(rgb: 0x20A0A0))
+        // A sends the moving pattern on orange; B a still teal picture, as a frozen camera would.
         let call = try await DirectCall({ a, b in
-            a.video.solidColor = 0xE07020
+            a.video.background = 0xE07020
             b.video.solidColor = 0x20A0A0
         }, media: MediaSpec(audio: true, video: true))
         try await eventually(timeout: .seconds(10), "video frames both ways") { call.a.receivedVideoFrames > 10 && call.b.receivedVideoFrames > 10 }
@@ -167,6 +168,29 @@ struct EngineTests {
             call.b.receivedVideoColor.map { $0.isClose(to: orange) } == true && call.a.receivedVideoColor.map { $0.isClose(to: teal) } == true
         }
         #expect(call.a.receivedVideoColor.map { $0.isClose(to: orange) } == false)
+        // The moving picture changes from frame to frame at B's; the still one never does at A's:
+        // the motion check tells a frozen picture from a live one.
+        func motion(over seconds: Double) async throws -> (a: (frames: Int, changes: Int), b: (frames: Int, changes: Int)) {
+            let before = (a: (call.a.receivedVideoFrames, call.a.receivedVideoChanges), b: (call.b.receivedVideoFrames, call.b.receivedVideoChanges))
+            try await Task.sleep(for: .seconds(seconds))
+            return ((call.a.receivedVideoFrames - before.a.0, call.a.receivedVideoChanges - before.a.1),
+                    (call.b.receivedVideoFrames - before.b.0, call.b.receivedVideoChanges - before.b.1))
+        }
+        let live = try await motion(over: 2)
+        #expect(live.b.frames >= 20 && live.b.changes >= live.b.frames * 3 / 4, "the moving picture at B's: \(live.b)")
+        #expect(live.a.frames >= 20 && live.a.changes == 0, "the still picture at A's: \(live.a)")
+
+        // Hold stops the picture; resuming brings it back, moving.
+        await call.a.setOnHold(true)
+        try await Task.sleep(for: .milliseconds(500))  // what was in flight arrives
+        let held = try await motion(over: 1.5)
+        #expect(held.b.frames <= 2, "no picture while held: \(held.b)")
+        await call.a.setOnHold(false)
+        try await eventually(timeout: .seconds(5), "the picture is back") { call.b.receivedVideoFrames > 0 }
+        let resumed = try await motion(over: 2)
+        #expect(resumed.b.frames >= 20 && resumed.b.changes >= resumed.b.frames * 3 / 4, "the moving picture after the hold: \(resumed.b)")
+        #expect(call.b.receivedVideoColor.map { $0.isClose(to: orange) } == true)
+
         // The audio's statistics are found beside video: GStreamer 1.22 labels every bundled
         // stream "video", and a quality report of zeros once hid that.
         try await eventually(timeout: .seconds(5), "the audio's statistics") {
@@ -174,7 +198,7 @@ struct EngineTests {
             return stats.packetsReceived > 50 && stats.packetsSent > 50 && stats.jitterMs != nil
         }
         await call.close()
-        #expect(try tone(call.recordings().b) == 440)
+        #expect(try tone(call.recordings().b, length: 1.5) == 440, "before the hold")
     }
 
     @Test func noiseSuppressionLowersANoiseOnlyInput() async throws {
