@@ -150,6 +150,43 @@ struct CallTests {
         }
     }
 
+    /// A video call through the server: each side sees the other's picture (its colour) moving
+    /// (frames that differ from the one before), through an ICE restart; hold stops alice's
+    /// picture at bob's, and it moves again once resumed.
+    @Test func aVideoCallKeepsAMovingPictureThroughAnICERestartAndHold() async throws {
+        try await withCall(video: true) { call in
+            let alicePeer = try #require(await call.alice.peerConnection(of: call.id))
+            let bobPeer = try #require(await call.bob.peerConnection(of: call.id))
+            let (orange, teal) = (FrameColor(rgb: 0xE07020), FrameColor(rgb: 0x20A0A0))
+            func expectMoving(_ when: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+                let before = [(alicePeer.receivedVideoFrames, alicePeer.receivedVideoChanges), (bobPeer.receivedVideoFrames, bobPeer.receivedVideoChanges)]
+                try await Task.sleep(for: .seconds(2))
+                for (index, (peer, color, who)) in [(alicePeer, teal, "alice"), (bobPeer, orange, "bob")].enumerated() {
+                    let frames = peer.receivedVideoFrames - before[index].0, changes = peer.receivedVideoChanges - before[index].1
+                    #expect(frames >= 20 && changes >= frames * 3 / 4, "\(who), \(when): \(frames) frames, \(changes) changed", sourceLocation: sourceLocation)
+                    #expect(peer.receivedVideoColor.map { $0.isClose(to: color) } == true, "\(who), \(when): \(String(describing: peer.receivedVideoColor))",
+                            sourceLocation: sourceLocation)
+                }
+            }
+            try await eventually(timeout: .seconds(10), "pictures both ways") { alicePeer.receivedVideoFrames > 10 && bobPeer.receivedVideoFrames > 10 }
+            try await expectMoving("at first")
+
+            await call.alice.networkChanged()
+            try await eventually("ICE restarted") { alicePeer.iceRestartCount == 1 && bobPeer.iceRestartCount == 1 }
+            try await expectMoving("after the ICE restart")
+
+            await call.alice.setHeld(call.id, true)
+            try await Task.sleep(for: .milliseconds(500))  // what was in flight arrives
+            let frames = bobPeer.receivedVideoFrames
+            try await Task.sleep(for: .seconds(1.5))
+            #expect(bobPeer.receivedVideoFrames - frames <= 2, "no picture of alice while she holds")
+            await call.alice.setHeld(call.id, false)
+            try await eventually("alice's picture is back") { bobPeer.receivedVideoFrames > frames + 5 }
+            try await expectMoving("after the hold")
+            try await call.hangUp(by: call.bob)
+        }
+    }
+
     @Test func bothNetworksChangingAtOnceKeepTheCallAndItsAudio() async throws {
         try await withCall { call in
             try await call.talk(for: .seconds(1.5))

@@ -15,13 +15,15 @@ let testLogger: Logger = {
 }()
 
 func makePhone(_ server: LiveServer, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = [],
-               relayOnly: Bool = false) throws -> Softphone {
-    try makePhone(URL(string: server.baseURL)!, user, tone: tone, record: record, dataChannels: dataChannels, relayOnly: relayOnly)
+               relayOnly: Bool = false, picture: UInt32? = nil) throws -> Softphone {
+    try makePhone(URL(string: server.baseURL)!, user, tone: tone, record: record, dataChannels: dataChannels, relayOnly: relayOnly, picture: picture)
 }
 
+/// `picture`: a video call sends the moving test pattern on this colour (0xRRGGBB).
 func makePhone(_ server: URL, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = [],
-               relayOnly: Bool = false) throws -> Softphone {
+               relayOnly: Bool = false, picture: UInt32? = nil) throws -> Softphone {
     var media = MediaEngineConfiguration()
+    media.video.background = picture
     media.input = .tone(hertz: tone)
     media.output = record.map { .file($0) } ?? .null
     // Loopback only: libnice skips loopback unless told to use it.
@@ -136,7 +138,8 @@ struct ToneCheck: CustomStringConvertible {
     }
 }
 
-func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, aliceThrough proxy: TCPProxy? = nil,
+/// `video`: a video call, alice's picture the moving pattern on orange (0xE07020), bob's on teal (0x20A0A0).
+func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, video: Bool = false, aliceThrough proxy: TCPProxy? = nil,
               server configure: (inout ServerConfiguration) -> Void = { _ in },
               _ body: (LiveCall) async throws -> Void) async throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-call-\(UUID().uuidString.prefix(8))")
@@ -146,13 +149,13 @@ func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, ali
     proxy?.connect(to: server.port)
     let aliceServer = proxy.map { URL(string: $0.url)! } ?? URL(string: server.baseURL)!
     let alice = try makePhone(aliceServer, "alice", tone: 440, record: directory.appendingPathComponent("alice.wav"), dataChannels: dataChannels,
-                              relayOnly: relayOnly)
-    let bob = try makePhone(server, "bob", tone: 660, record: directory.appendingPathComponent("bob.wav"), relayOnly: relayOnly)
+                              relayOnly: relayOnly, picture: 0xE07020)
+    let bob = try makePhone(server, "bob", tone: 660, record: directory.appendingPathComponent("bob.wav"), relayOnly: relayOnly, picture: 0x20A0A0)
     try await alice.start()
     try await bob.start()
     let aliceLog = EventCollector(alice.events)
     let bobLog = EventCollector(bob.events)
-    let id = await alice.call("bob")
+    let id = await alice.call("bob", video: video)
     try await eventually { bobLog.events.contains { if case .incoming(id, from: "alice", _, _) = $0 { true } else { false } } }
     await bob.answer(id)
     try await eventually(timeout: .seconds(15), "call connected") {
