@@ -227,6 +227,12 @@ enum Console {
             lines.append(String(format: "  quality              MOS %.2f (%d/5)  RTT %.0f ms  loss %.1f%%  jitter %.0f ms  %.0f kbps",
                                 q.mos, q.score, q.rttMs, q.lossPct, q.jitterMs, q.bitrateKbps))
         }
+        if let video = timeline.video {
+            let picture = video.frames == 0 ? "no picture was received from \(timeline.remote)"
+                : video.changed * 2 < video.frames ? "\(video.frames) frames, the picture frozen (\(video.changed) changed)"
+                : "\(video.frames) frames, the picture moving (\(video.changed) changed)"
+            lines.append("  video                \(picture)")
+        }
         for file in timeline.recordedFiles {
             lines.append("  call recording       \(file.path) (" + String(format: "%.1f–%.1f s of the call, ", file.startSeconds, file.endSeconds)
                          + "\(file.layout.rawValue))")

@@ -69,7 +69,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private var localChannels: [DataChannel] = []
     private var restarts = 0
     private let configuration: MediaEngineConfiguration
-    private let video: Bool
+    /// Whether the call sends and receives video.
+    public let video: Bool
     /// Whether the send chains are linked into webrtcbin yet.
     private var sending = false
     private var microphone = MicrophoneSwitches()

@@ -89,6 +89,9 @@ public struct CallTimeline: Sendable {
     public var receivingMedia = true
     public var bitrate: BitrateController.Setting?
     public var recording: URL?
+    /// A video call's pictures received so far, and how many differed from the one before (a
+    /// frozen picture's do not); nil for a voice call.
+    public var video: (frames: Int, changed: Int)?
     /// From the invite's acknowledgement: the callee's ringing devices and pushes sent.
     public var devices: Int?
     public var pushed: Int?
@@ -464,6 +467,7 @@ public actor Softphone {
             timeline.firstAudio = peer.remoteAudioStartedAt
             timeline.iceConnected = peer.iceConnectedAt
             timeline.recording = peer.recording
+            if peer.video { timeline.video = (peer.receivedVideoFrames, peer.receivedVideoChanges) }
         }
         return timeline
     }

@@ -145,6 +145,25 @@ struct SoftphoneCommandTests {
         try await server.stop()
     }
 
+    /// `parley call --video` through the server: each side's summary says how many pictures came
+    /// and that they moved (frames that differ from the one before; a frozen picture says so).
+    @Test func aVideoCallBetweenTheCommandsShowsEachSideAMovingPicture() async throws {
+        let server = try await LiveServer.start()
+        let listener = try Self.start(["listen", "--server", server.baseURL, "--as", "bob", "--play", "tone:660", "--video", "--once", "--answer", "auto"])
+        defer { if listener.0.isRunning { listener.0.terminate() } }
+        try await CallChecks.waitForSessions(1, on: [server.baseURL], "bob registers")
+        let caller = try await Self.run(["call", "bob", "--server", server.baseURL, "--as", "alice", "--play", "tone:440", "--video", "--duration", "3"])
+        let callee = await Self.finish(listener)
+        #expect(caller.status == 0, "\(caller.output)\(caller.errors)")
+        #expect(callee.status == 0, "\(callee.output)\(callee.errors)")
+        for (who, result) in [("alice", caller), ("bob", callee)] {
+            let line = result.output.split(separator: "\n").first { $0.hasPrefix("  video ") }.map(String.init) ?? ""
+            let frames = line.split(separator: " ").compactMap { Int($0) }.first ?? 0
+            #expect(line.contains("the picture moving") && frames >= 30, "\(who): \(result.output)")
+        }
+        try await server.stop()
+    }
+
     @Test func aDeclinedCallSaysSoOnBothSides() async throws {
         let server = try await LiveServer.start()
         let listener = try Self.start(["listen", "--server", server.baseURL, "--as", "bob", "--play", "silence", "--once", "--answer", "never"])
