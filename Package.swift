@@ -10,6 +10,7 @@ import PackageDescription
 //   ParleyLocalServices  Debian's Janus run privately on a veth pair, for the room benchmark and tests
 //   ParleyKit       the client SDK core: signaling client, calls, negotiation, quality; no platform framework
 //   ParleyNIOTransport  the SDK's WebSocket signaling transport on SwiftNIO (Linux, macOS)
+//   ParleyWebSocket     the one text WebSocket client (swift-websocket) of the Janus client, the SDK's NIO transport and the bench
 //   ParleyGStreamer the Linux media engine: the SDK's PeerConnection on GStreamer webrtcbin (C shim in CParleyGst)
 //   ParleyAvahi     LAN discovery on Linux: DNS-SD through the Avahi daemon (C API in CAvahi)
 //   ParleySoftphone a headless softphone on the SDK and the GStreamer engine (`parley call/listen/demo`)
@@ -209,13 +210,25 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
-            name: "ParleyNIOTransport",
+            name: "ParleyWebSocket",
             dependencies: [
-                "ParleyKit",
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ParleyNIOTransport",
+            dependencies: [
+                "ParleyKit",
+                "ParleyWebSocket",
+                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -235,7 +248,7 @@ let package = Package(
             name: "ParleyJanus",
             dependencies: [
                 "ParleyProtocol",
-                .product(name: "WSClient", package: "swift-websocket"),
+                "ParleyWebSocket",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -257,12 +270,13 @@ let package = Package(
                 "ParleyLocalServices",
                 "ParleyKit",
                 "ParleyNIOTransport",
+                "ParleyWebSocket",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
-                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -425,6 +439,7 @@ package.targets += appleStandIns + [
         name: "ParleyServerTests",
         dependencies: [
             "ParleyServer",
+            "ParleyWebSocket",
             "ParleyAPNs",
             "ParleyAPNsTesting",
             .product(name: "Crypto", package: "swift-crypto"),

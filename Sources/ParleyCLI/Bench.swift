@@ -5,7 +5,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import ParleyProtocol
-import WSClient
+import ParleyWebSocket
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -333,13 +333,13 @@ struct ChildServer {
 
 /// One benchmark connection: frames in through a stream consumed by one task at a time.
 final class BenchClient: @unchecked Sendable {
-    private let outbound: AsyncStream<String>.Continuation
-    private var inbound: AsyncStream<String>.Iterator
+    private let socket: TextWebSocket
+    private var inbound: AsyncStream<TextWebSocket.Event>.Iterator
     private var counter = 0
     private var received = 0
-    private init(outbound: AsyncStream<String>.Continuation, inbound: AsyncStream<String>) {
-        self.outbound = outbound
-        self.inbound = inbound.makeAsyncIterator()
+    private init(_ socket: TextWebSocket) {
+        self.socket = socket
+        inbound = socket.events.makeAsyncIterator()
     }
 
     /// A token from the server's development endpoint, as a real client's would come.
@@ -365,42 +365,14 @@ final class BenchClient: @unchecked Sendable {
 
     /// A WebSocket connection, nothing said on it yet.
     static func connectRaw(host: String, port: Int, path: String, token: String?) async throws -> BenchClient {
-        let (outStream, outbound) = AsyncStream<String>.makeStream()
-        let (inStream, inbound) = AsyncStream<String>.makeStream()
-        let (ready, readyContinuation) = AsyncStream<(any Error)?>.makeStream()
         var headers = HTTPFields()
         if let token { headers[.authorization] = "Bearer \(token)" }
-        let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, additionalHeaders: headers)
-        Task {
-            do {
-                try await WebSocketClient.connect(url: "ws://\(host):\(port)\(path)", configuration: configuration,
-                                                  logger: Logger(label: "bench", factory: { _ in SwiftLogNoOpLogHandler() })) { input, output, _ in
-                    readyContinuation.yield(nil)
-                    try await withThrowingTaskGroup(of: Void.self) { group in
-                        group.addTask {
-                            for await text in outStream { try await output.write(.text(text)) }
-                            try await output.close(.normalClosure, reason: nil)
-                        }
-                        for try await message in input.messages(maxSize: 1 << 16) {
-                            if case .text(let text) = message { inbound.yield(text) }
-                        }
-                        inbound.finish()
-                        group.cancelAll()
-                    }
-                }
-            } catch {
-                readyContinuation.yield(error)
-            }
-            inbound.finish()
-        }
-        var iterator = ready.makeAsyncIterator()
-        if let failure = await iterator.next() ?? ValidationError("connection closed") { throw failure }
-        return BenchClient(outbound: outbound, inbound: inStream)
+        return BenchClient(try await TextWebSocket.connect(to: "ws://\(host):\(port)\(path)", headers: headers, maxFrameSize: 1 << 16))
     }
 
-    func send(_ text: String) { outbound.yield(text) }
+    func send(_ text: String) { socket.send(text) }
 
-    func close() { outbound.finish() }
+    func close() { socket.close() }
 
     @discardableResult
     func sendRequest(_ type: String, _ fields: String) -> String {
@@ -413,7 +385,7 @@ final class BenchClient: @unchecked Sendable {
     /// Acknowledges server frames now and then, as a real client does, so the server can drop
     /// them from its resume buffer.
     private func next() async -> String? {
-        guard let text = await inbound.next() else { return nil }
+        guard case .text(let text)? = await inbound.next() else { return nil }
         received += 1
         if received % 32 == 0, let range = text.range(of: #""seq":(\d+)"#, options: .regularExpression) {
             send(#"{"type":"ack","\#(text[range])}"#)

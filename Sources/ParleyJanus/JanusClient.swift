@@ -220,14 +220,24 @@ public actor JanusClient {
         }
     }
 
+    /// Keepalives every `keepalive`. One left unanswered within the request timeout means the path
+    /// to Janus went silent without a reset (the socket would not say so for minutes): the
+    /// connection is closed, and its end reported as `disconnected` on `sessionEnded`.
     private func startKeepalive() {
         keepalive?.cancel()
         let interval = keepaliveInterval
         keepalive = Task { [weak self] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: interval)
-                guard !Task.isCancelled else { return }
-                try? await self?.keepaliveNow()
+                guard !Task.isCancelled, let self else { return }
+                do {
+                    try await self.keepaliveNow()
+                } catch JanusError.noAnswer {
+                    await self.transport.close()
+                    return
+                } catch {
+                    // Another answer (the session timed out, the connection closed) is reported where it arrives.
+                }
             }
         }
     }

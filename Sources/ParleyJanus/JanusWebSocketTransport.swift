@@ -1,15 +1,13 @@
-import Foundation
 import HTTPTypes
 import Logging
 import NIOCore
 import NIOPosix
-import WSClient
+import ParleyWebSocket
 
-/// The Janus WebSocket API (subprotocol `janus-protocol`) on swift-websocket.
+/// The Janus WebSocket API (subprotocol `janus-protocol`) on the shared text WebSocket.
 public final class JanusWebSocketTransport: JanusTransport {
     public let incoming: AsyncStream<String>
-    private let outbound: AsyncStream<String?>.Continuation
-    private let task: Task<Void, Never>
+    private let socket: TextWebSocket
 
     /// Connects; throws when Janus cannot be reached or refuses the upgrade.
     public static func connect(to url: String, maxFrameSize: Int = 1 << 20,
@@ -17,58 +15,24 @@ public final class JanusWebSocketTransport: JanusTransport {
                                logger: Logger = Logger(label: "parley.janus", factory: { _ in SwiftLogNoOpLogHandler() })) async throws -> JanusWebSocketTransport {
         var headers = HTTPFields()
         headers[.secWebSocketProtocol] = "janus-protocol"
-        let configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameSize, additionalHeaders: headers)
-        let (outbound, outboundSink) = AsyncStream<String?>.makeStream()
-        let (incoming, incomingSink) = AsyncStream<String>.makeStream()
-        let (ready, readySink) = AsyncStream<(any Error)?>.makeStream()
-        let client = WebSocketClient(url: url, configuration: configuration, eventLoopGroup: eventLoopGroup, logger: logger) { inbound, writer, _ in
-            readySink.yield(nil)
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    for await text in outbound {
-                        guard let text else {
-                            try await writer.close(.normalClosure, reason: nil)
-                            return
-                        }
-                        try await writer.write(.text(text))
-                    }
-                }
-                for try await message in inbound.messages(maxSize: maxFrameSize) {
-                    if case .text(let text) = message { incomingSink.yield(text) }
-                }
-                group.cancelAll()
-            }
-        }
-        let task = Task {
-            do { _ = try await client.run() } catch { readySink.yield(error) }
-            incomingSink.finish()
-            readySink.finish()
-            outboundSink.finish()
-        }
-        var iterator = ready.makeAsyncIterator()
-        switch await withTaskCancellationHandler(operation: { await iterator.next() }, onCancel: { task.cancel() }) {
-        case .some(nil):
-            return JanusWebSocketTransport(incoming: incoming, outbound: outboundSink, task: task)
-        case .some(.some(let error)):
-            throw error
-        case .none:
-            throw JanusError.disconnected
-        }
+        let socket = try await TextWebSocket.connect(to: url, headers: headers, maxFrameSize: maxFrameSize, eventLoopGroup: eventLoopGroup,
+                                                     logger: logger)
+        return JanusWebSocketTransport(socket)
     }
 
-    private init(incoming: AsyncStream<String>, outbound: AsyncStream<String?>.Continuation, task: Task<Void, Never>) {
-        self.incoming = incoming
-        self.outbound = outbound
-        self.task = task
+    private init(_ socket: TextWebSocket) {
+        self.socket = socket
+        incoming = socket.events { if case .text(let text) = $0 { text } else { nil } }
     }
 
     public func send(_ text: String) async throws {
-        if case .terminated = outbound.yield(text) { throw JanusError.disconnected }
+        guard socket.send(text) else { throw JanusError.disconnected }
     }
 
+    /// Closes, waiting at most the socket's close timeout for Janus's answer (a Janus on a path gone
+    /// silent never answers).
     public func close() async {
-        outbound.yield(nil)
-        outbound.finish()
-        await task.value
+        socket.close()
+        await socket.closed()
     }
 }

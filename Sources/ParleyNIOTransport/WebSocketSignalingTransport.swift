@@ -3,8 +3,8 @@ import HTTPTypes
 import Logging
 import NIOCore
 import NIOPosix
-import NIOWebSocket
 import ParleyKit
+import ParleyWebSocket
 import WSClient
 
 /// The SDK's signaling transport on Linux (and macOS without Apple frameworks): a WebSocket from
@@ -30,55 +30,16 @@ public struct WebSocketSignalingTransport: SignalingTransport {
         var headers = HTTPFields()
         headers[.authorization] = "Bearer \(token)"
         headers[.secWebSocketProtocol] = "parley.v1"
-        // A close waits this long for the server's answering close, then drops the connection: on a
-        // path gone silent (what the heartbeat gives up on) no answer ever comes.
-        let configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameSize, additionalHeaders: headers, closeTimeout: closeTimeout)
-        let (outbound, outboundSink) = AsyncStream<Outbound>.makeStream()
-        let (events, eventSink) = AsyncStream<TransportEvent>.makeStream()
-        let (ready, readySink) = AsyncStream<(any Error)?>.makeStream()
-        let maxFrameSize = self.maxFrameSize
-        let client = WebSocketClient(url: url.absoluteString, configuration: configuration, eventLoopGroup: eventLoopGroup,
-                                     logger: logger) { inbound, writer, _ in
-            readySink.yield(nil)
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    for try await message in inbound.messages(maxSize: maxFrameSize) {
-                        if case .text(let text) = message { eventSink.yield(.text(text)) }
-                    }
-                    // The server closed: nothing more goes out.
-                    outboundSink.finish()
-                }
-                // Until `close()` (or the server's close): leaving the handler makes swift-websocket
-                // send the close frame and wait `closeTimeout` for the server's.
-                for await item in outbound {
-                    guard case .text(let text) = item else { break }
-                    try await writer.write(.text(text))
-                }
-                group.cancelAll()
-            }
-        }
-        let task = Task {
-            var code: UInt16?
-            do {
-                if let close = try await client.run() { code = UInt16(closeCode: close.closeCode) }
-            } catch {
-                readySink.yield(error)
-            }
-            eventSink.yield(.closed(code: code))
-            eventSink.finish()
-            readySink.finish()
-            outboundSink.finish()
-        }
-        var iterator = ready.makeAsyncIterator()
-        // Cancelled while connecting (a connect timeout): drop the attempt.
-        let outcome = await withTaskCancellationHandler { await iterator.next() } onCancel: { task.cancel() }
-        switch outcome {
-        case .some(nil):
-            return Connection(events: events, outbound: outboundSink, task: task)
-        case .some(.some(let error)):
+        do {
+            // A close waits `closeTimeout` for the server's answering close, then drops the
+            // connection: on a path gone silent (what the heartbeat gives up on) none ever comes.
+            let socket = try await TextWebSocket.connect(to: url.absoluteString, headers: headers, maxFrameSize: maxFrameSize,
+                                                         closeTimeout: closeTimeout, eventLoopGroup: eventLoopGroup, logger: logger)
+            return Connection(socket)
+        } catch is CancellationError {
+            throw SignalingConnectError(.timeout, message: "no connection to \(url.host ?? url.absoluteString) in time")
+        } catch {
             throw await classify(error, url: url, token: token)
-        case .none:
-            throw await classify(WebSocketClientError.webSocketUpgradeFailed, url: url, token: token)
         }
     }
 
@@ -166,35 +127,23 @@ public struct WebSocketSignalingTransport: SignalingTransport {
         }
     }
 
-    enum Outbound: Sendable {
-        case text(String)
-        case close
-    }
-
+    /// A signaling connection: the shared text WebSocket, its events in the SDK's terms.
     final class Connection: SignalingConnection {
         let events: AsyncStream<TransportEvent>
-        private let outbound: AsyncStream<Outbound>.Continuation
-        private let task: Task<Void, Never>
+        private let socket: TextWebSocket
 
-        init(events: AsyncStream<TransportEvent>, outbound: AsyncStream<Outbound>.Continuation, task: Task<Void, Never>) {
-            self.events = events
-            self.outbound = outbound
-            self.task = task
+        init(_ socket: TextWebSocket) {
+            self.socket = socket
+            events = socket.events { event in
+                switch event {
+                case .text(let text): .text(text)
+                case .closed(let code): .closed(code: code)
+                }
+            }
         }
 
-        func send(_ text: String) { outbound.yield(.text(text)) }
+        func send(_ text: String) { socket.send(text) }
 
-        func close() {
-            outbound.yield(.close)
-            outbound.finish()
-        }
-    }
-}
-
-extension UInt16 {
-    init(closeCode: WebSocketErrorCode) {
-        var buffer = ByteBuffer()
-        buffer.write(webSocketErrorCode: closeCode)
-        self = buffer.readInteger(as: UInt16.self) ?? 1005
+        func close() { socket.close() }
     }
 }

@@ -59,6 +59,25 @@ struct RealJanusTests {
         }
     }
 
+    /// The path to Janus goes silent without a reset: the keepalive goes unanswered, and the client
+    /// says the connection is gone rather than wait on it (the room then joins again).
+    @Test func aKeepaliveLeftUnansweredEndsTheSession() async throws {
+        try await JanusLab.run { janus in
+            let proxy = try TCPProxy()
+            defer { proxy.stop() }
+            proxy.connect(to: janus.port, host: janus.address)
+            let client = JanusClient(transport: try await JanusWebSocketTransport.connect(to: "ws://127.0.0.1:\(proxy.port)"),
+                                     keepalive: .milliseconds(500), requestTimeout: .seconds(1))
+            try await client.createSession()
+            try await Task.sleep(for: .seconds(1.5))  // keepalives answered meanwhile
+            proxy.blackHole()
+            var ended = client.sessionEnded.makeAsyncIterator()
+            let started = ContinuousClock.now
+            #expect(await ended.next() == .disconnected)
+            #expect(ContinuousClock.now - started < .seconds(6), "noticed within a keepalive, its timeout and the close's")
+        }
+    }
+
     @Test func keepalivesKeepASessionAlive() async throws {
         try await JanusLab.run(sessionTimeout: 2) { janus in
             let client = JanusClient(transport: try await JanusWebSocketTransport.connect(to: janus.url), keepalive: .milliseconds(500))

@@ -85,6 +85,10 @@ extension BrowserTests {
                 let before = try await alice.run(Self.iceUfrags) as? String
                 _ = try await alice.run("window.parley.call.restartIce()")
                 try await Self.waitForNewIceCredentials(alice, since: before)
+                // Chromium may pause its camera's stream for a moment as the new pair takes over
+                // (seen on a loaded machine: a second without a frame); it must come back.
+                let restarted = peer.receivedVideoFrames
+                try await eventually(timeout: .seconds(10), "the page's picture reaches linus again") { peer.receivedVideoFrames >= restarted + 5 }
                 try await expectBothMoving("after an ICE restart")
 
                 // Linus holds: his picture stops at the page (the sampler sees it frozen); resumed, it moves.
