@@ -5,6 +5,9 @@
 #   scripts/fuzz.sh                        every target, 60 s each
 #   scripts/fuzz.sh --seconds 600 token    one target, ten minutes
 #   scripts/fuzz.sh --list                 the targets
+#   scripts/fuzz.sh --build-all …          build everything of the AddressSanitizer build first, not only
+#                                          parley-fuzz (CI: after a build of everything, asking for one
+#                                          product plans another build, and relinks it and then the tests)
 #
 # The build is scripts/asan-build.sh's (.build-asan, shared with scripts/sanitize.sh address: every
 # package instrumented; a first one on two cores takes 15 minutes or more). Each target's corpus
@@ -18,12 +21,14 @@ cd "$(dirname "$0")/.."
 
 seconds=60
 targets=()
+build=(--product parley-fuzz)
 all=(client-frame server-frame http-body token sdp wav janus hub)
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --list) printf '%s\n' "${all[@]}"; exit 0 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --build-all) build=(--build-tests); shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "scripts/fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *)
       if ! printf '%s\n' "${all[@]}" | grep -qx "$1"; then
@@ -35,7 +40,7 @@ done
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
 scripts/setup.sh
-scripts/asan-build.sh --product parley-fuzz
+scripts/asan-build.sh "${build[@]}"
 binary=.build-asan/debug/parley-fuzz
 
 # A target counts as searched only on libFuzzer's own word: its closing statistics ("#N DONE cov: C
