@@ -71,10 +71,24 @@ struct RealJanusTests {
             try await client.createSession()
             try await Task.sleep(for: .seconds(1.5))  // keepalives answered meanwhile
             proxy.blackHole()
-            var ended = client.sessionEnded.makeAsyncIterator()
             let started = ContinuousClock.now
-            #expect(await ended.next() == .disconnected)
+            // How the session ended, or nil if it had not within 10 s (a client that never notices).
+            let ended = await withTaskGroup(of: JanusError?.self) { group in
+                group.addTask {
+                    var ends = client.sessionEnded.makeAsyncIterator()
+                    return await ends.next()
+                }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(10))
+                    return nil
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first
+            }
+            #expect(ended == .disconnected, "the session did not end within 10 s of the path going silent")
             #expect(ContinuousClock.now - started < .seconds(6), "noticed within a keepalive, its timeout and the close's")
+            await client.close()
         }
     }
 
