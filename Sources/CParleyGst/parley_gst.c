@@ -852,7 +852,8 @@ void parley_ice_restart(void *webrtc) {
     g_object_unref(agent);
 }
 
-int parley_ice_selected_pair(void *webrtc, char *local_type, char *remote_type, char *local_address, int *local_port) {
+int parley_ice_selected_pair(void *webrtc, char *local_type, char *remote_type, char *local_address, int *local_port,
+                             char *remote_address, int *remote_port) {
     static const char *types[] = {"host", "srflx", "prflx", "relay"};
     NiceAgent *agent = nice_agent_of(webrtc);
     if (!agent) return -1;
@@ -865,6 +866,8 @@ int parley_ice_selected_pair(void *webrtc, char *local_type, char *remote_type, 
         g_strlcpy(remote_type, remote->type <= NICE_CANDIDATE_TYPE_RELAYED ? types[remote->type] : "unknown", 16);
         nice_address_to_string(&local->addr, local_address);
         *local_port = (int)nice_address_get_port(&local->addr);
+        nice_address_to_string(&remote->addr, remote_address);
+        *remote_port = (int)nice_address_get_port(&remote->addr);
         result = 0;
     }
     g_object_unref(agent);

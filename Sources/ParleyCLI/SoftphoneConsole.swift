@@ -315,7 +315,14 @@ func runCall(_ phone: Softphone, _ call: UUID, duration: Double?,
     }
     var lastPrinted = ContinuousClock.now - .seconds(10)
     var asked = false, changesSaid = 0, filesSaid = 0, receivingSaid = true
+    var pathSaid: SelectedCandidatePair?
     while let timeline = await phone.timeline(of: call) {
+        // The candidate pair carrying the media, and every move to another (an ICE restart after
+        // the path died, over another interface if there is one).
+        if timeline.connected != nil, let path = timeline.mediaPath, path != pathSaid, !timeline.isEnded {
+            Console.say(pathSaid == nil ? "media goes over \(path)" : "media moved to \(path)")
+            pathSaid = path
+        }
         // Media stopping and coming back, in words (both ways: a caller and a listener).
         if timeline.connected != nil, timeline.receivingMedia != receivingSaid, !timeline.isEnded {
             receivingSaid = timeline.receivingMedia

@@ -26,14 +26,20 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public var localCandidateTypes: Set<String> { bridge.localCandidateTypes }
     /// The transports of the local ICE candidates gathered ("udp"; "tcp" only with `iceTCP`).
     public var localCandidateTransports: Set<String> { bridge.localCandidateTransports }
-    /// The candidate pair ICE selected, as libnice reports it; nil before ICE connected.
+    /// The candidate pair ICE selected, as libnice reports it; nil before ICE connected and once closed.
     public var selectedCandidatePair: SelectedCandidatePair? {
         var localType = [CChar](repeating: 0, count: 16), remoteType = [CChar](repeating: 0, count: 16)
-        var address = [CChar](repeating: 0, count: 64)
-        var port: Int32 = 0
-        guard parley_ice_selected_pair(webrtc, &localType, &remoteType, &address, &port) == 0 else { return nil }
+        // NICE_ADDRESS_STRING_LEN is INET6_ADDRSTRLEN (46).
+        var address = [CChar](repeating: 0, count: 64), remoteAddress = [CChar](repeating: 0, count: 64)
+        var port: Int32 = 0, remotePort: Int32 = 0
+        // Under the lock, as every call into the pipeline: teardown frees it once `closed` is set.
+        let found = lock.withLock {
+            !closed && parley_ice_selected_pair(webrtc, &localType, &remoteType, &address, &port, &remoteAddress, &remotePort) == 0
+        }
+        guard found else { return nil }
         func text(_ buffer: [CChar]) -> String { String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-        return SelectedCandidatePair(localType: text(localType), remoteType: text(remoteType), localAddress: text(address), localPort: Int(port))
+        return SelectedCandidatePair(localType: text(localType), remoteType: text(remoteType), localAddress: text(address), localPort: Int(port),
+                                     remoteAddress: text(remoteAddress), remotePort: Int(remotePort))
     }
 
     /// The average colour of the last video frame received.
@@ -579,4 +585,14 @@ public struct SelectedCandidatePair: Hashable, Sendable {
     /// For a relay candidate, the address and port the TURN server allocated.
     public var localAddress: String
     public var localPort: Int
+    public var remoteAddress: String
+    public var remotePort: Int
+}
+
+extension SelectedCandidatePair: CustomStringConvertible {
+    /// "host 198.51.100.21:50012 → host 198.51.100.22:41007".
+    public var description: String {
+        func endpoint(_ address: String, _ port: Int) -> String { address.contains(":") ? "[\(address)]:\(port)" : "\(address):\(port)" }
+        return "\(localType) \(endpoint(localAddress, localPort)) → \(remoteType) \(endpoint(remoteAddress, remotePort))"
+    }
 }

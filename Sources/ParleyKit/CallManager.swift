@@ -23,7 +23,8 @@ public enum CallEvent: Hashable, Sendable {
     case recorded(UUID, CallRecordingFile)
     /// Whether media arrives from the far side: `false` once a connected call has received no
     /// packet for `Configuration.noMediaAfter` (nothing to hear, and no quality to rate: the call's
-    /// quality is cleared), `true` when packets arrive again after that.
+    /// quality is cleared, and ICE restarts: the path may be dead without ICE knowing yet), `true`
+    /// when packets arrive again after that.
     case receivingMedia(UUID, Bool)
 }
 
@@ -654,7 +655,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             var arrivals = MediaArrivals(silenceAfter: noMediaAfter)
             while !Task.isCancelled {
                 guard let sample = try? await peer.statistics() else { return }
-                if let receiving = arrivals.add(sample) { self.receiving(receiving, for: call) }
+                if let receiving = arrivals.add(sample) { await self.receiving(receiving, for: call) }
                 if let report = monitor.add(sample) {
                     // No MOS without received packets; the encoder still learns what the far side lost.
                     if report.receivedPackets > 0 { self.record(report, for: call) }
@@ -672,9 +673,11 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         calls[call]?.media.append(task)
     }
 
-    private func receiving(_ receiving: Bool, for call: CallID) {
-        if !receiving { calls[call]?.quality = nil }
+    private func receiving(_ receiving: Bool, for call: CallID) async {
         eventSink.yield(.receivingMedia(call.uuid, receiving))
+        guard !receiving else { return }
+        calls[call]?.quality = nil
+        await calls[call]?.negotiator?.mediaStopped()
     }
 
     private func record(_ report: QualityReport, for call: CallID) {

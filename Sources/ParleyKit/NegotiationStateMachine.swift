@@ -67,7 +67,7 @@ public struct NegotiationStateMachine: Hashable, Sendable {
 
     /// Why an ICE restart is wanted: each is covered by a round in flight differently.
     private enum RestartCause: Hashable, Sendable {
-        case networkChanged, iceFailed, farSideAsked
+        case networkChanged, iceFailed, farSideAsked, mediaStopped
     }
 
     public let polite: Bool
@@ -158,6 +158,13 @@ public struct NegotiationStateMachine: Hashable, Sendable {
 
     /// The network changed: ICE restarts (or, on the polite side, asks for a restart).
     public mutating func networkChanged() -> [Action] { wantRestart(.networkChanged) }
+
+    /// Media stopped arriving on a connected call. Both ends send packets all through a call (a
+    /// muted or held microphone sends silence), so the path is likely dead while ICE does not know
+    /// yet: libnice gives up on a selected pair only after 50 s without an answer to its keepalives,
+    /// a browser after 30 s. A restart tries every pair again at once, over another interface if
+    /// there is one; if the path comes back first, media goes on over it during the restart.
+    public mutating func mediaStopped() -> [Action] { wantRestart(.mediaStopped) }
 
     public mutating func close() -> [Action] {
         state = .closed
@@ -335,7 +342,7 @@ public struct NegotiationStateMachine: Hashable, Sendable {
             return []
         case (.stable, _):
             return startOffer(iceRestart: true)
-        case (.offering(true, _), .iceFailed),
+        case (.offering(true, _), .iceFailed), (.offering(true, _), .mediaStopped),
              (.offering(true, .creating), .farSideAsked), (.offering(true, .applying), .farSideAsked),
              (.offering(true, .awaitingAnswer), .farSideAsked):
             return []

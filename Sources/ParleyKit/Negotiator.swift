@@ -72,6 +72,12 @@ public actor Negotiator {
         await perform(machine.networkChanged())
     }
 
+    /// Media stopped arriving on the connected call: ICE restarts (the polite side asks for it), as
+    /// the path may be dead without ICE knowing yet. Counted with the other restarts.
+    public func mediaStopped() async {
+        await perform(machine.mediaStopped())
+    }
+
     private func perform(_ actions: [NegotiationStateMachine.Action]) async {
         queue += actions
         guard !performing else { return }

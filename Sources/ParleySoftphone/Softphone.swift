@@ -92,6 +92,8 @@ public struct CallTimeline: Sendable {
     /// A video call's pictures received so far, and how many differed from the one before (a
     /// frozen picture's do not); nil for a voice call.
     public var video: (frames: Int, changed: Int)?
+    /// The ICE candidate pair carrying the media now; nil before ICE connected.
+    public var mediaPath: SelectedCandidatePair?
     /// From the invite's acknowledgement: the callee's ringing devices and pushes sent.
     public var devices: Int?
     public var pushed: Int?
@@ -468,6 +470,7 @@ public actor Softphone {
             timeline.iceConnected = peer.iceConnectedAt
             timeline.recording = peer.recording
             if peer.video { timeline.video = (peer.receivedVideoFrames, peer.receivedVideoChanges) }
+            timeline.mediaPath = peer.selectedCandidatePair
         }
         return timeline
     }

@@ -28,6 +28,9 @@ public final class TunWire: @unchecked Sendable {  // used by one thread at a ti
     private var tunA: Int32
     private var tunB: Int32
     private var created: [NetworkNamespace] = []
+    /// Wires made by this process so far: each names its devices after its number.
+    nonisolated(unsafe) private static var made = 0
+    private static let numbering = NSLock()
 
     /// Makes the namespaces that do not exist yet (and removes them again in `close`), and the link.
     public init(a: Side, b: Side, ab: Impairment, ba: Impairment, seed: UInt64) throws {
@@ -42,9 +45,14 @@ public final class TunWire: @unchecked Sendable {  // used by one thread at a ti
             for side in [a, b] where !NetworkNamespace(side.namespace).exists {
                 created.append(try NetworkNamespace.create(side.namespace))
             }
+            let wire = Self.numbering.withLock {
+                Self.made += 1
+                return Self.made
+            }
             for (side, peer) in [(a, b), (b, a)] {
-                // A name unique on this machine while it lives in ours; it keeps it in the namespace.
-                let device = "pw\(getpid() % 100_000)\(side.address == a.address ? "a" : "b")"
+                // A name unique on this machine while it lives in ours (several wires may join the
+                // same two namespaces); it keeps it in the namespace.
+                let device = "pw\(getpid() % 100_000)\(side.address == a.address ? "a" : "b")\(wire)"
                 let fd = parley_tun_open(device)
                 guard fd >= 0 else {
                     throw WireError("cannot open a TUN device (\(String(cString: strerror(errno)))): the wire needs root and /dev/net/tun")

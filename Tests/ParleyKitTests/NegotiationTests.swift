@@ -129,6 +129,20 @@ struct NegotiationStateMachineTests {
         #expect(Self.completeOffer(&caller, "a3", answeredWith: "b3") == [.createOffer(iceRestart: true)])
     }
 
+    /// A connected call whose media stopped arriving restarts ICE (the path may be dead while
+    /// ICE's keepalives have not yet given up on it); a restart in flight covers it.
+    @Test func mediaThatStopsArrivingRestartsICE() {
+        var caller = Self.connectedCaller()
+        #expect(caller.mediaStopped() == [.createOffer(iceRestart: true)])
+        #expect(caller.mediaStopped() == [], "the restart in flight covers it")
+        #expect(Self.completeOffer(&caller, "a2", answeredWith: "b2") == [])
+        #expect(caller.iceRestarts == 1)
+        var callee = Self.connectedCallee()
+        #expect(callee.mediaStopped() == [restartRequest], "the callee asks the caller to restart")
+        var early = NegotiationStateMachine(polite: true)
+        #expect(early.mediaStopped() == [], "before its first answer the callee has nothing to restart")
+    }
+
     @Test func theCallerRestartsWhenTheCalleeAsks() {
         var caller = Self.connectedCaller()
         #expect(caller.received(SignalPayload(restartIce: true)) == [.createOffer(iceRestart: true)])

@@ -166,6 +166,18 @@ struct QualityTests {
         #expect(resumed.receivedPackets == 50)
     }
 
+    /// After a silence the engine may forget the far side's source and count afresh: the packets of
+    /// the new count are what arrived, not a negative or a loss.
+    @Test func countersThatStartAgainCountFromZero() throws {
+        var monitor = QualityMonitor(window: 1)
+        _ = monitor.add(MediaStatsSample(at: .seconds(0), packetsReceived: 400, packetsLost: 3, bytesReceived: 40_000))
+        let next = monitor.add(MediaStatsSample(at: .seconds(1), packetsReceived: 50, packetsLost: 0, bytesReceived: 4_000))
+        let report = try #require(next)
+        #expect(report.receivedPackets == 50)
+        #expect(report.lossPct == 0)
+        #expect(report.bitrateKbps == 32)
+    }
+
     /// Silence is `silenceAfter` without a packet, from the first reading on (a call that never
     /// receives anything counts), said once; packets again are said once too.
     @Test func mediaArrivalsSayWhenPacketsStopAndComeBack() {
@@ -182,6 +194,9 @@ struct QualityTests {
         #expect(arrivals.add(MediaStatsSample(at: .seconds(7), packetsReceived: 110)) == false)
         #expect(arrivals.add(MediaStatsSample(at: .seconds(8), packetsReceived: 111)) == true)
         #expect(arrivals.add(MediaStatsSample(at: .seconds(9), packetsReceived: 160)) == nil)
+        // The engine forgot the far side's source in the silence and counts afresh when it is back.
+        #expect(arrivals.add(MediaStatsSample(at: .seconds(15), packetsReceived: 0)) == false)
+        #expect(arrivals.add(MediaStatsSample(at: .seconds(16), packetsReceived: 40)) == true)
     }
 
     @Test func theMonitorTurnsCountersIntoSmoothedIntervals() throws {

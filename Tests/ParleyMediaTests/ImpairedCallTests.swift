@@ -92,7 +92,7 @@ struct ImpairedCallTests {
         let outage = 12.0
         let call: ImpairedWireLab.Call
         do {
-            call = try lab.call(seconds: 28, changes: [(.seconds(8), "loss=100%"), (.seconds(8 + outage), "delay=20ms")],
+            call = try lab.call(seconds: 28, changes: [.init(after: .seconds(8), spec: "loss=100%"), .init(after: .seconds(8 + outage), spec: "delay=20ms")],
                                 play: ("tone:440", "tone:660"))
         } catch { _ = lab.stop(); throw error }
         _ = lab.stop()
@@ -110,6 +110,45 @@ struct ImpairedCallTests {
                           recording.toneInEveryWindow(hertz, from: cut + 0.5, to: recording.audio.duration - 0.5)] {
                 #expect(check.passed, "\(side.name): \(check)")
             }
+        }
+    }
+
+    /// Two paths for media join the sides (a phone's Wi-Fi and cellular, say; signaling has a
+    /// third). Mid-call the one ICE picked dies for good: every packet lost both ways, no reset,
+    /// and libnice's keepalives would take 50 s to notice. Media stops arriving, so ICE restarts
+    /// (the caller's; the callee asks it to): the media moves to the other path, a new selected
+    /// pair, and the call goes on, each side hearing the other's tone in every half second of its
+    /// recording but the second around the move.
+    @Test func aCallMovesToTheOtherPathWhenItsPathDies() throws {
+        let lab = try ImpairedWireLab(impairment: "delay=20ms", mediaPaths: ["delay=20ms", "delay=20ms"])
+        defer { lab.removeFiles() }
+        let cutAt = 8.0
+        let call: ImpairedWireLab.Call
+        do {
+            call = try lab.call(seconds: 20, changes: [.init(after: .seconds(cutAt), spec: "loss=100%", path: nil)], play: ("tone:440", "tone:660"))
+        } catch { _ = lab.stop(); throw error }
+        _ = lab.stop()
+        for (side, other, hertz) in [(call.caller, "bob", 660.0), (call.callee, "alice", 440.0)] {
+            let lines = side.output.split(separator: "\n").map(String.init)
+            // "media goes over host 203.0.113.21:41066 → host 203.0.113.22:34831": the addresses.
+            func addresses(_ prefix: String) -> [Substring] {
+                (lines.first { $0.contains(prefix) } ?? "").split(separator: " ").filter { $0.hasPrefix("203.0.113.") }.map { $0.prefix { $0 != ":" } }
+            }
+            let first = addresses("media goes over"), moved = addresses("media moved to")
+            #expect(first.count == 2, "\(side.name) says where its media goes: \(side.output)")
+            #expect(lines.contains { $0.contains("no audio is arriving from \(other)") }, "\(side.name): \(side.output)")
+            #expect(moved.count == 2 && Set(moved).isDisjoint(with: first), "\(side.name) moves to the other path: \(side.output)")
+            #expect(lines.contains { $0.contains("audio from \(other) arrives again") }, "\(side.name): \(side.output)")
+            let recording = try Recording(side.recording)
+            let cut = cutAt - side.firstAudioSeconds
+            for check in [recording.toneInEveryWindow(hertz, from: 0.5, to: cut - 0.5),
+                          recording.toneInEveryWindow(hertz, from: cut + 0.5, to: recording.audio.duration - 0.5)] {
+                #expect(check.passed, "\(side.name): \(check)")
+            }
+            // Audio after the move, most of the call's time (a receiver writes only what it
+            // decodes: the seconds before the restart are not in the file).
+            let heardFor = side.talkSeconds - (side.firstAudioSeconds - side.connectedSeconds)
+            #expect(recording.audio.duration - cut > heardFor - cutAt - 10, "\(side.name): \(recording.audio.duration) s recorded of \(heardFor) s")
         }
     }
 
@@ -176,16 +215,55 @@ struct ImpairedWireLab {
 
     let a = TunWire.Side(namespace: "parley-ta\(getpid() % 10_000)", address: "198.51.100.21")
     let b = TunWire.Side(namespace: "parley-tb\(getpid() % 10_000)", address: "198.51.100.22")
-    let wire: TunWire
+    /// The first carries signaling (the server listens on its b end), and media unless there are
+    /// media paths: then each of those joins the namespaces too (a phone's Wi-Fi and cellular, say)
+    /// and media uses only them.
+    let wires: [Wire]
     let directory: URL
     let speech: URL
     let server: Process
     let port = Int.random(in: 18_000...18_999)
-    private let control: Int32
-    private let stopped = DispatchSemaphore(value: 0)
 
-    /// `serverOptions`: more arguments for `parley serve` (`--heartbeat 4`).
-    init(impairment: String, serverOptions: [String] = []) throws {
+    /// One wire between the namespaces, forwarding on a thread of its own until its control closes.
+    final class Wire: Sendable {
+        let wire: TunWire
+        let control: Int32
+        private let stopped = DispatchSemaphore(value: 0)
+
+        init(a: TunWire.Side, b: TunWire.Side, impairment: String) throws {
+            wire = try TunWire(a: a, b: b, ab: try Impairment(spec: impairment), ba: try Impairment(spec: impairment), seed: 7)
+            var ends: [Int32] = [0, 0]
+            guard pipe(&ends) == 0 else {
+                wire.close()
+                throw TestFailure("no pipe")
+            }
+            control = ends[1]
+            let wire = self.wire, readEnd = ends[0], stopped = self.stopped
+            Thread.detachNewThread {
+                try? wire.run(control: readEnd, stopsOnSignals: false) { _ in }
+                close(readEnd)
+                stopped.signal()
+            }
+        }
+
+        func change(to spec: String) -> Bool {
+            let line = "set \(spec)\n"
+            return line.withCString { write(control, $0, strlen($0)) } == line.utf8.count
+        }
+
+        /// Stops forwarding and closes the devices; answers what the wire did, as JSON.
+        func stop() -> String {
+            close(control)  // ends the wire's control stream: it stops
+            stopped.wait()
+            let statistics = wire.statistics
+            wire.close()
+            return statistics
+        }
+    }
+
+    /// `serverOptions`: more arguments for `parley serve` (`--heartbeat 4`). `mediaPaths`: the
+    /// impairment of each path for media only, wires of their own (203.0.113.21–22, .31–32, …).
+    init(impairment: String, serverOptions: [String] = [], mediaPaths: [String] = []) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-lab-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         speech = directory.appendingPathComponent("speech.wav")
@@ -195,25 +273,24 @@ struct ImpairedWireLab {
                                             + "It is easy to tell the depth of a well. These days a chicken leg is a rare dish."])
         try Self.run("/usr/bin/sox", [raw.path, "-r", "48000", "-c", "1", "-b", "16", speech.path, "pad", "1.5", "0", "gain", "-n", "-3"])
 
-        wire = try TunWire(a: a, b: b, ab: try Impairment(spec: impairment), ba: try Impairment(spec: impairment), seed: 7)
-        var ends: [Int32] = [0, 0]
-        guard pipe(&ends) == 0 else {
-            wire.close()
-            throw TestFailure("no pipe")
+        var wires = [try Wire(a: a, b: b, impairment: impairment)]
+        do {
+            for (index, path) in mediaPaths.enumerated() {
+                wires.append(try Wire(a: TunWire.Side(namespace: a.namespace, address: "203.0.113.\(21 + 10 * index)"),
+                                      b: TunWire.Side(namespace: b.namespace, address: "203.0.113.\(22 + 10 * index)"), impairment: path))
+            }
+        } catch {
+            _ = wires[0].stop()
+            throw error
         }
-        control = ends[1]
-        let wire = self.wire, readEnd = ends[0], stopped = self.stopped
-        Thread.detachNewThread {
-            try? wire.run(control: readEnd, stopsOnSignals: false) { _ in }
-            close(readEnd)
-            stopped.signal()
-        }
+        self.wires = wires
         let log = directory.appendingPathComponent("server.log")
         do {
             server = try Self.start(in: b.namespace, ["serve", "--host", b.address, "--port", "\(port)", "--database", ":memory:",
                                                       "--dev", "true", "--token-secret", String(repeating: "s", count: 40)] + serverOptions, output: log)
         } catch {
-            close(ends[1]); stopped.wait(); wire.close()
+            // The first wire made the namespaces and removes them: it goes last.
+            for wire in wires.reversed() { _ = wire.stop() }
             throw error
         }
         let deadline = ContinuousClock.now + .seconds(10)
@@ -229,21 +306,32 @@ struct ImpairedWireLab {
     /// A call from side a to side b that lasts `seconds` once connected; the wire changes to
     /// `impairing` (both ways) `after` the caller started, if given.
     func call(seconds: Int, impairing change: String? = nil, after delay: Duration = .zero) throws -> Call {
-        try call(seconds: seconds, changes: change.map { [(delay, $0)] } ?? [])
+        try call(seconds: seconds, changes: change.map { [Change(after: delay, spec: $0)] } ?? [])
     }
 
-    /// A call from side a to side b that lasts `seconds` once connected; the wire changes (both
-    /// ways) to each spec at its time after the caller started. Each side plays `play` (the
-    /// speech if not given: `tone:440` for the caller, `tone:660` for the callee, for instance).
-    func call(seconds: Int, changes: [(after: Duration, spec: String)], play: (caller: String, callee: String)? = nil) throws -> Call {
+    /// A wire's impairment changing (both ways) at a time after the caller started.
+    struct Change {
+        var after: Duration
+        var spec: String
+        /// Which wire (0 the first, then the media paths); nil for the one carrying the media then,
+        /// as the caller last said ("media goes over …", "media moved to …").
+        var path: Int? = 0
+    }
+
+    /// A call from side a to side b that lasts `seconds` once connected; the wires change as
+    /// `changes` say. Each side plays `play` (the speech if not given: `tone:440` for the caller,
+    /// `tone:660` for the callee, for instance) and uses every path's address for media.
+    func call(seconds: Int, changes: [Change], play: (caller: String, callee: String)? = nil) throws -> Call {
         let url = "http://\(b.address):\(port)"
-        func arguments(_ name: String, _ address: String) -> [String] {
+        func arguments(_ name: String, _ addresses: [String]) -> [String] {
             let sound = play.map { name == "alice" ? $0.caller : $0.callee } ?? speech.path
             return ["--server", url, "--as", name, "--play", sound, "--record", directory.appendingPathComponent("\(name).wav").path,
-                    "--ice-address", address, "--quality-log", directory.appendingPathComponent("\(name).jsonl").path]
+                    "--quality-log", directory.appendingPathComponent("\(name).jsonl").path]
+                + addresses.flatMap { ["--ice-address", $0] }
         }
+        let media = wires.count > 1 ? Array(wires.dropFirst()) : wires
         let calleeOutput = directory.appendingPathComponent("callee.out")
-        let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--once"] + arguments("bob", b.address), output: calleeOutput)
+        let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--once"] + arguments("bob", media.map(\.wire.b.address)), output: calleeOutput)
         let deadline = ContinuousClock.now + .seconds(20)
         while !(try String(contentsOf: calleeOutput, encoding: .utf8).contains("listening as")) {
             guard ContinuousClock.now < deadline, callee.isRunning else {
@@ -255,7 +343,7 @@ struct ImpairedWireLab {
         let callerOutput = directory.appendingPathComponent("caller.out")
         let caller: Process
         do {
-            caller = try Self.start(in: a.namespace, ["call", "bob", "--duration", "\(seconds)"] + arguments("alice", a.address), output: callerOutput)
+            caller = try Self.start(in: a.namespace, ["call", "bob", "--duration", "\(seconds)"] + arguments("alice", media.map(\.wire.a.address)), output: callerOutput)
         } catch {
             callee.terminate()
             throw error
@@ -264,8 +352,7 @@ struct ImpairedWireLab {
         for change in changes {
             let wait = started + change.after - .now
             if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18) }
-            let line = "set \(change.spec)\n"
-            guard line.withCString({ write(control, $0, strlen($0)) }) == line.utf8.count else {
+            guard let wire = change.path.map({ wires[$0] }) ?? carrying(callerOutput), wire.change(to: change.spec) else {
                 caller.terminate(); callee.terminate()
                 throw TestFailure("the wire took no change")
             }
@@ -282,6 +369,13 @@ struct ImpairedWireLab {
             throw TestFailure("the call failed:\n\(callerText)\n\(calleeText)")
         }
         return Call(caller: try side("alice", output: callerText), callee: try side("bob", output: calleeText))
+    }
+
+    /// The wire whose address the caller last said its media goes over.
+    private func carrying(_ callerOutput: URL) -> Wire? {
+        let said = ((try? String(contentsOf: callerOutput, encoding: .utf8)) ?? "").split(separator: "\n")
+            .last { $0.contains("media goes over") || $0.contains("media moved to") }
+        return wires.first { wire in said?.contains("host \(wire.wire.a.address):") == true }
     }
 
     private func side(_ name: String, output: String) throws -> Side {
@@ -376,17 +470,16 @@ struct ImpairedWireLab {
         return sxx > 0 && syy > 0 ? sxy / (sxx * syy).squareRoot() : 0
     }
 
-    /// Stops the server and the wire; answers what the wire did, as JSON.
+    /// Stops the server and the wires; answers what the first wire did, as JSON.
     func stop() -> String {
         if server.isRunning {
             server.terminate()
             server.waitUntilExit()
         }
-        close(control)  // ends the wire's control stream: it stops
-        stopped.wait()
-        let statistics = wire.statistics
-        wire.close()
-        return statistics
+        // The first wire made the namespaces and removes them: it goes last.
+        let all = wires.reversed().map { $0.stop() }
+        if ProcessInfo.processInfo.environment["PARLEY_KEEP_LAB"] == "1" { print("◇ wires (last first): \(all)") }
+        return all.last ?? ""
     }
 
     /// Removes the recordings and logs, unless PARLEY_KEEP_LAB=1 asks to keep them for a look.

@@ -186,7 +186,8 @@ void parley_ice_configure(void *webrtc, unsigned int pacing_ms, int tcp);
 void parley_ice_restart(void *webrtc);
 /// The pair ICE selected: candidate types ("host", "srflx", "prflx", "relay"; buffers of 16) and the
 /// local address (a buffer of at least 46, NICE_ADDRESS_STRING_LEN) and port. 0 when there is one.
-int parley_ice_selected_pair(void *webrtc, char *local_type, char *remote_type, char *local_address, int *local_port);
+int parley_ice_selected_pair(void *webrtc, char *local_type, char *remote_type, char *local_address, int *local_port,
+                             char *remote_address, int *remote_port);
 
 // MARK: Data channels
 
