@@ -48,6 +48,19 @@ const ERROR_WORDS = {
   timeout: 'The server did not answer in time. Check your connection.',
 };
 
+// Browsers give the microphone (and crypto.randomUUID) only to secure pages: HTTPS, or localhost.
+const INSECURE_WORDS = `This page came over plain HTTP from ${location.host}: browsers let only secure pages use the microphone. Open Parley over HTTPS (or on localhost).`;
+
+/** A random UUID; crypto.randomUUID exists only on secure pages, getRandomValues everywhere. */
+function newId() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const hex = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
 function words(error) {
   if (error instanceof ProtocolError) return error.message && error.code === 'bad_request' ? error.message : (ERROR_WORDS[error.code] ?? error.message);
   if (error?.name === 'NotAllowedError') return 'Parley may not use your microphone. Allow microphone access in the browser and try again.';
@@ -59,7 +72,7 @@ function words(error) {
 
 class App {
   constructor() {
-    this.device = sessionStorage.getItem('parley.device') ?? `web-${crypto.randomUUID().slice(0, 8)}`;
+    this.device = sessionStorage.getItem('parley.device') ?? `web-${newId().slice(0, 8)}`;
     sessionStorage.setItem('parley.device', this.device);
     this.call = undefined;         // the current call, incoming or connected
     this.ending = undefined;       // the last ended call, for its summary
@@ -230,7 +243,7 @@ class App {
     } catch (error) {
       return this.notify(words(error), true);
     }
-    const call = new Call({ id: crypto.randomUUID(), direction: 'outgoing', peer: { user: to }, media: { audio: true, video }, signaling: this.signaling });
+    const call = new Call({ id: newId(), direction: 'outgoing', peer: { user: to }, media: { audio: true, video }, signaling: this.signaling });
     call.stream = stream;
     this.adopt(call);
     this.callStatus(`Calling ${to}…`);
@@ -347,6 +360,7 @@ class App {
     call.addEventListener('remote-stream', (e) => this.remoteStream(call, e.detail));
     call.addEventListener('quality', () => drawQuality($('quality'), call.history));
     call.addEventListener('updated', (e) => this.remoteUpdated(call, e.detail));
+    call.addEventListener('receiving', () => this.remoteUpdated(call, call.remote));
     call.addEventListener('recording', (e) => this.recordingChanged(call, e.detail));
     call.addEventListener('recorded', (e) => this.recorded(call, e.detail));
     call.addEventListener('failed', () => this.hangup('ice-failed'));
@@ -388,6 +402,7 @@ class App {
     const parts = [];
     if (remote.held) parts.push(`${peer} put you on hold.`);
     else if (remote.muted) parts.push(`${peer} muted their microphone.`);
+    if (!call.receiving) parts.push(`No audio is arriving from ${peer}.`);
     $('call-remote').textContent = parts.join(' ');
   }
 
@@ -456,6 +471,7 @@ class App {
   // Media and devices
 
   async media(video) {
+    if (!navigator.mediaDevices) throw new Error(INSECURE_WORDS);
     const audio = this.microphone ? { deviceId: { exact: this.microphone } } : true;
     const stream = await navigator.mediaDevices.getUserMedia({ audio, video: !!video });
     this.listDevices();
@@ -634,7 +650,7 @@ class App {
       session: this.signaling?.session,
       notice: $('notice').hidden ? '' : $('notice').textContent,
       call: call && { id: call.id, state: call.state, direction: call.direction, peer: call.peer.user, endReason: call.endReason,
-                      qualitySamples: call.history.length, ice: call.pc?.iceConnectionState, quality: call.quality, remote: call.remote, muted: call.muted, held: call.held,
+                      qualitySamples: call.history.length, ice: call.pc?.iceConnectionState, receiving: call.receiving, quality: call.quality, remote: call.remote, muted: call.muted, held: call.held,
                       recording: call.recording, recorded: call.recorded && { seconds: call.recorded.seconds, type: call.recorded.type, bytes: call.recorded.blob.size } },
       recordingIndicator: $('recording-indicator').hidden ? '' : $('recording-indicator').textContent,
       recordingRequest: $('recording-request').hidden ? '' : $('recording-request-text').textContent,
@@ -699,6 +715,7 @@ document.addEventListener('keydown', (e) => {
 window.addEventListener('resize', () => { if (app.call) drawQuality($('quality'), app.call.history); });
 window.addEventListener('beforeunload', () => { if (app.call) app.hangup(); });
 
+if (!window.isSecureContext) app.notify(INSECURE_WORDS, true);
 const saved = JSON.parse(sessionStorage.getItem('parley.signin') ?? 'null');
 if (saved?.user && saved?.token) app.start(saved);
 else app.setPill('offline', 'Signed out');

@@ -1,18 +1,21 @@
 // One one-to-one call: an RTCPeerConnection driven by perfect negotiation (the callee is polite
-// and makes no offer before its first answer), ICE restarts when ICE fails, quality sampling.
+// and makes no offer before its first answer), ICE restarts when ICE fails or media stops
+// arriving, quality sampling.
 // Only the caller restarts ICE: the callee asks for a restart with `call.signal {restartIce: true}`,
 // because a Linux peer (webrtcbin) cannot roll back an offer that crosses its own.
-import { QualityMonitor, sampleFromStats, callQuality } from './quality.js';
+import { QualityMonitor, MediaArrivals, sampleFromStats, callQuality } from './quality.js';
 
 const MAX_ICE_RESTARTS = 3;
 const QUALITY_INTERVAL_MS = 1000;
 const REPORT_INTERVAL_MS = 10000;
 const HISTORY = 180;
+const NO_MEDIA_AFTER_MS = 5000;   // as the SDK's CallManager.Configuration.noMediaAfter
 
 /**
  * States: outgoing → (ringing) → connecting → active ⇄ reconnecting → ended;
  *         incoming → connecting → active … → ended.
  * Events: `state`, `remote-stream` (MediaStream), `quality` (report), `updated` (far side's mute/hold),
+ *         `receiving` (whether the far side's audio arrives: false after five seconds without a packet),
  *         `recording` ({state, here, change}), `recorded` ({blob, url, seconds, type}).
  *
  * Recording with consent (protocol.md): `requestRecording()` asks the far side; only its
@@ -33,6 +36,7 @@ export class Call extends EventTarget {
     this.held = false;
     this.remote = { muted: false, held: false, video: media.video };
     this.history = [];                // quality reports over time, newest last
+    this.receiving = true;            // whether the far side's packets arrive (once connected)
     this.iceRestarts = 0;
     this.makingOffer = false;
     this.ignoreOffer = false;
@@ -299,13 +303,31 @@ export class Call extends EventTarget {
   async sample() {
     if (!this.pc || this.state === 'ended') return;
     const stats = await this.pc.getStats();
-    const report = this.monitor.add(sampleFromStats(stats));
+    const sample = sampleFromStats(stats);
+    if (this.state === 'active' || this.state === 'reconnecting') {
+      this.arrivals ??= new MediaArrivals(NO_MEDIA_AFTER_MS);
+      const receiving = this.arrivals.add(sample);
+      if (receiving !== undefined) this.receivingChanged(receiving);
+    }
+    const report = this.monitor.add(sample);
     if (!report) return;
     report.at = Date.now();
     this.quality = report;
     this.history.push(report);
     if (this.history.length > HISTORY) this.history.shift();
     this.dispatchEvent(new CustomEvent('quality', { detail: report }));
+  }
+
+  /**
+   * The far side's packets stopped (or came back). Stopped, the path may be dead while ICE does not
+   * know: Chrome moves to another pair by itself when it is the controlling side, but the far side
+   * may go on sending on the dead one (libnice moves only to a pair of higher priority without a
+   * restart), and a dead pair's consent takes 30 s to fail. So ICE restarts (the callee asks).
+   */
+  receivingChanged(receiving) {
+    this.receiving = receiving;
+    this.dispatchEvent(new CustomEvent('receiving', { detail: receiving }));
+    if (!receiving) this.restartIce();
   }
 
   report() {

@@ -53,6 +53,36 @@ export function sampleFromStats(report, at = performance.now()) {
   return sample;
 }
 
+/**
+ * Whether packets arrive, as the SDK's `MediaArrivals`: silent once `silenceAfterMs` pass without a
+ * packet (from the first sample on, so a call that never receives anything counts). `add` answers
+ * `false` or `true` when that changes, else undefined. A count that moved arrived, down too (a
+ * source forgotten in a silence counts afresh).
+ */
+export class MediaArrivals {
+  constructor(silenceAfterMs = 5000) {
+    this.silenceAfterMs = silenceAfterMs;
+    this.packets = 0;
+    this.lastArrival = undefined;
+    this.receiving = true;
+  }
+
+  add(sample) {
+    const arrived = sample.packetsReceived !== this.packets && sample.packetsReceived > 0;
+    this.packets = sample.packetsReceived;
+    if (arrived || this.lastArrival === undefined) this.lastArrival = sample.at;
+    if (arrived && !this.receiving) {
+      this.receiving = true;
+      return true;
+    }
+    if (!arrived && this.receiving && sample.at - this.lastArrival >= this.silenceAfterMs) {
+      this.receiving = false;
+      return false;
+    }
+    return undefined;
+  }
+}
+
 /** Per-interval quality from cumulative samples, averaged over the last `window` intervals. */
 export class QualityMonitor {
   constructor({ model = opus, window = 5 } = {}) {

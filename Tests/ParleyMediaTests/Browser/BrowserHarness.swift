@@ -20,14 +20,16 @@ final class BrowserLab: @unchecked Sendable {
         return false
     }()
 
+    /// `driver`: where chromedriver and its browsers run (loopback, or a namespace of the test's).
     static func run(configure: (inout ServerConfiguration) -> Void = { _ in },
+                    driver makeDriver: () async throws -> WebDriver = { try await WebDriver.start() },
                     _ body: (BrowserLab) async throws -> Void) async throws {
         if let reason = WebDriver.unavailable { throw TestFailure(reason) }
         let server = try await LiveServer.start(configure: configure)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-browser-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let driver: WebDriver
-        do { driver = try await WebDriver.start() } catch { try? await server.stop(); throw error }
+        do { driver = try await makeDriver() } catch { try? await server.stop(); throw error }
         let lab = BrowserLab(server: server, driver: driver, directory: directory)
         do {
             try await body(lab)
@@ -48,12 +50,13 @@ final class BrowserLab: @unchecked Sendable {
     }
 
     /// A browser on the Parley page whose microphone plays a tone of `hertz`; the page comes from
-    /// (and signals to) `base` if given, a proxy in front of the server, else the server itself.
-    func browser(tone hertz: Double, through base: String? = nil) async throws -> Browser {
+    /// (and signals to) `base` if given, a proxy in front of the server, else the server itself;
+    /// `arguments`: more for Chromium.
+    func browser(tone hertz: Double, through base: String? = nil, arguments: [String] = []) async throws -> Browser {
         let tone = directory.appendingPathComponent("tone-\(Int(hertz)).wav")
         if !FileManager.default.fileExists(atPath: tone.path) { try Self.writeTone(hertz, to: tone) }
         let profile = directory.appendingPathComponent("profile-\(browsers.count)")
-        let browser = try await driver.browser(audioFile: tone, profile: profile)
+        let browser = try await driver.browser(audioFile: tone, profile: profile, arguments: arguments)
         browsers.append(browser)
         try await browser.open((base ?? server.baseURL) + "/")
         return browser

@@ -6,6 +6,8 @@ import ParleyServerTesting
 final class WebDriver: Sendable {
     let process: Process
     let port: Int
+    /// Where chromedriver listens: loopback, or its namespace's end of a link to ours.
+    let host: String
 
     static let chromedriver = "/usr/bin/chromedriver"
     static let chromium = "/usr/bin/chromium"
@@ -21,15 +23,24 @@ final class WebDriver: Sendable {
         return nil
     }
 
-    static func start() async throws -> WebDriver {
-        let port = try freeTCPPort()
+    /// chromedriver on loopback; or, with `namespace`, in that network namespace (`ip netns`), so
+    /// that its browsers gather candidates on that namespace's links only, reached at `host` over a
+    /// link from this process's namespace whose own end is `client`.
+    static func start(namespace: String? = nil, host: String = "127.0.0.1", client: String = "127.0.0.1") async throws -> WebDriver {
+        let port = namespace == nil ? try freeTCPPort() : Int.random(in: 19_000...19_999)
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: chromedriver)
-        process.arguments = ["--port=\(port)", "--allowed-ips=127.0.0.1"]
+        let arguments = ["--port=\(port)", "--allowed-ips=\(client)"]
+        if let namespace {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["ip", "netns", "exec", namespace, chromedriver] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: chromedriver)
+            process.arguments = arguments
+        }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let driver = WebDriver(process: process, port: port)
+        let driver = WebDriver(process: process, port: port, host: host)
         do {
             try await eventually(timeout: .seconds(15), "chromedriver ready") {
                 (try? await driver.call("GET", "/status"))?["ready"] as? Bool == true
@@ -41,9 +52,10 @@ final class WebDriver: Sendable {
         return driver
     }
 
-    private init(process: Process, port: Int) {
+    private init(process: Process, port: Int, host: String) {
         self.process = process
         self.port = port
+        self.host = host
     }
 
     /// Stops chromedriver and every browser it started (its process group).
@@ -55,7 +67,7 @@ final class WebDriver: Sendable {
     }
 
     /// A new headless Chromium whose fake microphone plays `audioFile` in a loop.
-    func browser(audioFile: URL?, profile: URL) async throws -> Browser {
+    func browser(audioFile: URL?, profile: URL, arguments more: [String] = []) async throws -> Browser {
         var arguments = [
             "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
@@ -64,6 +76,7 @@ final class WebDriver: Sendable {
             "--user-data-dir=\(profile.path)",
         ]
         if let audioFile { arguments.append("--use-file-for-fake-audio-capture=\(audioFile.path)") }
+        arguments += more
         let capabilities: [String: Any] = ["capabilities": ["alwaysMatch": [
             "browserName": "chrome",
             "goog:chromeOptions": ["binary": Self.chromium, "args": arguments],
@@ -83,7 +96,7 @@ final class WebDriver: Sendable {
 
     func command(_ method: String, _ path: String, _ body: [String: Any]? = nil) async throws -> Any? {
         let payload = try body.map { try JSONSerialization.data(withJSONObject: $0) }
-        let data = try await LoopbackHTTP.request(method, port: port, path: path, body: payload)
+        let data = try await LoopbackHTTP.request(method, host: host, port: port, path: path, body: payload)
         let object = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]) as? [String: Any]
         let value = object?["value"]
         if let failure = value as? [String: Any], let error = failure["error"] as? String {
@@ -165,18 +178,19 @@ struct Browser: Sendable {
     }
 }
 
-/// HTTP/1.1 on loopback over a plain socket, one request per connection. chromedriver writes
-/// headers without a space after the colon, which Foundation's URLSession on Linux refuses.
+/// HTTP/1.1 over a plain socket (to loopback, or a test namespace's address), one request per
+/// connection. chromedriver writes headers without a space after the colon, which Foundation's
+/// URLSession on Linux refuses.
 enum LoopbackHTTP {
-    static func request(_ method: String, port: Int, path: String, body: Data?) async throws -> Data {
+    static func request(_ method: String, host: String = "127.0.0.1", port: Int, path: String, body: Data?) async throws -> Data {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
-                continuation.resume(with: Result { try exchange(method, port: port, path: path, body: body) })
+                continuation.resume(with: Result { try exchange(method, host: host, port: port, path: path, body: body) })
             }
         }
     }
 
-    private static func exchange(_ method: String, port: Int, path: String, body: Data?) throws -> Data {
+    private static func exchange(_ method: String, host: String, port: Int, path: String, body: Data?) throws -> Data {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestFailure("socket: \(errno)") }
         defer { close(fd) }
@@ -184,13 +198,13 @@ enum LoopbackHTTP {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_addr.s_addr = inet_addr(host)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
         }
-        guard connected else { throw TestFailure("cannot connect to 127.0.0.1:\(port)") }
-        var request = Data("\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n".utf8)
+        guard connected else { throw TestFailure("cannot connect to \(host):\(port)") }
+        var request = Data("\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\n".utf8)
         if let body {
             request.append(Data("Content-Type: application/json\r\nContent-Length: \(body.count)\r\n".utf8))
         }
@@ -211,13 +225,13 @@ enum LoopbackHTTP {
         var bodyStart = 0
         while expected.map({ response.count < bodyStart + $0 }) ?? true {
             let n = recv(fd, &chunk, chunk.count, 0)
-            guard n > 0 else { throw TestFailure("the answer from 127.0.0.1:\(port) ended early (errno \(errno))") }
+            guard n > 0 else { throw TestFailure("the answer from \(host):\(port) ended early (errno \(errno))") }
             response.append(contentsOf: chunk[0..<n])
             if expected == nil, let end = response.range(of: Data("\r\n\r\n".utf8)) {
                 let head = String(decoding: response[..<end.lowerBound], as: UTF8.self).lowercased()
                 guard let line = head.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
                       let length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) else {
-                    throw TestFailure("no Content-Length in the answer from 127.0.0.1:\(port)")
+                    throw TestFailure("no Content-Length in the answer from \(host):\(port)")
                 }
                 expected = length
                 bodyStart = end.upperBound
