@@ -45,12 +45,7 @@ extension BrowserTests {
             try await linus.start()
             let linusLog = EventCollector(linus.events)
             do {
-                try await alice.type("#dial-user", "linus")
-                try await alice.click("#dial-button")
-                try await eventually("linus is called") { linusLog.events.contains { if case .incoming = $0 { true } else { false } } }
-                let call = try #require(linusLog.events.lazy.compactMap { if case .incoming(let id, _, _, _) = $0 { id } else { nil } }.first)
-                await linus.answer(call)
-                try await alice.waitForCall("active")
+                let call = try await alice.call("linus", answeredBy: linus, log: linusLog)
                 try await alice.waitForRemoteTone(440)
                 let linusPeer = try #require(await linus.peerConnection(of: call))
 

@@ -2,6 +2,7 @@ import Foundation
 import ParleyGStreamer
 import ParleyServer
 import ParleyServerTesting
+import ParleySoftphone
 import Testing
 
 /// A real server, chromedriver and headless Chromium windows with tone files for microphones.
@@ -100,6 +101,18 @@ final class BrowserLab: @unchecked Sendable {
 
 extension Browser {
     func call() async throws -> [String: Any] { try await snapshot()["call"] as? [String: Any] ?? [:] }
+
+    /// The page dials `user`, a Linux softphone whose events `log` collects, which answers; answers
+    /// the call's id once the page's call is active. `video` ticks the page's video box first.
+    func call(_ user: String, answeredBy phone: Softphone, log: EventCollector, video: Bool = false) async throws -> UUID {
+        if video { try await click("#dial-video") }
+        try await type("#dial-user", user + "\u{E007}")
+        try await eventually("\(user) is called") { log.events.contains { if case .incoming = $0 { true } else { false } } }
+        let call = try #require(log.events.lazy.compactMap { if case .incoming(let id, _, _, _) = $0 { id } else { nil } }.first)
+        await phone.answer(call)
+        try await waitForCall("active")
+        return call
+    }
 
     func callState() async throws -> String? { try await call()["state"] as? String }
 

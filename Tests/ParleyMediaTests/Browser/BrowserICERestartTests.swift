@@ -60,12 +60,7 @@ extension BrowserTests {
             do {
                 let alice = try await lab.browser(tone: 660)
                 try await lab.signIn(alice, as: "alice")
-                try await alice.type("#dial-user", "linus")
-                try await alice.click("#dial-button")
-                try await eventually("linus is called") { linusLog.events.contains { if case .incoming = $0 { true } else { false } } }
-                let call = try #require(linusLog.events.lazy.compactMap { if case .incoming(let id, _, _, _) = $0 { id } else { nil } }.first)
-                await linus.answer(call)
-                try await alice.waitForCall("active")
+                _ = try await alice.call("linus", answeredBy: linus, log: linusLog)
                 try await alice.waitForRemoteTone(440)
 
                 // Linus's network changes: he asks, and the page restarts ICE with an offer.

@@ -54,12 +54,7 @@ extension BrowserTests {
             do {
                 let alice = try await lab.browser(tone: 660)
                 try await lab.signIn(alice, as: "alice")
-                try await alice.click("#dial-video")
-                try await alice.type("#dial-user", "linus\u{E007}")
-                try await eventually("linus is called") { linusLog.events.contains { if case .incoming = $0 { true } else { false } } }
-                let call = try #require(linusLog.events.compactMap { if case .incoming(let id, _, _, _) = $0 { id } else { nil } }.first)
-                await linus.answer(call)
-                try await alice.waitForCall("active")
+                let call = try await alice.call("linus", answeredBy: linus, log: linusLog, video: true)
                 let peer = try #require(await linus.peerConnection(of: call))
                 try await eventually(timeout: .seconds(15), "pictures both ways") {
                     let shown = try await Self.frame(alice, "remote-video")
