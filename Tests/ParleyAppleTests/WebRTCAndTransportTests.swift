@@ -35,11 +35,13 @@ extension OneIPhone {
 
         /// A remote description as a browser writes it, with one m= section per entry: its media, its
         /// `a=msid` line (nil: none), its direction.
-        static func remote(_ sections: [(media: String, msid: String?, direction: String)]) -> String {
+        /// `telephoneEvents`: the audio section offers RFC 4733 events (Chromium's and WebRTC's do).
+        static func remote(_ sections: [(media: String, msid: String?, direction: String)], telephoneEvents: Bool = false) -> String {
             var sdp = "v=0\r\no=- 4611731400430051336 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"
             sdp += "a=group:BUNDLE \(sections.indices.map(String.init).joined(separator: " "))\r\na=msid-semantic: WMS\r\n"
             for (mid, section) in sections.enumerated() {
-                let codec = section.media == "audio" ? "111\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:111 opus/48000/2" : "96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 VP8/90000"
+                let events = telephoneEvents ? " 126" : "", eventMap = telephoneEvents ? "\r\na=rtpmap:126 telephone-event/8000" : ""
+                let codec = section.media == "audio" ? "111\(events)\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:111 opus/48000/2\(eventMap)" : "96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 VP8/90000"
                 sdp += "m=\(section.media) 9 UDP/TLS/RTP/SAVPF \(codec)\r\na=mid:\(mid)\r\na=\(section.direction)\r\n"
                 if let msid = section.msid { sdp += "a=msid:\(msid)\r\n" }
             }
@@ -128,6 +130,14 @@ extension OneIPhone {
             await peer.setAudioEncoding(BitrateController.Setting(bitrateKbps: 24, fec: true, expectedLossPct: 10))
             #expect(rtc.standInSenders.first?.parameters.encodings.first?.maxBitrateBps == NSNumber(value: 24000))
 
+            // DTMF as libwebrtc allows it: not before the answer is applied, nor to a far side that
+            // offers no telephone events (a Parley Linux peer), then yes.
+            #expect(!peer.canSendDTMF, "no answer applied yet")
+            await #expect(throws: (any Error).self) { try await peer.sendDTMF("1") }
+            try await peer.setLocalDescription(try await peer.createAnswer())
+            #expect(!peer.canSendDTMF, "the far side offered no telephone events")
+            try await peer.setRemoteDescription(SessionDescription(type: "offer", sdp: Self.remote([("audio", "far far-audio", "sendrecv")], telephoneEvents: true)))
+            try await peer.setLocalDescription(try await peer.createAnswer())
             #expect(peer.canSendDTMF, "the audio sender's dtmfSender says it can insert")
             try await peer.sendDTMF("12#")
             #expect(rtc.standInSenders.first?.standInTones == "12#")

@@ -404,6 +404,11 @@ open class RTCRtpSender: NSObject, RTCRtpSenderProtocol {
 
     open var dtmfSender: (any RTCDtmfSender)? { track?.kind == "audio" ? dtmf : nil }
 
+    /// An offer and its answer are applied: the far side's audio section says whether DTMF can go.
+    fileprivate func negotiationCompleted(remoteAudio: StandInMediaSection?) {
+        dtmf.negotiationCompleted(telephoneEvents: remoteAudio.map { $0.telephoneEvents && $0.remoteReceives } ?? false)
+    }
+
     /// Stand-in only: every tone inserted so far.
     public var standInTones: String { dtmf.tones }
 }
@@ -466,7 +471,8 @@ open class RTCRtpTransceiver: NSObject, RTCRtpTransceiverProtocol {
 
 /// One m= section of a remote description, as far as receiving goes: its media, mid (its position
 /// when it has no `a=mid`), whether the remote side sends on it (not rejected, `a=sendrecv` or
-/// `a=sendonly`, sendrecv when unsaid), and the streams its `a=msid` lines name (`-`: none).
+/// `a=sendonly`, sendrecv when unsaid), the streams its `a=msid` lines name (`-`: none), and
+/// whether it offers RFC 4733 telephone events (what DTMF needs).
 private struct StandInMediaSection {
     var mediaType: RTCRtpMediaType?
     var rejected: Bool
@@ -474,8 +480,10 @@ private struct StandInMediaSection {
     var direction = "sendrecv"
     var streamIds: [String] = []
     var hasMsid = false
+    var telephoneEvents = false
 
     var remoteSends: Bool { !rejected && (direction == "sendrecv" || direction == "sendonly") }
+    var remoteReceives: Bool { !rejected && (direction == "sendrecv" || direction == "recvonly") }
 
     static func parse(_ sdp: String) -> [StandInMediaSection] {
         var sections: [StandInMediaSection] = []
@@ -489,6 +497,8 @@ private struct StandInMediaSection {
                 let last = sections.count - 1
                 if line.hasPrefix("a=mid:") {
                     sections[last].mid = String(line.dropFirst(6))
+                } else if line.hasPrefix("a=rtpmap:"), line.lowercased().contains(" telephone-event/") {
+                    sections[last].telephoneEvents = true
                 } else if ["a=sendrecv", "a=sendonly", "a=recvonly", "a=inactive"].contains(line) {
                     sections[last].direction = String(line.dropFirst(2))
                 } else if line.hasPrefix("a=msid:") {
@@ -507,12 +517,20 @@ private struct StandInMediaSection {
 final class StandInDtmfSender: NSObject, RTCDtmfSender {
     private let lock = NSLock()
     private var inserted = ""
+    private var negotiated = false
 
-    var canInsertDtmf: Bool { true }
+    /// libwebrtc's `AudioRtpSender::CanInsertDtmf`: a sender with an SSRC (a negotiation applied)
+    /// whose send channel has a telephone-event payload type (the far side's description offered
+    /// one) and sends (`WebRtcVoiceSendChannel::CanInsertDtmf`). Before the answer, or with a far
+    /// side that offers no telephone events (a Parley Linux peer: GStreamer 1.22 sends none), no.
+    var canInsertDtmf: Bool { lock.withLock { negotiated } }
 
-    /// libwebrtc accepts 0-9 A-D # * and ',' (a 2 s pause); durations 40…6000 ms, gaps ≥ 30 ms.
+    func negotiationCompleted(telephoneEvents: Bool) { lock.withLock { negotiated = telephoneEvents } }
+
+    /// libwebrtc accepts 0-9 A-D # * and ',' (a 2 s pause); durations 40…6000 ms, gaps ≥ 30 ms;
+    /// nothing while it cannot insert.
     func insertDtmf(_ tones: String, duration: TimeInterval, interToneGap: TimeInterval) -> Bool {
-        guard (0.04...6).contains(duration), interToneGap >= 0.03,
+        guard canInsertDtmf, (0.04...6).contains(duration), interToneGap >= 0.03,
               tones.uppercased().allSatisfy({ "0123456789ABCD#*,".contains($0) }) else { return false }
         lock.withLock { inserted += tones }
         return true
@@ -734,6 +752,8 @@ open class RTCPeerConnection: NSObject {
     }
 
     private var hasRemoteDescription = false
+    /// The audio section of the last remote description applied.
+    private var remoteAudio: StandInMediaSection?
 
     private func transition(local: Bool, _ sdp: RTCSessionDescription, _ completion: @escaping @Sendable ((any Error)?) -> Void) {
         // The JSEP transitions libwebrtc allows (RFC 8829 §3.2); anything else is an error.
@@ -748,7 +768,13 @@ open class RTCPeerConnection: NSObject {
             default: next = nil
             }
             guard let next else { return (.wrongState("set \(local ? "local" : "remote") \(RTCSessionDescription.string(for: sdp.type))"), nil, Reception()) }
-            if !local, sdp.type != .rollback { hasRemoteDescription = true }
+            if !local, sdp.type != .rollback {
+                hasRemoteDescription = true
+                remoteAudio = StandInMediaSection.parse(sdp.sdp).first { $0.mediaType == .audio }
+            }
+            if sdp.type == .answer {
+                for sender in _senders where sender.track?.kind == "audio" { sender.negotiationCompleted(remoteAudio: remoteAudio) }
+            }
             _records.append(local ? .setLocal(sdp.type) : .setRemote(sdp.type))
             let changed = next != _signalingState
             _signalingState = next
