@@ -148,7 +148,8 @@ struct RecordingFlowTests {
         let alice = SDKDevice(server, user: "alice", device: "a1")
         try await alice.start()
         let (call, _) = alice.call("bob")
-        try await eventually("dialing") { await alice.phase(call) != nil }
+        // Dialing, the start action fulfilled by the invite's acknowledgement (CallKit's rule).
+        try await eventually("dialing") { await alice.phase(call) != nil && alice.provider.openActions.isEmpty }
         await #expect(throws: RecordingConsent.Refusal.notConnected) { try await alice.manager.requestRecording(call, to: "/tmp/x.ogg") }
         await #expect(throws: RecordingConsent.Refusal.noSuchCall) { try await alice.manager.requestRecording(UUID(), to: "/tmp/x.ogg") }
         await alice.stop()
