@@ -10,15 +10,15 @@ struct CallTable {
     /// A call whose phase an event changed.
     struct Transition {
         var from: CallPhase
-        var call: CallStateMachine
+        var call: HubCall
     }
 
-    private var calls: [CallID: CallStateMachine] = [:]
+    private var calls: [CallID: HubCall] = [:]
     private var liveByUser: [UserID: Set<CallID>] = [:]
     /// Ended calls, oldest first, with when they ended.
     private var ended: Deque<(call: CallID, at: Duration)> = []
 
-    subscript(id: CallID) -> CallStateMachine? { calls[id] }
+    subscript(id: CallID) -> HubCall? { calls[id] }
 
     /// The user's calls that have not ended, in id order.
     func live(of user: UserID) -> [CallID] {
@@ -36,7 +36,7 @@ struct CallTable {
     }
 
     /// A call that has not ended, new or restored; an id the table holds already is left alone.
-    mutating func insert(_ call: CallStateMachine) {
+    mutating func insert(_ call: HubCall) {
         guard calls[call.id] == nil else { return }
         calls[call.id] = call
         liveByUser[call.caller.user, default: []].insert(call.id)
@@ -46,7 +46,7 @@ struct CallTable {
     /// Runs one event on a call: nil when the table does not hold it. A refused event (it throws)
     /// leaves the call as it was. `at`: the hub's time, for how long an ended call is kept.
     mutating func apply(_ id: CallID, at now: Duration, wallClock: Int64,
-                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [Delivery])
+                        _ event: (inout HubCall, Int64) throws(ErrorMessage) -> [Delivery])
         throws(ErrorMessage) -> (deliveries: [Delivery], transition: Transition?)? {
         guard var call = calls[id] else { return nil }
         let before = call.phase
@@ -65,8 +65,8 @@ struct CallTable {
 
     /// Rings a device in every call to its user that still rings (a device that arrived late):
     /// answers those calls.
-    mutating func ring(_ key: DeviceKey) -> [CallStateMachine] {
-        var rung: [CallStateMachine] = []
+    mutating func ring(_ key: DeviceKey) -> [HubCall] {
+        var rung: [HubCall] = []
         for id in live(of: key.user) {
             guard calls[id]?.phase == .ringing, calls[id]?.callee == key.user else { continue }
             calls[id]!.rang(key.device)

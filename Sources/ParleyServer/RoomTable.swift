@@ -4,7 +4,7 @@ import ParleyProtocol
 /// belongs to one user in a room, a full room takes no newcomer, a join of a member updates its
 /// display without telling the others again, only members signal, and only to members).
 ///
-/// A value, like `CallStateMachine`: each event changes the table and returns what to deliver to
+/// A value, like `HubCall`: each event changes the table and returns what to deliver to
 /// whom; the hub delivers it, and provisions AudioBridge rooms on Janus.
 struct RoomTable {
     private var members: [RoomID: [RoomParticipant]] = [:]

@@ -74,7 +74,7 @@ struct Session {
 /// a new session and which resumes one, which connection a hello replaces, when a user has too
 /// many devices, which sessions wait for resume and since when.
 ///
-/// A value, like `CallStateMachine`: its methods decide and change state and return what the hub
+/// A value, like `HubCall`: its methods decide and change state and return what the hub
 /// must do (close a connection, replay frames, write a frame on a connection); the hub does it,
 /// and keeps the metrics.
 struct SessionTable {

@@ -110,7 +110,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// its expiry, and the callee's devices get `call.incoming` when they connect.
     public func restore(_ unfinished: [StoredCall]) {
         for stored in unfinished where calls[stored.record.call] == nil {
-            let call = CallStateMachine(restoring: stored)
+            let call = HubCall(restoring: stored)
             calls.insert(call)
             metrics.callsRestored.increment()
             if call.phase == .active { metrics.activeCalls.increment() } else { metrics.ringingCalls.increment() }
@@ -409,7 +409,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             + configuration.ringTimeout.components.attoseconds / 1_000_000_000_000_000
         // On a LAN the callee is shown where the call comes from: the name is the caller's own choice.
         let address = configuration.lan != nil ? sender.address : nil
-        var call = CallStateMachine(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: sender.name,
+        var call = HubCall(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: sender.name,
                                                                    address: address),
                                     callee: invite.to, media: invite.media, metadata: invite.metadata,
                                     createdAt: now, expiresAt: expiresAt)
@@ -491,7 +491,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// A call that woke devices by push ended: if nobody answered, each of them with an alert token
     /// gets a missed-call alert (an ordinary push to the app's notification token: a VoIP token
     /// cannot take one, and iOS would have to show a call for a VoIP push).
-    private func sendMissedCallAlerts(for call: CallStateMachine) {
+    private func sendMissedCallAlerts(for call: HubCall) {
         guard let woken = pushedDevices.removeValue(forKey: call.id), let pushes else { return }
         guard call.endReason == .noAnswer || call.endReason == .cancelled else { return }
         let alert = MissedCallAlert(call: call.id, from: .init(user: call.caller.user, name: call.caller.name), at: wallClock())
@@ -503,7 +503,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// Runs one event on a call and performs what it says: deliveries, the record, the end.
     private func update(_ callID: CallID, by sender: DeviceKey,
-                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [Delivery]) async throws(ErrorMessage) {
+                        _ event: (inout HubCall, Int64) throws(ErrorMessage) -> [Delivery]) async throws(ErrorMessage) {
         guard calls[callID] != nil else {
             // Not in memory: an old call (its record says whether it ended) or no call at all.
             let record = try await storedCall(callID)
@@ -525,7 +525,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     private func update(_ callID: CallID,
-                        _ event: (inout CallStateMachine, Int64) throws(ErrorMessage) -> [Delivery]) throws(ErrorMessage) {
+                        _ event: (inout HubCall, Int64) throws(ErrorMessage) -> [Delivery]) throws(ErrorMessage) {
         guard let (deliveries, transition) = try calls.apply(callID, at: now(), wallClock: wallClock(), event) else { return }
         for delivery in deliveries { deliver(delivery.message, to: delivery.to) }
         guard let transition else { return }
@@ -541,8 +541,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
     }
 
-    private func update(_ callID: CallID, _ event: (inout CallStateMachine, Int64) -> [Delivery]) {
-        try? update(callID) { (call: inout CallStateMachine, now: Int64) throws(ErrorMessage) in event(&call, now) }
+    private func update(_ callID: CallID, _ event: (inout HubCall, Int64) -> [Delivery]) {
+        try? update(callID) { (call: inout HubCall, now: Int64) throws(ErrorMessage) in event(&call, now) }
     }
 
     private func report(_ report: CallReport, from sender: DeviceKey) async throws(ErrorMessage) {
@@ -706,7 +706,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     // MARK: Several nodes
 
-    private func save(_ call: CallStateMachine) {
+    private func save(_ call: HubCall) {
         records.save(call.stored.owned(by: cluster?.node))
     }
 

@@ -192,8 +192,8 @@ struct CallTableTests {
     let phone = DeviceKey(user: "bob", device: "phone")
     let laptop = DeviceKey(user: "bob", device: "laptop")
 
-    func call(_ id: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21", expiresAt: Int64 = 46_000) -> CallStateMachine {
-        var call = CallStateMachine(id: id, caller: Party(user: "alice", device: "a1"), callee: "bob", media: .audioOnly,
+    func call(_ id: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21", expiresAt: Int64 = 46_000) -> HubCall {
+        var call = HubCall(id: id, caller: Party(user: "alice", device: "a1"), callee: "bob", media: .audioOnly,
                                     metadata: nil, createdAt: 1000, expiresAt: expiresAt)
         call.rang("phone")
         return call

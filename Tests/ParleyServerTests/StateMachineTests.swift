@@ -10,8 +10,8 @@ struct CallStateMachineTests {
     let phone = DeviceKey(user: "bob", device: "phone")
     let laptop = DeviceKey(user: "bob", device: "laptop")
 
-    func ringing() -> CallStateMachine {
-        var call = CallStateMachine(id: "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21", caller: caller, callee: "bob", media: .audioOnly,
+    func ringing() -> HubCall {
+        var call = HubCall(id: "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21", caller: caller, callee: "bob", media: .audioOnly,
                                     metadata: nil, createdAt: 1000, expiresAt: 46_000)
         call.rang("phone")
         call.rang("laptop")

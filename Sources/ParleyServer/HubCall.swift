@@ -1,29 +1,6 @@
 import ParleyProtocol
 
-/// A device of a user: where frames are delivered.
-public struct DeviceKey: Hashable, Sendable, CustomStringConvertible {
-    public var user: UserID
-    public var device: DeviceID
-
-    public init(user: UserID, device: DeviceID) {
-        self.user = user
-        self.device = device
-    }
-
-    public var description: String { "\(user)/\(device)" }
-}
-
-extension Party {
-    var key: DeviceKey { DeviceKey(user: user, device: device) }
-}
-
-/// A frame for the hub to deliver to one device: what the state machines of calls and rooms answer.
-struct Delivery: Equatable {
-    var to: DeviceKey
-    var message: ServerMessage
-}
-
-/// One one-to-one call as the server sees it.
+/// One one-to-one call as the hub sees it (the SDK's `CallStateMachine` is one device's view).
 ///
 /// ```
 ///            accept (first wins)           hangup by a party, connection-lost
@@ -34,7 +11,7 @@ struct Delivery: Equatable {
 ///
 /// Every event is a `mutating` method that returns what to send to whom; the hub performs it.
 /// A request that breaks a rule is refused with an `ErrorMessage` and leaves the state as it was.
-struct CallStateMachine {
+struct HubCall {
     enum State: Equatable {
         case ringing
         case active(callee: DeviceID, answeredAt: Int64)
