@@ -126,7 +126,8 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
     private struct Pending {
         var text: String
         var continuation: RequestAnswer
-        var timeout: Task<Void, Never>
+        /// When it fails with `.timeout` unless answered.
+        var deadline: C.Instant
         /// Requests sent again after a reconnect (pings are not: a new connection needs new ones).
         var resend: Bool
         /// The connection it was last sent on.
@@ -142,7 +143,10 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
     private var greeted = false
     private var lastSeq = 0
     private var lastAckSent = 0
+    /// The connection loop, from `start()` to `stop()` (which cancels it).
     private var running: Task<Void, Never>?
+    /// The one task that fails requests at their deadline, while any waits; cancelled by `stop()`.
+    private var expiring: Task<Void, Never>?
     private var stopped = false
     private var reconnectNow = false
     /// Counts connections, to know which one a request went out on.
@@ -208,20 +212,27 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
             answer.resolve(throwing: SignalingError(code: .stopped, message: "the signaling client has stopped"))
             return PendingRequest(id: id, answer: answer, client: self)
         }
-        let timeout = configuration.requestTimeout
-        let timer = Task { [clock] in
-            do { try await clock.sleep(for: timeout) } catch { return }
-            self.expire(id)
-        }
-        var request = Pending(text: String(decoding: codec.encode(message), as: UTF8.self), continuation: answer, timeout: timer,
-                              resend: !isPing)
+        var request = Pending(text: String(decoding: codec.encode(message), as: UTF8.self), continuation: answer,
+                              deadline: clock.now.advanced(by: configuration.requestTimeout), resend: !isPing)
         if greeted, let connection {
             connection.send(request.text)
             request.sentOn = generation
         }
         pending[id] = request
         order.append(id)
+        if expiring == nil { expiring = Task { await self.expireRequests() } }
         return PendingRequest(id: id, answer: answer, client: self)
+    }
+
+    /// Fails each request at its deadline, for as long as any waits: one task for them all, not
+    /// one each. Every request has the same timeout, so the oldest waiting is always the next due.
+    private func expireRequests() async {
+        while let next = order.first.flatMap({ pending[$0]?.deadline }) {
+            do { try await clock.sleep(until: next, tolerance: nil) } catch { break }
+            let now = clock.now
+            while let id = order.first, let request = pending[id], request.deadline <= now { expire(id) }
+        }
+        expiring = nil
     }
 
     /// The waiter of a request went away: forget it.
@@ -237,7 +248,6 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
     private func resolve(_ id: String) -> Pending? {
         guard let request = pending.removeValue(forKey: id) else { return nil }
         order.removeAll { $0 == id }
-        request.timeout.cancel()
         return request
     }
 
@@ -245,6 +255,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         guard !stopped else { return }
         stopped = true
         running?.cancel()
+        expiring?.cancel()
         connection?.close()
         connection = nil
         for id in order {

@@ -54,7 +54,7 @@ extension BrowserTests {
                 #expect(linusPeer.selectedCandidatePair?.localAddress == network.paths[used].ours)
                 let other = network.paths[1 - used]
                 let cut = ContinuousClock.now
-                network.wires[used].change(to: "loss=100%")
+                #expect(network.wires[used].change(to: "loss=100%"), "the wire took the change")
 
                 try await eventually(timeout: .seconds(30), "the page's media moves to the other path") {
                     try await alice.evaluate(Self.selectedPair) as? String == "\(other.browser) \(other.ours)"
