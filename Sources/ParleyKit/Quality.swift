@@ -214,14 +214,10 @@ public struct QualityMonitor: Sendable {
         defer { previous = sample }
         guard let previous, sample.at > previous.at else { return nil }
         let seconds = (sample.at - previous.at).seconds
-        // The receive counters start again from zero when the engine forgot the far side's source
-        // in a silence and meets it again (GStreamer's RTP session does after a few seconds).
-        let base = sample.packetsReceived < previous.packetsReceived ? (received: 0, lost: 0, bytes: 0)
-            : (received: previous.packetsReceived, lost: previous.packetsLost, bytes: previous.bytesReceived)
-        let received = max(0, sample.packetsReceived - base.received)
-        let lost = max(0, sample.packetsLost - base.lost)
+        let received = max(0, sample.packetsReceived - previous.packetsReceived)
+        let lost = max(0, sample.packetsLost - previous.packetsLost)
         let loss = received + lost > 0 ? 100 * Double(lost) / Double(received + lost) : 0
-        let bitrate = seconds > 0 ? Double(max(0, sample.bytesReceived - base.bytes)) * 8 / 1000 / seconds : 0
+        let bitrate = seconds > 0 ? Double(max(0, sample.bytesReceived - previous.bytesReceived)) * 8 / 1000 / seconds : 0
         if let measured = sample.roundTripTimeMs { latestRtt = measured }
         let rtt = sample.roundTripTimeMs ?? recent.last?.rtt ?? 0
         let jitter = sample.jitterMs ?? recent.last?.jitter ?? 0

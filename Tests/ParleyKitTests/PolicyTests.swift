@@ -166,18 +166,6 @@ struct QualityTests {
         #expect(resumed.receivedPackets == 50)
     }
 
-    /// After a silence the engine may forget the far side's source and count afresh: the packets of
-    /// the new count are what arrived, not a negative or a loss.
-    @Test func countersThatStartAgainCountFromZero() throws {
-        var monitor = QualityMonitor(window: 1)
-        _ = monitor.add(MediaStatsSample(at: .seconds(0), packetsReceived: 400, packetsLost: 3, bytesReceived: 40_000))
-        let next = monitor.add(MediaStatsSample(at: .seconds(1), packetsReceived: 50, packetsLost: 0, bytesReceived: 4_000))
-        let report = try #require(next)
-        #expect(report.receivedPackets == 50)
-        #expect(report.lossPct == 0)
-        #expect(report.bitrateKbps == 32)
-    }
-
     /// Silence is `silenceAfter` without a packet, from the first reading on (a call that never
     /// receives anything counts), said once; packets again are said once too.
     @Test func mediaArrivalsSayWhenPacketsStopAndComeBack() {
