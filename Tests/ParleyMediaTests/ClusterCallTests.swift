@@ -79,7 +79,7 @@ struct ClusterCallTests {
                                                              [two.port] + [three?.port, one.port].compactMap { $0 }])
         defer { balancer.stop() }
         let aliceDoor = "http://127.0.0.1:\(balancer.ports[0])", bobDoor = "http://127.0.0.1:\(balancer.ports[1])"
-        let seconds = 18.0
+        let seconds = 12.0
 
         let nodes = { [one.port, two.port, three?.port].compactMap { $0 }.map { "http://127.0.0.1:\($0)" } }
         let logs = [directory.appendingPathComponent("alice.jsonl"), directory.appendingPathComponent("bob.jsonl")]
