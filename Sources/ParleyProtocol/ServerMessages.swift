@@ -26,49 +26,114 @@ public struct Welcome: Hashable, Sendable, Codable {
 /// The answer to a request. Result fields sit beside `re` in the same object.
 public struct Ack: Hashable, Sendable {
     public var re: String
-    public var result: [String: JSONValue]
+    public var result: AckResult
 
-    public init(re: String, result: [String: JSONValue] = [:]) {
+    public init(re: String, result: AckResult = .done) {
         self.re = re
         self.result = result
     }
 
-    /// An ack whose result fields are those of `value`, an `Encodable` struct.
-    public init(re: String, encoding value: some Encodable) throws {
-        self.init(re: re, result: try JSONValue.fields(of: value))
+    /// The result decoded as `type`: the request an ack answers says which type its fields are.
+    /// A typed result of that type is returned as it is; fields read off the wire are decoded.
+    public func decodeResult<T: Decodable>(_ type: T.Type) throws -> T {
+        if let value = result.value as? T { return value }
+        return try JSONDecoder().decode(T.self, from: JSONEncoder().encode(result))
+    }
+}
+
+/// What an ack says beside `re`. The server builds each result as its type and encodes it once;
+/// a client reads the fields, and learns their type from the request they answer
+/// (`Ack.decodeResult`).
+public enum AckResult: Sendable {
+    /// Done, and nothing more to say (most requests).
+    case done
+    case callInvite(CallInviteResult)
+    case callState(CallStateResult)
+    case recording(RecordingStepResult)
+    case roomJoin(RoomJoinResult)
+    case roomLeave(RoomLeaveResult)
+    /// Fields as read off the wire (or from another node), not yet given a type.
+    case fields([String: JSONValue])
+
+    /// The typed result, if there is one.
+    var value: (any Encodable & Sendable)? {
+        switch self {
+        case .done, .fields: nil
+        case .callInvite(let result): result
+        case .callState(let result): result
+        case .recording(let result): result
+        case .roomJoin(let result): result
+        case .roomLeave(let result): result
+        }
+    }
+}
+
+/// Two results are equal when they put the same fields on the wire, typed or not.
+extension AckResult: Hashable {
+    /// The fields this result puts beside `re`.
+    public var fields: [String: JSONValue] {
+        switch self {
+        case .done: [:]
+        case .fields(let fields): fields
+        default: (try? JSONDecoder().decode([String: JSONValue].self, from: JSONEncoder().encode(self))) ?? [:]
+        }
     }
 
-    /// The result fields decoded as `type`.
-    public func decodeResult<T: Decodable>(_ type: T.Type) throws -> T {
-        try JSONDecoder().decode(T.self, from: JSONEncoder().encode(JSONValue.object(result)))
+    public static func == (lhs: AckResult, rhs: AckResult) -> Bool { lhs.fields == rhs.fields }
+    public func hash(into hasher: inout Hasher) { hasher.combine(fields) }
+}
+
+/// An ack's result is a JSON object of fields, which sit beside `re` in the ack (its encoder's own
+/// keyed container is shared). Read back, it is `.fields` (`.done` when there are none).
+extension AckResult: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: AnyKey.self)
+        var fields: [String: JSONValue] = [:]
+        for key in container.allKeys where !Ack.frameKeys.contains(key.stringValue) {
+            fields[key.stringValue] = try container.decode(JSONValue.self, forKey: key)
+        }
+        self = fields.isEmpty ? .done : .fields(fields)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        switch self {
+        case .done:
+            _ = encoder.container(keyedBy: AnyKey.self)
+        case .fields(let fields):
+            var container = encoder.container(keyedBy: AnyKey.self)
+            for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
+                try container.encode(value, forKey: AnyKey(stringValue: key))
+            }
+        default:
+            try value?.encode(to: encoder)
+        }
     }
 }
 
 extension Ack: Codable {
-    struct AnyKey: CodingKey {
-        var stringValue: String
-        var intValue: Int? { nil }
-        init(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
-    }
+    /// The keys of the frame around an ack's result.
+    static let frameKeys: Set<String> = ["re", "type", "seq"]
+
+    enum CodingKeys: String, CodingKey { case re }
 
     public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: AnyKey.self)
-        re = try container.decode(String.self, forKey: AnyKey(stringValue: "re"))
-        var result: [String: JSONValue] = [:]
-        for key in container.allKeys where !["re", "type", "seq"].contains(key.stringValue) {
-            result[key.stringValue] = try container.decode(JSONValue.self, forKey: key)
-        }
-        self.result = result
+        re = try decoder.container(keyedBy: CodingKeys.self).decode(String.self, forKey: .re)
+        result = try AckResult(from: decoder)
     }
 
     public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: AnyKey.self)
-        try container.encode(re, forKey: AnyKey(stringValue: "re"))
-        for (key, value) in result.sorted(by: { $0.key < $1.key }) {
-            try container.encode(value, forKey: AnyKey(stringValue: key))
-        }
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(re, forKey: .re)
+        try result.encode(to: encoder)
     }
+}
+
+/// A JSON object's key, whatever its name.
+struct AnyKey: CodingKey {
+    var stringValue: String
+    var intValue: Int? { nil }
+    init(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
 }
 
 public struct ErrorMessage: Hashable, Sendable, Codable, Error {
@@ -306,6 +371,14 @@ public struct CallStateResult: Hashable, Sendable, Codable {
         self.reason = reason
         self.recording = recording
     }
+}
+
+/// The result fields of the ack to `room.leave`: `revocationPending` when Janus could not be
+/// reached to remove the device's token (the server keeps trying); absent once it is removed.
+public struct RoomLeaveResult: Hashable, Sendable, Codable {
+    public var revocationPending: Bool?
+
+    public init(revocationPending: Bool? = nil) { self.revocationPending = revocationPending }
 }
 
 /// The result fields of the ack to `call.invite` (an extension of protocol v1: clients may ignore them).

@@ -16,7 +16,7 @@ public enum NodeMessage: Sendable, Equatable, Codable {
     /// A device's request about a call or room the addressed node runs (`frame`: the client's frame).
     case request(id: UInt64, from: NodeID, sender: DeviceKey, frame: String)
     /// The owner's answer to a forwarded request: the `ack`'s result, or the error.
-    case reply(id: UInt64, result: [String: JSONValue]?, error: ErrorMessage?)
+    case reply(id: UInt64, result: AckResult?, error: ErrorMessage?)
     /// A device said hello on the node that sends this: the node that held a session for it lets it
     /// go (without ending its calls), and owners of calls ringing its user ring it too.
     case claimed(DeviceKey, by: NodeID)

@@ -45,7 +45,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// come before its row is in the store); forgotten when that node leaves.
     private var callOwners: [CallID: NodeID] = [:]
     /// Requests forwarded to the nodes that run their calls, waiting for the answer.
-    private var forwarded: [UInt64: (node: NodeID, answer: CheckedContinuation<Result<[String: JSONValue], ErrorMessage>, Never>)] = [:]
+    private var forwarded: [UInt64: (node: NodeID, answer: CheckedContinuation<Result<AckResult, ErrorMessage>, Never>)] = [:]
     private var forwardTimers: [UInt64: Task<Void, Never>] = [:]
     private var nextForward: UInt64 = 0
 
@@ -287,7 +287,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     // MARK: Requests
 
     /// Runs a request of a session here, or forwards it to the node that runs its call or room.
-    private func execute(_ message: ClientMessage, requestID: String, from sender: Party) async throws(ErrorMessage) -> [String: JSONValue] {
+    private func execute(_ message: ClientMessage, requestID: String, from sender: Party) async throws(ErrorMessage) -> AckResult {
         let key = sender.key
         if cluster != nil, let callID = message.aboutCall ?? message.invitedCall, calls[callID] == nil,
            let runner = await owner(of: callID, adopting: message.invitedCall == nil) {
@@ -309,34 +309,34 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         return try await execute(message, from: sender)
     }
 
-    private func execute(_ message: ClientMessage, from sender: Party) async throws(ErrorMessage) -> [String: JSONValue] {
+    private func execute(_ message: ClientMessage, from sender: Party) async throws(ErrorMessage) -> AckResult {
         let key = sender.key
         switch message {
         case .ping:
-            return [:]
+            return .done
         case .callInvite(let invite):
             return try await startCall(invite, from: sender)
         case .callRinging(let request):
             try await update(request.call, by: key) { call, _ throws(ErrorMessage) in try call.ringing(from: key) }
-            return [:]
+            return .done
         case .callAccept(let request):
             try await update(request.call, by: key) { call, now throws(ErrorMessage) in try call.accept(from: key, now: now) }
-            return [:]
+            return .done
         case .callDecline(let decline):
             try await update(decline.call, by: key) { call, now throws(ErrorMessage) in
                 try call.decline(from: key, reason: decline.reason ?? .declined, now: now)
             }
-            return [:]
+            return .done
         case .callHangup(let hangup):
             try await update(hangup.call, by: key) { call, now throws(ErrorMessage) in
                 try call.hangup(from: key, detail: hangup.reason, now: now)
             }
-            return [:]
+            return .done
         case .callSignal(let signal):
             try await update(signal.call, by: key) { call, _ throws(ErrorMessage) in
                 try call.relay(from: key) { from in .callSignal(CallSignalled(call: signal.call, from: from, signal: signal.signal)) }
             }
-            return [:]
+            return .done
         case .callUpdate(let change) where change.recording != nil:
             return try await recordingStep(change, from: key)
         case .callUpdate(let change):
@@ -345,10 +345,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                     .callUpdated(CallUpdated(call: change.call, from: from, muted: change.muted, held: change.held, video: change.video))
                 }
             }
-            return [:]
+            return .done
         case .callReport(let report):
             try await self.report(report, from: key)
-            return [:]
+            return .done
         case .callState(let request):
             return try await callState(request.call, asker: key.user)
         case .roomJoin(let join):
@@ -361,17 +361,17 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             // after the ack is refused. Janus out of reach: the device has left all the same, and
             // the ack says the revocation is still to come (the server keeps trying).
             let revoked = await leaveAndRevoke(leave.room, key: key)
-            return revoked ? [:] : ["revocationPending": .bool(true)]
+            return revoked ? .done : .roomLeave(RoomLeaveResult(revocationPending: true))
         case .roomSignal(let signal):
             let delivery = try rooms.signal(signal, from: key)
             deliver(delivery.message, to: delivery.to)
-            return [:]
+            return .done
         case .hello, .ack:
-            return [:]
+            return .done
         }
     }
 
-    private func startCall(_ invite: CallInvite, from sender: Party) async throws(ErrorMessage) -> [String: JSONValue] {
+    private func startCall(_ invite: CallInvite, from sender: Party) async throws(ErrorMessage) -> AckResult {
         let caller = sender.key
         if let result = try answerToKnownCall(invite, from: caller) { return result }
         if let record = try await storedCall(invite.call) {
@@ -429,8 +429,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                              metadata: ["call.id": "\(invite.call)", "error": "\(error)"])
             }
             guard calls[invite.call]?.phase == .ringing else {
-                let result = CallInviteResult(call: invite.call, devices: online.count, pushed: 0, expiresAt: expiresAt)
-                return (try? JSONValue.fields(of: result)) ?? [:]
+                return .callInvite(CallInviteResult(call: invite.call, devices: online.count, pushed: 0, expiresAt: expiresAt))
             }
         }
         for device in online {
@@ -438,21 +437,20 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
         let pushed = await sendPushes(for: invite.call)
         logger.debug("call invited", metadata: ["call.id": "\(invite.call)", "peer.device": "\(caller)", "call.devices": "\(online.count)"])
-        let result = CallInviteResult(call: invite.call, devices: online.count, pushed: pushed, expiresAt: expiresAt)
-        return (try? JSONValue.fields(of: result)) ?? [:]
+        return .callInvite(CallInviteResult(call: invite.call, devices: online.count, pushed: pushed, expiresAt: expiresAt))
     }
 
     /// The answer to an invite whose call id the hub holds already: the same invite again from the
     /// device that made it (a retry whose answer was lost: a server restart forgets request ids) is
     /// answered as the first was and rings no one again; any other use of the id is refused. Nil for
     /// an id the hub does not hold.
-    private func answerToKnownCall(_ invite: CallInvite, from caller: DeviceKey) throws(ErrorMessage) -> [String: JSONValue]? {
+    private func answerToKnownCall(_ invite: CallInvite, from caller: DeviceKey) throws(ErrorMessage) -> AckResult? {
         guard let existing = calls[invite.call] else { return nil }
         guard existing.involves(caller.user) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
         if existing.caller.user == caller.user, existing.caller.device == caller.device, existing.callee == invite.to,
            existing.phase != .ended {
-            let result = CallInviteResult(call: invite.call, devices: existing.rungDevices.count, pushed: 0, expiresAt: existing.expiresAt)
-            return (try? JSONValue.fields(of: result)) ?? [:]
+            return .callInvite(CallInviteResult(call: invite.call, devices: existing.rungDevices.count, pushed: 0,
+                                                expiresAt: existing.expiresAt))
         }
         if existing.phase == .ended, existing.caller.user == caller.user {
             throw ErrorMessage(code: .callEnded, message: "call \(invite.call) has ended")
@@ -567,7 +565,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     /// A step of recording with consent; its record is saved at once (who consented, and when).
-    private func recordingStep(_ change: CallUpdate, from sender: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
+    private func recordingStep(_ change: CallUpdate, from sender: DeviceKey) async throws(ErrorMessage) -> AckResult {
         let callID = change.call
         var state = RecordingState.off
         try await update(callID, by: sender) { call, now throws(ErrorMessage) in
@@ -581,10 +579,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             return deliveries
         }
         if let call = calls[callID] { save(call) }
-        return (try? JSONValue.fields(of: RecordingStepResult(recording: state))) ?? [:]
+        return .recording(RecordingStepResult(recording: state))
     }
 
-    private func callState(_ callID: CallID, asker: UserID) async throws(ErrorMessage) -> [String: JSONValue] {
+    private func callState(_ callID: CallID, asker: UserID) async throws(ErrorMessage) -> AckResult {
         let result: CallStateResult
         if let call = calls[callID] {
             guard call.involves(asker) else { throw ErrorMessage(code: .callNotFound, message: "no such call") }
@@ -595,7 +593,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         } else {
             throw ErrorMessage(code: .callNotFound, message: "no such call")
         }
-        return (try? JSONValue.fields(of: result)) ?? [:]
+        return .callState(result)
     }
 
     /// A call's record, for a call not in memory. A store that cannot be read answers `unavailable`
@@ -618,10 +616,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     // MARK: Rooms
 
-    private func joinRoom(_ join: RoomJoin, key: DeviceKey) throws(ErrorMessage) -> [String: JSONValue] {
+    private func joinRoom(_ join: RoomJoin, key: DeviceKey) throws(ErrorMessage) -> AckResult {
         try checkJoin(join, key: key, limit: configuration.meshRoomLimit)
         let others = admit(join, key: key)
-        return (try? JSONValue.fields(of: RoomJoinResult(room: join.room, participants: others, media: .mesh))) ?? [:]
+        return .roomJoin(RoomJoinResult(room: join.room, participants: others, media: .mesh))
     }
 
     /// Rooms need a server (not a LAN listener); then the room table's rules (`RoomTable.checkJoin`).
@@ -696,7 +694,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         switch result {
         case .success(let janus):
             let joined = RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .audioBridge(janus))
-            answer = .ack(Ack(re: requestID, result: (try? JSONValue.fields(of: joined)) ?? [:]))
+            answer = .ack(Ack(re: requestID, result: .roomJoin(joined)))
         case .failure(let error):
             logger.warning("AudioBridge admission failed", metadata: ["room": "\(join.room)", "error": "\(error)"])
             answer = .error(ErrorMessage(re: requestID, code: .unavailable, message: "the voice room server (Janus) cannot be reached right now"))
@@ -743,7 +741,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     /// Sends a request to the node that runs its call and answers what that node answered.
-    private func forward(_ message: ClientMessage, from key: DeviceKey, to node: NodeID) async throws(ErrorMessage) -> [String: JSONValue] {
+    private func forward(_ message: ClientMessage, from key: DeviceKey, to node: NodeID) async throws(ErrorMessage) -> AckResult {
         guard let cluster else { throw ErrorMessage(code: .internal, message: "no cluster") }
         nextForward += 1
         let id = nextForward
@@ -760,7 +758,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         return try result.get()
     }
 
-    private func answerForwarded(_ id: UInt64, _ result: Result<[String: JSONValue], ErrorMessage>) {
+    private func answerForwarded(_ id: UInt64, _ result: Result<AckResult, ErrorMessage>) {
         forwardTimers.removeValue(forKey: id)?.cancel()
         forwarded.removeValue(forKey: id)?.answer.resume(returning: result)
     }
@@ -781,7 +779,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             send(decoded.message, to: key)
         case .request(let id, let from, let sender, let frame):
-            let result: Result<[String: JSONValue], ErrorMessage>
+            let result: Result<AckResult, ErrorMessage>
             do throws(ErrorMessage) {
                 let request: ClientMessage
                 do { request = try codec.decodeClientMessage(frame) } catch {
@@ -794,7 +792,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             cluster.send(.reply(id: id, result: try? result.get(), error: result.failure), to: from)
         case .reply(let id, let result, let error):
-            answerForwarded(id, error.map { .failure($0) } ?? .success(result ?? [:]))
+            answerForwarded(id, error.map { .failure($0) } ?? .success(result ?? .done))
         // This node's own news, heard back on the channel every node listens to.
         case .claimed(_, let node) where node == cluster.node, .released(_, let node) where node == cluster.node:
             return
@@ -827,7 +825,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// A forwarded request, run here as if its device were connected here (an invite never is: the
     /// node a caller is connected to runs its call).
-    private func executeForwarded(_ message: ClientMessage, from key: DeviceKey) async throws(ErrorMessage) -> [String: JSONValue] {
+    private func executeForwarded(_ message: ClientMessage, from key: DeviceKey) async throws(ErrorMessage) -> AckResult {
         if case .roomJoin(let join) = message, let audioBridge {
             try checkJoin(join, key: key, limit: configuration.janus?.roomLimit ?? 0)
             let janus: RoomMedia.Janus
@@ -836,7 +834,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 throw ErrorMessage(code: .unavailable, message: "the voice room server (Janus) cannot be reached right now")
             }
             let joined = RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .audioBridge(janus))
-            return (try? JSONValue.fields(of: joined)) ?? [:]
+            return .roomJoin(joined)
         }
         return try await execute(message, from: Party(user: key.user, device: key.device))
     }

@@ -57,7 +57,7 @@ struct InMemoryTransportTests {
         second.serverSend(ServerFrame(seq: 1, message: ringing))
         second.serverSend(ServerFrame(seq: 2, message: ringing))
         guard case .callState(let request)? = await resent.next() else { Issue.record("the request was not re-sent"); return }
-        second.serverSend(ServerFrame(seq: 3, message: .ack(try Ack(re: request.id, encoding: CallStateResult(call: request.call, state: .ringing)))))
+        second.serverSend(ServerFrame(seq: 3, message: .ack(Ack(re: request.id, result: .callState(CallStateResult(call: request.call, state: .ringing))))))
 
         #expect(try await state.value.decodeResult(CallStateResult.self).state == .ringing)
         await #expect(throws: SignalingError.self, "a ping is not re-sent on a new connection") { try await answer.value }

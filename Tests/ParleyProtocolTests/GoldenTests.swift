@@ -17,9 +17,9 @@ struct GoldenTests {
             iceServers: [IceServer(urls: ["stun:turn.example.net:3478"]),
                          IceServer(urls: ["turn:turn.example.net:3478?transport=udp"], username: "1767312000:alice", credential: "c2VjcmV0")])))),
         ("ack-empty", ServerFrame(seq: 1, message: .ack(Ack(re: "r1")))),
-        ("ack-call-state", ServerFrame(seq: 2, message: .ack(try! Ack(re: "r2", encoding: CallStateResult(call: call, state: .ended, reason: .cancelled))))),
-        ("ack-room-join", ServerFrame(seq: 3, message: .ack(try! Ack(re: "r3", encoding: RoomJoinResult(
-            room: "standup", participants: [RoomParticipant(user: "bob", device: "b1", display: "Bob")], media: .mesh))))),
+        ("ack-call-state", ServerFrame(seq: 2, message: .ack(Ack(re: "r2", result: .callState(CallStateResult(call: call, state: .ended, reason: .cancelled)))))),
+        ("ack-room-join", ServerFrame(seq: 3, message: .ack(Ack(re: "r3", result: .roomJoin(RoomJoinResult(
+            room: "standup", participants: [RoomParticipant(user: "bob", device: "b1", display: "Bob")], media: .mesh)))))),
         ("error", ServerFrame(seq: 4, message: .error(ErrorMessage(re: "r4", code: .callNotFound, message: "no such call")))),
         ("call-incoming", ServerFrame(seq: 5, message: .callIncoming(CallIncoming(
             call: call, from: Party(user: "alice", device: "iphone-1", name: "Alice"), media: .audioOnly,

@@ -84,7 +84,7 @@ struct AudioBridgeRoomTests {
 
         slowLink.delay = .milliseconds(300)
         let left = try await alice.request { .roomLeave(RoomLeave(id: $0, room: "lobby")) }.get()
-        #expect(left.result["revocationPending"] == nil, "Janus could be reached")
+        #expect(try left.decodeResult(RoomLeaveResult.self).revocationPending == nil, "Janus could be reached")
         await #expect(throws: JanusError.audioBridge(.unauthorized, reason: "Unauthorized (not in the allowed list)")) {
             _ = try await probe.join(room: ticket.room, display: "Alice", token: ticket.token)
         }
@@ -111,7 +111,7 @@ struct AudioBridgeRoomTests {
         link.connect(to: try freeTCPPort())
         link.cut()
         let left = try await alice.request { .roomLeave(RoomLeave(id: $0, room: "lobby")) }.get()
-        #expect(left.result["revocationPending"] == .bool(true))
+        #expect(try left.decodeResult(RoomLeaveResult.self).revocationPending == true)
         _ = try await bob.expect { if case .roomParticipantLeft(let gone) = $0.message { gone } else { nil } }
 
         // Janus within reach again: the token stops admitting, without anyone asking.

@@ -14,7 +14,7 @@ struct HubCallTests {
         let laptop = await h.device("bob", "laptop")
 
         let ack = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
-        #expect(ack.result["devices"] == .number(2))
+        #expect(try ack.decodeResult(CallInviteResult.self).devices == 2)
         for device in [phone, laptop] {
             guard case .callIncoming(let incoming) = device.events().first else { Issue.record("no call.incoming"); return }
             #expect(incoming.from == Party(user: "alice", device: "a1", name: "Alice"))

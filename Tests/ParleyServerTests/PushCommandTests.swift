@@ -122,8 +122,9 @@ struct PushCommandTests {
 
         let alice = try await WSTestClient.connect(url: base.replacingOccurrences(of: "http", with: "ws") + "/v1/signal", token: devToken("alice"))
         _ = try await alice.hello(device: "a1")
-        let ack = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "bob")) }.get()
-        #expect(ack.result["pushed"] == .number(1))
+        let invited = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "bob")) }.get()
+            .decodeResult(CallInviteResult.self)
+        #expect(invited.pushed == 1)
         try await eventually("the push reached APNs") { !apns.delivered.isEmpty }
         #expect(apns.delivered.first?.deviceToken == token)
         kill(process.processIdentifier, SIGTERM)

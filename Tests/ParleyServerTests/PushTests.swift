@@ -72,9 +72,9 @@ struct PushTests {
         let online = try await push.server.device("bob", "online-iphone")
         let alice = try await push.server.device("alice", "a1", name: "Alice")
         let call: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"
-        let ack = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
-        #expect(ack.result["devices"] == .number(1))
-        #expect(ack.result["pushed"] == .number(2))
+        let invited = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get().decodeResult(CallInviteResult.self)
+        #expect(invited.devices == 1)
+        #expect(invited.pushed == 2)
         _ = try await online.expect { if case .callIncoming = $0.message { true } else { nil } }
 
         try await eventually { push.apns.requests.count == 2 }
@@ -212,8 +212,9 @@ struct PushTests {
         #expect(try await push.server.server.store.devices(of: "bob").first?.alerts == nil)
         #expect(try await push.token(of: "carol", "family-iphone") == Self.sleeping)
         let alice = try await push.server.device("alice", "a1")
-        let ack = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "bob")) }.get()
-        #expect(ack.result["pushed"] == .number(0))
+        let invited = try await alice.request { .callInvite(CallInvite(id: $0, call: CallID(uuid: UUID()), to: "bob")) }.get()
+            .decodeResult(CallInviteResult.self)
+        #expect(invited.pushed == 0)
         try await push.stop()
     }
 
