@@ -87,6 +87,11 @@ public actor APNsClient {
         http.httpVersion = .automatic  // HTTP/2 by ALPN, which APNs requires
         // APNs asks providers to keep their connections open rather than open one per push.
         http.connectionPool = .init(idleTimeout: .hours(1))
+        // A connection that cannot be made is this client's to retry (`send`: with backoff, until the
+        // notification expires, and not at all for an untrusted certificate). Left on, the HTTP
+        // client would try again by itself until its connect timeout (10 s), and an untrusted
+        // certificate would be reported only then.
+        http.connectionPool.retryConnectionEstablishment = false
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
         self.configuration = configuration
         self.logger = logger

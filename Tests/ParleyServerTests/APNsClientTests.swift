@@ -223,8 +223,11 @@ struct APNsClientTests {
         var configuration = APNsClient.Configuration(key: try APNsSigningKey(file: team.keyFile, keyID: team.keyID, teamID: team.teamID))
         configuration.useEndpoint(double.url)  // and no --apns-ca-file: the double's CA is nobody's root
         let client = try APNsClient(configuration: configuration, logger: Logger(label: "test"))
+        let started = ContinuousClock.now
         let failure = try #require(await client.send(Self.voip(expiresIn: 60)).failure)
         #expect(failure.hasPrefix("TLS with 127.0.0.1 failed"), "not retried until the expiry: waiting does not mend a certificate")
+        // Not retried by the HTTP client either, until its connect timeout (10 s): it took 10 s so.
+        #expect(ContinuousClock.now - started < .seconds(5), "reported at once, not after the HTTP client's own retries")
         #expect(double.requests.isEmpty)
         try await client.shutdown()
         await double.stop()
