@@ -8,14 +8,18 @@ import Network
 #endif
 import ParleyKit
 
-/// Tells the calls when the device's network changes (Wi-Fi to cellular and back, lost and found),
-/// so signaling reconnects and media restarts ICE at once instead of waiting for a timeout.
+/// Says when the device's network changes (Wi-Fi to cellular and back, lost and found), so that
+/// signaling reconnects and media restarts ICE at once instead of waiting for a timeout: its owner
+/// hands each of `changes` to `CallManager.networkChanged` (`ParleyPhone` does).
 public final class NetworkPathMonitor: @unchecked Sendable {
+    /// Every change that matters after the first path: the path usable again, another interface,
+    /// or IPv4 or IPv6 gained or lost. Changes its reader has not taken yet count as one.
+    public let changes: AsyncStream<Void>
+    private let changed: AsyncStream<Void>.Continuation
     private let monitor = NWPathMonitor()
     private let queue = DispatchQueue(label: "net.parley.network")
     private let lock = NSLock()
     private var last: PathSummary?
-    private let changed: @Sendable () async -> Void
 
     /// The parts of a path whose change means new addresses: whether it is usable, the interface it
     /// sends through — the first of `availableInterfaces`, which lists them in the system's order
@@ -35,15 +39,8 @@ public final class NetworkPathMonitor: @unchecked Sendable {
         }
     }
 
-    /// - Parameter changed: called on every change that matters after the first path
-    ///   (`CallManager.networkChanged`): the path usable again, another interface, or IPv4 or IPv6
-    ///   gained or lost.
-    public init(changed: @escaping @Sendable () async -> Void) {
-        self.changed = changed
-    }
-
-    public convenience init<C: Clock>(calls: CallManager<C>) where C.Duration == Duration {
-        self.init { await calls.networkChanged() }
+    public init() {
+        (changes, changed) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
     public func start() {
@@ -51,7 +48,11 @@ public final class NetworkPathMonitor: @unchecked Sendable {
         monitor.start(queue: queue)
     }
 
-    public func stop() { monitor.cancel() }
+    /// Stops watching; `changes` ends.
+    public func stop() {
+        monitor.cancel()
+        changed.finish()
+    }
 
     private func update(_ summary: PathSummary) {
         let isChange = lock.withLock { () -> Bool in
@@ -59,9 +60,7 @@ public final class NetworkPathMonitor: @unchecked Sendable {
             guard let last else { return false }  // the first path is where we start, not a change
             return last != summary && summary.usable
         }
-        guard isChange else { return }
-        let changed = self.changed
-        Task { await changed() }
+        if isChange { changed.yield() }
     }
 }
 #endif

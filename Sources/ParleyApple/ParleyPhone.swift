@@ -57,7 +57,9 @@ public final class ParleyPhone: @unchecked Sendable {
     private let janus: RoomSession.JanusConnector
     private let logger: Logger
     private let lock = NSLock()
-    private var tasks: [Task<Void, Never>] = []
+    /// The call manager, the push coordinator and the loops that hand them audio and network
+    /// changes: one task's children, ended by `stop()`.
+    private var running: Task<Void, Never>?
 
     /// - Parameters:
     ///   - peers: WebRTC unless given (tests give another engine).
@@ -86,26 +88,29 @@ public final class ParleyPhone: @unchecked Sendable {
             registrar: HTTPDeviceRegistrar(server: configuration.server, device: configuration.device, token: configuration.token),
             configuration: .init(platform: .ios, topic: configuration.topic, environment: configuration.pushEnvironment),
             clock: ContinuousClock(), logger: logger)
-        network = NetworkPathMonitor { [calls] in await calls.networkChanged() }
+        network = NetworkPathMonitor()
     }
 
     /// Connects and starts listening: calls, pushes, audio route changes, network changes.
     public func start() {
-        let calls = self.calls, pushes = self.pushes, audio = self.audio
+        let calls = self.calls, pushes = self.pushes, audio = self.audio, network = self.network
         lock.withLock {
-            guard tasks.isEmpty else { return }
-            tasks = [
-                Task { await calls.run() },
-                Task { await pushes.run() },
-                Task {
-                    for await event in audio.events {
-                        switch event {
-                        case .route(let change): await calls.audioRouteChanged(change)
-                        case .interruption(let interruption): await calls.audioInterrupted(interruption)
+            guard running == nil else { return }
+            running = Task {
+                await withDiscardingTaskGroup { group in
+                    group.addTask { await calls.run() }
+                    group.addTask { await pushes.run() }
+                    group.addTask {
+                        for await event in audio.events {
+                            switch event {
+                            case .route(let change): await calls.audioRouteChanged(change)
+                            case .interruption(let interruption): await calls.audioInterrupted(interruption)
+                            }
                         }
                     }
-                },
-            ]
+                    group.addTask { for await _ in network.changes { await calls.networkChanged() } }
+                }
+            }
         }
         network.start()
     }
@@ -130,7 +135,9 @@ public final class ParleyPhone: @unchecked Sendable {
     /// app's `CallSystem` goes on reporting VoIP pushes (and ending their calls) until the next phone.
     public func stop() async {
         network.stop()
-        for task in lock.withLock({ () -> [Task<Void, Never>] in defer { tasks = [] }; return tasks }) { task.cancel() }
+        let running = lock.withLock { () -> Task<Void, Never>? in defer { self.running = nil }; return self.running }
+        running?.cancel()
+        await running?.value
         await signaling.stop()
         (transport as? URLSessionSignalingTransport)?.invalidate()
     }

@@ -85,7 +85,6 @@ public final class PhoneModel {
     /// The newest peer connection: a video call shows its `remoteVideoTrack` and `localVideoTrack`
     /// (one video call at a time).
     public private(set) var media: WebRTCPeerConnection?
-    private var mediaWatch: Task<Void, Never>?
     private var roomSession: RoomSession?
     private var roomEvents: Task<Void, Never>?
     public private(set) var calls: [Call] = []
@@ -99,7 +98,11 @@ public final class PhoneModel {
     private let topic: String
     private let pushEnvironment: VoIPRegistration.Environment
     private let makePhone: @Sendable (ParleyPhone.Configuration) -> ParleyPhone
+    /// The signed-in phone's calls, peer connections and history refreshes, heard by one task's
+    /// children; cancelled at sign-out.
     private var listening: Task<Void, Never>?
+    /// A call ended: the history is read again (requests not yet taken count as one).
+    private var historyWanted: AsyncStream<Void>.Continuation?
     private var session: Session?
 
     /// - Parameters:
@@ -140,7 +143,8 @@ public final class PhoneModel {
 
     public func signOut() async {
         listening?.cancel()
-        mediaWatch?.cancel()
+        listening = nil
+        historyWanted = nil
         media = nil
         await leaveRoom()
         await phone?.signOut()
@@ -160,13 +164,16 @@ public final class PhoneModel {
         signIn = .signedIn(user)
         problem = nil
         phone.start()
-        let events = phone.calls.events
+        let events = phone.calls.events, connections = phone.webRTC?.peerConnections
+        let (history, historyWanted) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        self.historyWanted = historyWanted
         listening = Task { [weak self] in
-            for await event in events { self?.handle(event) }
-        }
-        if let connections = phone.webRTC?.peerConnections {
-            mediaWatch = Task { [weak self] in
-                for await connection in connections { self?.media = connection }
+            await withDiscardingTaskGroup { group in
+                group.addTask { for await event in events { await self?.handle(event) } }
+                group.addTask { for await _ in history { await self?.refreshHistory() } }
+                if let connections {
+                    group.addTask { for await connection in connections { await self?.show(connection) } }
+                }
             }
         }
     }
@@ -290,6 +297,8 @@ public final class PhoneModel {
         }
     }
 
+    private func show(_ connection: WebRTCPeerConnection) { media = connection }
+
     /// The user read the problem.
     public func dismissProblem() { problem = nil }
 
@@ -317,7 +326,7 @@ public final class PhoneModel {
             }
             if phase.isEnded {
                 calls.removeAll { $0.id == id }
-                Task { await refreshHistory() }
+                historyWanted?.yield()
             }
         case .incoming(let id, let from, _, let video):
             if !calls.contains(where: { $0.id == id }) { calls.append(Call(id: id, remote: from, outgoing: false, video: video, phase: .ringing)) }

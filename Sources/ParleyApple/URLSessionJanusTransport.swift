@@ -16,6 +16,8 @@ public final class URLSessionJanusTransport: JanusTransport, Sendable {
     public let incoming: AsyncStream<String>
     private let sink: AsyncStream<String>.Continuation
     private let task: any WebSocketTask
+    /// Reads every frame in order until the connection closes; `close()` ends it and waits for it.
+    private let reader: Task<Void, Never>
 
     /// Connects to Janus at `url` (`ws://` or `wss://`); throws when it cannot be reached or refuses
     /// the upgrade.
@@ -34,8 +36,8 @@ public final class URLSessionJanusTransport: JanusTransport, Sendable {
         (incoming, sink) = AsyncStream.makeStream()
         let sink = self.sink
         // Every frame in order, until the connection closes (Janus speaks text only). The loop ends
-        // with the task: `close()` cancels it, and a cancelled task's receive fails.
-        Task {
+        // with the WebSocket task: `close()` cancels it, and a cancelled task's receive fails.
+        reader = Task {
             while let message = try? await task.receive() {
                 if case .string(let text) = message { sink.yield(text) }
             }
@@ -53,7 +55,7 @@ public final class URLSessionJanusTransport: JanusTransport, Sendable {
 
     public func close() async {
         task.cancel(with: .normalClosure, reason: nil)
-        sink.finish()
+        await reader.value
     }
 }
 #endif

@@ -105,19 +105,30 @@ public final class URLSessionSignalingConnection: SignalingConnection, @unchecke
     private let outbox: AsyncStream<String>.Continuation
     private let lock = NSLock()
     private var closed = false
+    /// The connection's one task: its body reads until the connection ends (`close()` cancels the
+    /// WebSocket task, whose receive then fails), its child writes.
+    private let running: Task<Void, Never>
 
     public init(task: any WebSocketTask) {
         self.task = task
         (events, sink) = AsyncStream.makeStream()
         let (frames, outbox) = AsyncStream<String>.makeStream()
         self.outbox = outbox
-        // One writer, so frames leave in the order they were queued.
-        Task { [task] in
-            for await text in frames {
-                do { try await task.send(.string(text)) } catch { break }
+        let sink = self.sink
+        running = Task { [task] in
+            await withDiscardingTaskGroup { group in
+                // One writer, so frames leave in the order they were queued.
+                group.addTask {
+                    for await text in frames {
+                        do { try await task.send(.string(text)) } catch { break }
+                    }
+                }
+                let code = await Self.receive(from: task, into: sink)
+                outbox.finish()
+                sink.yield(.closed(code: code))
+                sink.finish()
             }
         }
-        Task { await self.receive() }
     }
 
     public func send(_ text: String) { outbox.yield(text) }
@@ -128,14 +139,14 @@ public final class URLSessionSignalingConnection: SignalingConnection, @unchecke
         task.cancel(with: .normalClosure, reason: nil)
     }
 
-    private func receive() async {
+    /// Every text frame until the connection ends; answers the server's close code.
+    private static func receive(from task: any WebSocketTask, into sink: AsyncStream<TransportEvent>.Continuation) async -> UInt16? {
         while true {
             do {
                 // Protocol v1 is text only; binary messages are dropped.
                 if case .string(let text) = try await task.receive() { sink.yield(.text(text)) }
             } catch {
-                finish(code: Self.closeCode(task.closeCodeNumber))
-                return
+                return closeCode(task.closeCodeNumber)
             }
         }
     }
@@ -144,12 +155,6 @@ public final class URLSessionSignalingConnection: SignalingConnection, @unchecke
     static func closeCode(_ number: Int) -> UInt16? {
         guard number != 0, number != 1006, let code = UInt16(exactly: number) else { return nil }
         return code
-    }
-
-    private func finish(code: UInt16?) {
-        outbox.finish()
-        sink.yield(.closed(code: code))
-        sink.finish()
     }
 }
 #endif

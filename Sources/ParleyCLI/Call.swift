@@ -46,20 +46,24 @@ struct Call: AsyncParsableCommand {
             Console.say("calling \(callee) as \(phone.user) via \(phone.server)…")
         }
         let call = await softphone.call(callee, video: phone.video)
-        let offline = Task {
-            for await event in softphone.events {
-                if case .calleeOffline(call) = event {
-                    Console.say("\(callee) is not online and has no device to wake; hanging up")
-                    await softphone.hangUp(call)
-                }
-                if case .remoteUpdated(call, let muted, let held) = event {
-                    if let muted { Console.say("\(callee) \(muted ? "muted" : "unmuted") their microphone") }
-                    if let held { Console.say("\(callee) \(held ? "put the call on hold" : "resumed the call")") }
+        let (duration, recording) = (phone.duration, phone.recordingOptions)
+        let timeline = await withTaskGroup(of: Void.self) { group in
+            // What the far side does, said beside the call's status.
+            group.addTask {
+                for await event in softphone.events {
+                    if case .calleeOffline(call) = event {
+                        Console.say("\(callee) is not online and has no device to wake; hanging up")
+                        await softphone.hangUp(call)
+                    }
+                    if case .remoteUpdated(call, let muted, let held) = event {
+                        if let muted { Console.say("\(callee) \(muted ? "muted" : "unmuted") their microphone") }
+                        if let held { Console.say("\(callee) \(held ? "put the call on hold" : "resumed the call")") }
+                    }
                 }
             }
+            defer { group.cancelAll() }
+            return await runCall(softphone, call, duration: duration, recording: recording)
         }
-        let timeline = await runCall(softphone, call, duration: phone.duration, recording: phone.recordingOptions)
-        offline.cancel()
         if let timeline { for line in Console.summary(timeline) { Console.say(line) } }
         await softphone.stop()
         // A call that never connected (declined, busy, offline, no answer) is a failure for scripts,

@@ -46,17 +46,17 @@ struct EmbeddedServer {
             portSink.finish()
         }
         let group = server.makeServiceGroup(signals: [])
-        let task = Task { try await group.run() }
-        // A port taken, or an address not ours, ends the run before it says a port: say why.
-        let failed = Task { () -> String? in
-            guard case .failure(let error) = await task.result else { return nil }
-            portSink.finish()
-            return "\(error)"
+        // Owned by the server: `stop()` awaits it.
+        let task = Task {
+            // A port taken, or an address not ours, ends the run before it says a port: the wait ends too.
+            defer { portSink.finish() }
+            try await group.run()
         }
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next() else {
             task.cancel()
-            throw fail("the embedded server did not start\(await failed.value.map { ": \($0)" } ?? "")")
+            let why = if case .failure(let error) = await task.result { ": \(error)" } else { "" }
+            throw fail("the embedded server did not start\(why)")
         }
         return EmbeddedServer(base: URL(string: "http://127.0.0.1:\(port)")!, port: port, server: server, group: group, task: task)
     }

@@ -67,8 +67,9 @@ struct LAN: AsyncParsableCommand {
     static func collect(_ events: AsyncThrowingStream<LANDiscoveryEvent, any Error>, into directory: inout LANDirectory,
                         until deadline: (LANDirectory) -> ContinuousClock.Instant) async throws {
         // Events and a tick every 100 ms, merged: the deadline is looked at on either.
-        let merged = AsyncThrowingStream<LANDiscoveryEvent?, any Error> { continuation in
-            let reader = Task {
+        let (merged, continuation) = AsyncThrowingStream<LANDiscoveryEvent?, any Error>.makeStream()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
                 do {
                     for try await event in events { continuation.yield(event) }
                     continuation.finish()
@@ -76,17 +77,14 @@ struct LAN: AsyncParsableCommand {
                     continuation.finish(throwing: error)
                 }
             }
-            let ticker = Task {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(100))
-                    continuation.yield(nil)
-                }
+            group.addTask {
+                while (try? await Task.sleep(for: .milliseconds(100))) != nil { continuation.yield(nil) }
             }
-            continuation.onTermination = { _ in reader.cancel(); ticker.cancel() }
-        }
-        for try await event in merged {
-            if let event { directory.apply(event) }
-            if ContinuousClock.now >= deadline(directory) { return }
+            defer { group.cancelAll() }
+            for try await event in merged {
+                if let event { directory.apply(event) }
+                if ContinuousClock.now >= deadline(directory) { return }
+            }
         }
     }
 

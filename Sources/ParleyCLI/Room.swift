@@ -46,7 +46,7 @@ struct RoomJoinCommand: AsyncParsableCommand {
         }
         let session = try RoomSession(room: RoomID(rawValue: room)!, display: display ?? phone.user, signaling: signaling, media: media, logger: logger)
         let started = ContinuousClock.now
-        func stamp() -> String { String(format: "%6.1f s", (ContinuousClock.now - started).seconds) }
+        @Sendable func stamp() -> String { String(format: "%6.1f s", (ContinuousClock.now - started).seconds) }
         do {
             try await session.join()
         } catch {
@@ -58,46 +58,48 @@ struct RoomJoinCommand: AsyncParsableCommand {
         let keyboard = Keyboard()
         defer { keyboard.restore() }
         if Console.interactive { Console.say("keys: m mute · q leave") }
-        let keys = Task {
-            var isMuted = muted
-            for await key in keyboard.keys {
-                switch key {
-                case "m":
-                    isMuted.toggle()
-                    try? await session.setMuted(isMuted)
-                    Console.say("\(stamp())  you are \(isMuted ? "muted" : "unmuted")")
-                case "q", "\n":
-                    await session.leave()
-                    return
-                default: break
+        // The keys, Ctrl-C and the duration are heard beside the room's events, until it ends.
+        let keys = keyboard.keys, duration = phone.duration
+        let ended = await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                var isMuted = muted
+                for await key in keys {
+                    switch key {
+                    case "m":
+                        isMuted.toggle()
+                        try? await session.setMuted(isMuted)
+                        Console.say("\(stamp())  you are \(isMuted ? "muted" : "unmuted")")
+                    case "q", "\n":
+                        await session.leave()
+                        return
+                    default: break
+                    }
                 }
             }
-        }
-        let interrupt = Interrupt { Task { await session.leave() } }
-        let timer = Task {
-            guard let duration = phone.duration else { return }
-            try? await Task.sleep(for: .seconds(duration))
-            await session.leave()
-        }
-        defer {
-            keys.cancel()
-            interrupt.cancel()
-            timer.cancel()
-        }
-        var ended = "left"
-        for await event in session.events {
-            switch event {
-            case .joined(let name, let people):
-                Console.say("\(stamp())  joined room \(name): " + people.map { $0.isSelf ? "\($0.display) (you)" : $0.display }.joined(separator: ", "))
-            case .memberJoined(let member): Console.say("\(stamp())  \(member.display) joined")
-            case .memberLeft(let member): Console.say("\(stamp())  \(member.display) left")
-            case .talking(let member, let talking): Console.say("\(stamp())  \(member.display) \(talking ? "is talking" : "stopped talking")")
-            case .muted(let member, let muted): Console.say("\(stamp())  \(member.display) \(muted ? "muted" : "unmuted")")
-            case .connected: Console.say("\(stamp())  audio connected to the room")
-            case .hearing: Console.say("\(stamp())  hearing the room")
-            case .reconnecting(let reason): Console.say("\(stamp())  lost the voice server (\(reason)); joining again…")
-            case .ended(let reason): ended = reason
+            group.addTask { for await _ in Interrupt.signals() { await session.leave() } }
+            if let duration {
+                group.addTask {
+                    guard (try? await Task.sleep(for: .seconds(duration))) != nil else { return }
+                    await session.leave()
+                }
             }
+            defer { group.cancelAll() }
+            var ended = "left"
+            for await event in session.events {
+                switch event {
+                case .joined(let name, let people):
+                    Console.say("\(stamp())  joined room \(name): " + people.map { $0.isSelf ? "\($0.display) (you)" : $0.display }.joined(separator: ", "))
+                case .memberJoined(let member): Console.say("\(stamp())  \(member.display) joined")
+                case .memberLeft(let member): Console.say("\(stamp())  \(member.display) left")
+                case .talking(let member, let talking): Console.say("\(stamp())  \(member.display) \(talking ? "is talking" : "stopped talking")")
+                case .muted(let member, let muted): Console.say("\(stamp())  \(member.display) \(muted ? "muted" : "unmuted")")
+                case .connected: Console.say("\(stamp())  audio connected to the room")
+                case .hearing: Console.say("\(stamp())  hearing the room")
+                case .reconnecting(let reason): Console.say("\(stamp())  lost the voice server (\(reason)); joining again…")
+                case .ended(let reason): ended = reason
+                }
+            }
+            return ended
         }
         Console.say("\(stamp())  \(ended)")
         await softphone.stop()

@@ -294,25 +294,31 @@ func runCall(_ phone: Softphone, _ call: UUID, duration: Double?,
     let keyboard = Keyboard()
     defer { keyboard.restore() }
     if Console.interactive { Console.say("keys: m mute · h hold · r record (asks them) · q hang up") }
-    let keys = Task {
-        for await key in keyboard.keys {
-            guard let timeline = await phone.timeline(of: call), !timeline.isEnded else { return }
-            switch key {
-            case "m": await phone.setMuted(call, !timeline.muted)
-            case "h": await phone.setHeld(call, !timeline.held)
-            case "r": await recording.toggle(phone, call, timeline)
-            case "y" where timeline.callRecording == .asked, "n" where timeline.callRecording == .asked:
-                await recording.answer(phone, call, consent: key == "y")
-            case "q", "\n": await phone.hangUp(call)
-            default: break
+    // The keys and Ctrl-C are heard beside the status loop, until the call is over.
+    let keys = keyboard.keys
+    return await withTaskGroup(of: Void.self) { group in
+        group.addTask {
+            for await key in keys {
+                guard let timeline = await phone.timeline(of: call), !timeline.isEnded else { return }
+                switch key {
+                case "m": await phone.setMuted(call, !timeline.muted)
+                case "h": await phone.setHeld(call, !timeline.held)
+                case "r": await recording.toggle(phone, call, timeline)
+                case "y" where timeline.callRecording == .asked, "n" where timeline.callRecording == .asked:
+                    await recording.answer(phone, call, consent: key == "y")
+                case "q", "\n": await phone.hangUp(call)
+                default: break
+                }
             }
         }
+        group.addTask { for await _ in Interrupt.signals() { await phone.hangUp(call) } }
+        defer { group.cancelAll() }
+        return await statusUntilEnded(phone, call, duration: duration, recording: recording)
     }
-    let interrupt = Interrupt { Task { await phone.hangUp(call) } }
-    defer {
-        keys.cancel()
-        interrupt.cancel()
-    }
+}
+
+/// The call's status line and what changes in it, said until the call ends; answers its timeline.
+private func statusUntilEnded(_ phone: Softphone, _ call: UUID, duration: Double?, recording: CallRecordingOptions) async -> CallTimeline? {
     var lastPrinted = ContinuousClock.now - .seconds(10)
     var asked = false, changesSaid = 0, filesSaid = 0, receivingSaid = true
     var pathSaid: SelectedCandidatePair?
@@ -358,6 +364,7 @@ func runCall(_ phone: Softphone, _ call: UUID, duration: Double?,
 }
 
 /// SIGINT (Ctrl-C) runs `handler` instead of ending the process at once.
+/// (`signals()`: each Ctrl-C, for as long as the stream is read.)
 final class Interrupt: @unchecked Sendable {
     private let source: any DispatchSourceSignal
     init(_ handler: @escaping @Sendable () -> Void) {
@@ -369,6 +376,13 @@ final class Interrupt: @unchecked Sendable {
     func cancel() {
         source.cancel()
         signal(SIGINT, SIG_DFL)
+    }
+
+    static func signals() -> AsyncStream<Void> {
+        AsyncStream { continuation in
+            let interrupt = Interrupt { continuation.yield() }
+            continuation.onTermination = { _ in interrupt.cancel() }
+        }
     }
 }
 

@@ -110,19 +110,16 @@ public struct AudioBridgeRoomOptions: Sendable {
 public struct AudioBridge: Sendable {
     public let client: JanusClient
     public let handle: Int64
-    public let events: AsyncStream<AudioBridgeEvent>
+    /// The handle's events, typed as they are read (those of other kinds are skipped).
+    public let events: Events
+    public typealias Events = AsyncCompactMapSequence<AsyncStream<JanusHandleEvent>, AudioBridgeEvent>
 
     public static let plugin = "janus.plugin.audiobridge"
 
     /// Attaches a new handle to the AudioBridge plugin.
     public static func attach(_ client: JanusClient, opaqueID: String? = nil) async throws -> AudioBridge {
         let (handle, raw) = try await client.attach(plugin: plugin, opaqueID: opaqueID)
-        let (events, continuation) = AsyncStream<AudioBridgeEvent>.makeStream()
-        Task {
-            for await event in raw { if let typed = AudioBridgeEvent.from(event) { continuation.yield(typed) } }
-            continuation.finish()
-        }
-        return AudioBridge(client: client, handle: handle, events: events)
+        return AudioBridge(client: client, handle: handle, events: raw.compactMap(AudioBridgeEvent.from))
     }
 
     private func send(_ request: String, _ fields: [String: JSONValue] = [:], jsep: JSEP? = nil) async throws -> (data: [String: JSONValue], jsep: JSEP?) {

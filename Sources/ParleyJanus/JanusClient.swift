@@ -47,10 +47,22 @@ public actor JanusClient {
     public private(set) var sessionID: Int64?
     private let keepaliveInterval: Duration
     private let requestTimeout: Duration
-    private var pending: [String: CheckedContinuation<[String: JSONValue], any Error>] = [:]
+    private var pending: [String: Pending] = [:]
     private var handles: [Int64: AsyncStream<JanusHandleEvent>.Continuation] = [:]
-    private var reader: Task<Void, Never>?
-    private var keepalive: Task<Void, Never>?
+    /// The connection's one task, from the first request to the connection's end: its reader, its
+    /// writer, its keepalives and its requests' timeouts are its children. `close()` ends it.
+    private var connection: Task<Void, Never>?
+    /// Frames for the writer, in the order they were asked for.
+    private var outbox: AsyncStream<(text: String, transaction: String)>.Continuation?
+    /// Whether the session is to be kept alive (from its creation or claim to its destruction).
+    private var keepingAlive = false
+
+    private struct Pending {
+        var answer: CheckedContinuation<[String: JSONValue], any Error>
+        var deadline: ContinuousClock.Instant
+        /// The request, in words, for the error if it is not answered in time.
+        var request: String
+    }
     private let sessionEvents: AsyncStream<JanusError>.Continuation
     /// Ends of the session that no request caused: `sessionTimedOut`, `disconnected`.
     public nonisolated let sessionEnded: AsyncStream<JanusError>
@@ -67,20 +79,18 @@ public actor JanusClient {
     /// Creates the session and starts keepalives.
     @discardableResult
     public func createSession() async throws -> Int64 {
-        startReading()
         let answer = try await request(["janus": "create"], sessionless: true)
         guard let id = answer["data"]?["id"]?.int64 else { throw JanusError.malformed("create: no data.id") }
         sessionID = id
-        startKeepalive()
+        keepingAlive = true
         return id
     }
 
     /// Takes over an existing session after a reconnect (`claim`), where the server still holds it.
     public func claim(session id: Int64) async throws {
-        startReading()
         sessionID = id
         _ = try await request(["janus": "claim"])
-        startKeepalive()
+        keepingAlive = true
     }
 
     public func keepaliveNow() async throws {
@@ -89,15 +99,16 @@ public actor JanusClient {
 
     /// Destroys the session; its handles are detached by Janus.
     public func destroy() async throws {
-        keepalive?.cancel()
+        keepingAlive = false
         defer { finish(.disconnected, notify: false) }
         _ = try await request(["janus": "destroy"])
     }
 
     /// Closes the connection without telling Janus (it times the session out).
     public func close() async {
-        keepalive?.cancel()
+        keepingAlive = false
         await transport.close()
+        connection?.cancel()
     }
 
     // MARK: Handles
@@ -164,38 +175,71 @@ public actor JanusClient {
         }
         if acknowledged { acknowledgedTransactions.insert(transaction) }
         let text = String(decoding: try JSONEncoder.sorted.encode(JSONValue.object(frame)), as: UTF8.self)
-        let timeout = requestTimeout
         let verb = fields["janus"]?.stringValue ?? "?"
         let request = (fields["body"]?["request"]?.stringValue).map { "\(verb) \($0)" } ?? verb
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            await self?.fail(transaction, with: .noAnswer(request: request))
-        }
-        defer { timer.cancel() }
+        startConnection()
         return try await withCheckedThrowingContinuation { continuation in
-            pending[transaction] = continuation
-            enqueue(text, transaction: transaction)
+            pending[transaction] = Pending(answer: continuation, deadline: .now + requestTimeout, request: request)
+            guard case .enqueued? = outbox?.yield((text, transaction)) else { return fail(transaction, with: .disconnected) }
         }
     }
 
-    /// Frames leave in the order they were asked for (a trickled candidate never overtakes its
-    /// offer): one writer sends them one after another.
-    private func enqueue(_ text: String, transaction: String) {
-        if outbox == nil {
-            let (frames, outbox) = AsyncStream<(text: String, transaction: String)>.makeStream()
-            self.outbox = outbox
-            let transport = self.transport
-            writer = Task { [weak self] in
-                for await frame in frames {
-                    do { try await transport.send(frame.text) } catch { await self?.fail(frame.transaction, throwing: error) }
+    /// Starts the connection's task, once: frames leave in the order they were asked for (a
+    /// trickled candidate never overtakes its offer) from one writer; requests not answered by
+    /// their deadline fail (looked at every tenth of a second); keepalives go every
+    /// `keepaliveInterval` while there is a session; and the reader, the task's own body, ends it
+    /// all when the connection closes.
+    private func startConnection() {
+        guard connection == nil else { return }
+        let (frames, outbox) = AsyncStream<(text: String, transaction: String)>.makeStream()
+        self.outbox = outbox
+        let transport = self.transport, incoming = transport.incoming, interval = keepaliveInterval
+        connection = Task { [weak self] in
+            await withDiscardingTaskGroup { group in
+                group.addTask { [weak self] in
+                    for await frame in frames {
+                        do { try await transport.send(frame.text) } catch { await self?.fail(frame.transaction, throwing: error) }
+                    }
                 }
+                group.addTask { [weak self] in
+                    while (try? await Task.sleep(for: .milliseconds(100))) != nil { await self?.failLateRequests() }
+                }
+                group.addTask { [weak self] in
+                    while (try? await Task.sleep(for: interval)) != nil, let self {
+                        guard await self.keepsAlive() else { return }
+                    }
+                }
+                for await text in incoming { await self?.receive(text) }
+                outbox.finish()
+                await self?.finish(.disconnected, notify: true)
+                group.cancelAll()
             }
         }
-        outbox?.yield((text, transaction))
     }
 
-    private var outbox: AsyncStream<(text: String, transaction: String)>.Continuation?
-    private var writer: Task<Void, Never>?
+    private func failLateRequests() {
+        let now = ContinuousClock.now
+        for (transaction, request) in pending where request.deadline <= now {
+            fail(transaction, with: .noAnswer(request: request.request))
+        }
+    }
+
+    /// A keepalive, when the session is kept alive. One left unanswered within the request
+    /// timeout means the path to Janus went silent without a reset (the socket would not say so
+    /// for minutes): the connection is closed, and its end reported as `disconnected` on
+    /// `sessionEnded`. False once it is closed so.
+    private func keepsAlive() async -> Bool {
+        guard keepingAlive else { return true }
+        do {
+            try await keepaliveNow()
+        } catch JanusError.noAnswer {
+            await transport.close()
+            return false
+        } catch {
+            // Another answer (the session timed out, the connection closed) is reported where it arrives.
+        }
+        return true
+    }
 
     private var acknowledgedTransactions: Set<String> = []
 
@@ -206,40 +250,7 @@ public actor JanusClient {
     /// Ends a request with `error` (the transport's own, when sending failed).
     private func fail(_ transaction: String, throwing error: any Error) {
         acknowledgedTransactions.remove(transaction)
-        pending.removeValue(forKey: transaction)?.resume(throwing: error)
-    }
-
-    private func startReading() {
-        guard reader == nil else { return }
-        let incoming = transport.incoming
-        reader = Task { [weak self] in
-            for await text in incoming {
-                await self?.receive(text)
-            }
-            await self?.finish(.disconnected, notify: true)
-        }
-    }
-
-    /// Keepalives every `keepalive`. One left unanswered within the request timeout means the path
-    /// to Janus went silent without a reset (the socket would not say so for minutes): the
-    /// connection is closed, and its end reported as `disconnected` on `sessionEnded`.
-    private func startKeepalive() {
-        keepalive?.cancel()
-        let interval = keepaliveInterval
-        keepalive = Task { [weak self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                guard !Task.isCancelled, let self else { return }
-                do {
-                    try await self.keepaliveNow()
-                } catch JanusError.noAnswer {
-                    await self.transport.close()
-                    return
-                } catch {
-                    // Another answer (the session timed out, the connection closed) is reported where it arrives.
-                }
-            }
-        }
+        pending.removeValue(forKey: transaction)?.answer.resume(throwing: error)
     }
 
     func receive(_ text: String) {
@@ -253,7 +264,7 @@ public actor JanusClient {
                 fail(transaction, with: .core(JanusCoreError(rawValue: Int(error?["code"]?.int64 ?? 0)), reason: error?["reason"]?.stringValue ?? ""))
             default:
                 acknowledgedTransactions.remove(transaction)
-                pending.removeValue(forKey: transaction)?.resume(returning: inbound.frame)
+                pending.removeValue(forKey: transaction)?.answer.resume(returning: inbound.frame)
             }
             return
         }
@@ -269,13 +280,12 @@ public actor JanusClient {
         }
     }
 
+    /// The session ended: its requests fail and its handles' events end (the connection may go on,
+    /// for a new session).
     private func finish(_ reason: JanusError, notify: Bool) {
-        keepalive?.cancel()
-        outbox?.finish()
-        outbox = nil
-        writer = nil
-        for (transaction, continuation) in pending {
-            continuation.resume(throwing: reason)
+        keepingAlive = false
+        for (transaction, request) in pending {
+            request.answer.resume(throwing: reason)
             acknowledgedTransactions.remove(transaction)
         }
         pending.removeAll()

@@ -52,7 +52,9 @@ public actor RoomSession {
     private var peer: (any PeerConnection)?
     private var participantID: Int64?
     private var members: [Int64: RoomMember] = [:]
-    private var tasks: [Task<Void, Never>] = []
+    /// The connection's loops (mixer events, the Janus session's end, the peer's events), children
+    /// of one task: cancelled and awaited when the media is torn down.
+    private var media: Task<Void, Never>?
     private var muted = false
     private var leaving = false
     private var attempt = 0
@@ -105,13 +107,6 @@ public actor RoomSession {
         try await client.createSession()
         let bridge = try await AudioBridge.attach(client, opaqueID: "parley-\(room)")
         self.bridge = bridge
-        tasks.append(Task { for await event in bridge.events { self.handle(event) } })
-        tasks.append(Task {
-            for await reason in client.sessionEnded {
-                await self.lost("\(reason)")
-                return
-            }
-        })
         let result = try await bridge.join(room: ticket.room, display: display, token: ticket.token, muted: muted, id: ticket.participant)
         participantID = result.id
         members = [result.id: RoomMember(id: result.id, display: display, isSelf: true)]
@@ -124,18 +119,31 @@ public actor RoomSession {
         let iceServers = await signaling.session?.iceServers ?? []
         let peer = try await peers.makePeerConnection(PeerConnectionConfiguration(iceServers: iceServers))
         self.peer = peer
-        tasks.append(Task {
-            for await event in peer.events {
-                switch event {
-                case .localCandidate(let candidate):
-                    try? await client.trickle(bridge.handle, candidate: candidate?.candidate, sdpMid: candidate?.sdpMid,
-                                              sdpMLineIndex: candidate?.sdpMLineIndex)
-                case .remoteAudioStarted:
-                    self.sink.yield(.hearing)
-                default: break
+        // Mixer events from the attach on wait in their stream until here (those of the join among them).
+        let sink = self.sink
+        media = Task {
+            await withDiscardingTaskGroup { group in
+                group.addTask { for await event in bridge.events { await self.handle(event) } }
+                group.addTask {
+                    for await reason in client.sessionEnded {
+                        await self.lost("\(reason)")
+                        return
+                    }
+                }
+                group.addTask {
+                    for await event in peer.events {
+                        switch event {
+                        case .localCandidate(let candidate):
+                            try? await client.trickle(bridge.handle, candidate: candidate?.candidate, sdpMid: candidate?.sdpMid,
+                                                      sdpMLineIndex: candidate?.sdpMLineIndex)
+                        case .remoteAudioStarted:
+                            sink.yield(.hearing)
+                        default: break
+                        }
+                    }
                 }
             }
-        })
+        }
         let offer = try await peer.createOffer(iceRestart: false)
         try await peer.setLocalDescription(offer)
         guard let answer = try await bridge.configure(muted: muted, offer: JSEP(type: offer.type, sdp: offer.sdp)) else {
@@ -145,7 +153,7 @@ public actor RoomSession {
         attempt = 0
     }
 
-    private func handle(_ event: AudioBridgeEvent) {
+    private func handle(_ event: AudioBridgeEvent) async {
         switch event {
         case .joined(_, let participants), .participantsUpdated(_, let participants):
             for participant in participants where participant.id != participantID {
@@ -164,11 +172,11 @@ public actor RoomSession {
         case .kicked(_, let id?) where id != participantID:
             if let member = members.removeValue(forKey: id) { sink.yield(.memberLeft(member)) }
         case .kicked:
-            end("removed from the room")
+            await end("removed from the room")
         case .talking(_, let id, let talking):
             if let member = members[id] { sink.yield(.talking(member, talking)) }
         case .destroyed:
-            end("the room was closed")
+            await end("the room was closed")
         case .webrtcUp:
             sink.yield(.connected)
         case .hangup(let reason):
@@ -199,7 +207,7 @@ public actor RoomSession {
         }
         let room = self.room
         _ = try? await signaling.request { .roomLeave(RoomLeave(id: $0, room: room)) }
-        end("left")
+        await end("left")
     }
 
     private func lost(_ reason: String) async {
@@ -231,30 +239,31 @@ public actor RoomSession {
     }
 
     private func teardownMedia() async {
-        for task in tasks { task.cancel() }
-        tasks.removeAll()
+        let media = self.media
+        self.media = nil
+        media?.cancel()
+        await media?.value
         await peer?.close()
         peer = nil
         if let bridge { await bridge.client.close() }
         bridge = nil
     }
 
-    private func end(_ reason: String) {
+    /// Ends the session. Called from a loop of `media` too (kicked, room destroyed): so the media
+    /// is closed first, then its task cancelled, never awaited here.
+    private func end(_ reason: String) async {
         sink.yield(.ended(reason: reason))
         sink.finish()
-        let tasks = self.tasks
-        self.tasks.removeAll()
-        let peer = self.peer, bridge = self.bridge
+        let media = self.media, peer = self.peer, bridge = self.bridge
+        self.media = nil
         self.peer = nil
         self.bridge = nil
-        Task {
-            for task in tasks { task.cancel() }
-            await peer?.close()
-            // Removed by the server or the room closed: our Janus session goes too.
-            if let bridge {
-                try? await bridge.client.destroy()
-                await bridge.client.close()
-            }
+        await peer?.close()
+        // Removed by the server or the room closed: our Janus session goes too.
+        if let bridge {
+            try? await bridge.client.destroy()
+            await bridge.client.close()
         }
+        media?.cancel()
     }
 }

@@ -26,7 +26,8 @@ actor AudioBridgeRooms {
         var members: [DeviceKey: Member] = [:]
         /// The Janus session the room was created in; another one means Janus lost it.
         var createdIn: Int?
-        var destroyTimer: Task<Void, Never>?
+        /// Set when the room empties: its grace period ends in a destruction only if it is still set then.
+        var emptied: UInt64?
     }
 
     /// A token Janus could not be told to remove yet.
@@ -45,7 +46,11 @@ actor AudioBridgeRooms {
     /// Tokens that still admit, for want of Janus: tried again every `revocationRetry` by
     /// `retrying` until Janus removed them or no longer has their room.
     private var unrevoked: [Unrevoked] = []
-    private var retrying: Task<Void, Never>?
+    private var retrying = false
+    private var emptyings: UInt64 = 0
+    /// What runs beside the requests (retried revocations, grace periods, watching the Janus
+    /// session): children of `run()`.
+    private let jobs = AsyncStream<@Sendable () async -> Void>.makeStream()
     /// Shut down: Janus is not reached again.
     private var closed = false
     private var bridge: AudioBridge?
@@ -62,12 +67,18 @@ actor AudioBridgeRooms {
         self.key = settings.roomKey.map { SymmetricKey(data: $0) } ?? SymmetricKey(size: .bits256)
     }
 
+    /// Runs what the rooms hand off until cancelled (the hub runs it as a child of its own `run()`).
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            for await job in jobs.stream { group.addTask { await job() } }
+        }
+    }
+
     /// Admits `device` to room `name`, creating the Janus room if needed; answers what the client joins with.
     func admit(room name: RoomID, device: DeviceKey) async throws -> RoomMedia.Janus {
         let bridge = try await connected()
         var room = rooms[name] ?? newRoom(name)
-        room.destroyTimer?.cancel()
-        room.destroyTimer = nil
+        room.emptied = nil
         let previous = room.members[device]
         let member = Member(token: Self.randomToken(), participant: Self.randomID())
         room.members[device] = member
@@ -95,8 +106,8 @@ actor AudioBridgeRooms {
     func release(room name: RoomID, device: DeviceKey, token: String? = nil, roomIsEmpty: Bool) async -> Bool {
         guard var room = rooms[name], token == nil || room.members[device]?.token == token,
               let member = room.members.removeValue(forKey: device) else { return true }
-        if roomIsEmpty, room.members.isEmpty { room.destroyTimer = destroyLater(name) }
         rooms[name] = room
+        if roomIsEmpty, room.members.isEmpty { destroyLater(name) }
         return await revokeOrRetry(member, in: room)
     }
 
@@ -106,8 +117,7 @@ actor AudioBridgeRooms {
     /// process could find again, are destroyed.
     func shutdown() async {
         closed = true
-        for room in rooms.values { room.destroyTimer?.cancel() }
-        retrying?.cancel()
+        jobs.continuation.finish()
         if !unrevoked.isEmpty {
             logger.warning("shutting down with room tokens Janus was never told to revoke",
                            metadata: ["tokens": "\(unrevoked.count)", "rooms": "\(Set(unrevoked.map(\.number)))"])
@@ -153,8 +163,9 @@ actor AudioBridgeRooms {
         logger.warning("Janus could not be told to revoke a room token; trying again until it is",
                        metadata: ["room": "\(room.number)"])
         unrevoked.append(entry)
-        if retrying == nil {
-            retrying = Task { await self.retryRevocations() }
+        if !retrying {
+            retrying = true
+            jobs.continuation.yield { await self.retryRevocations() }
         }
         return false
     }
@@ -172,7 +183,7 @@ actor AudioBridgeRooms {
             }
             unrevoked = Array(pending) + unrevoked
         }
-        retrying = nil
+        retrying = false
     }
 
     private enum Revocation { case done, unreachable }
@@ -199,23 +210,26 @@ actor AudioBridgeRooms {
         return .done
     }
 
-    private func destroyLater(_ name: RoomID) -> Task<Void, Never> {
-        let grace = settings.emptyRoomGrace
-        return Task { [weak self] in
-            try? await Task.sleep(for: grace)
-            guard !Task.isCancelled else { return }
-            await self?.destroyIfEmpty(name)
+    /// Destroys room `name` after the grace period if it is empty then and has not been joined
+    /// meanwhile (a join clears `emptied`).
+    private func destroyLater(_ name: RoomID) {
+        emptyings += 1
+        let mark = emptyings, grace = settings.emptyRoomGrace
+        rooms[name]?.emptied = mark
+        jobs.continuation.yield {
+            guard (try? await Task.sleep(for: grace)) != nil else { return }
+            await self.destroyIfEmpty(name, emptied: mark)
         }
     }
 
     /// Destroys a room no member has joined again within the grace period, unless Janus still has
     /// participants in it: members from before this node ran the room (it was taken over from a node
     /// that went away), whom this node does not know. Those are asked after again a grace period on.
-    private func destroyIfEmpty(_ name: RoomID) async {
-        guard let room = rooms[name], room.members.isEmpty else { return }
+    private func destroyIfEmpty(_ name: RoomID, emptied mark: UInt64) async {
+        guard let room = rooms[name], room.members.isEmpty, room.emptied == mark else { return }
         if let bridge, room.createdIn == generation,
            let participants = try? await bridge.listParticipants(room: room.number), !participants.isEmpty {
-            if rooms[name]?.members.isEmpty == true { rooms[name]?.destroyTimer = destroyLater(name) }
+            if rooms[name]?.members.isEmpty == true, rooms[name]?.emptied == mark { destroyLater(name) }
             return
         }
         guard rooms[name]?.members.isEmpty == true else { return }
@@ -235,6 +249,7 @@ actor AudioBridgeRooms {
         guard !closed else { throw JanusError.disconnected }
         if let connecting { return try await connecting.value }
         let settings = self.settings
+        // Unstructured, and awaited: every request that needs the session meanwhile waits on this one attempt.
         let task = Task { () throws -> AudioBridge in
             let transport = try await JanusWebSocketTransport.connect(to: settings.url)
             let client = JanusClient(transport: transport, requestTimeout: settings.requestTimeout)
@@ -248,12 +263,12 @@ actor AudioBridgeRooms {
             generation += 1
             self.bridge = bridge
             let current = generation
-            Task { [weak self] in
+            jobs.continuation.yield {
                 for await reason in bridge.client.sessionEnded {
-                    await self?.lost(current, reason: reason)
+                    await self.lost(current, reason: reason)
                     return
                 }
-                await self?.lost(current, reason: .disconnected)
+                await self.lost(current, reason: .disconnected)
             }
             logger.info("connected to Janus", metadata: ["janus.url": "\(settings.url)"])
             return bridge

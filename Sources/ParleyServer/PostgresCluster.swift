@@ -30,7 +30,10 @@ public final class PostgresCluster: ClusterLink {
     private let store: PostgresStore
     private let listener: PostgresConnection
     private let logger: Logger
-    private let tasks: [Task<Void, Never>]
+    /// The listening connection's reader and the watch on live nodes, children of one task;
+    /// cancelled when the node leaves.
+    private let hearing: Task<Void, Never>
+    /// Writes what the node sends, in order; drained when it leaves (`leave`).
     private let sender: Task<Void, Never>
 
     fileprivate enum Outgoing {
@@ -78,9 +81,8 @@ public final class PostgresCluster: ClusterLink {
         // Listening before anything is sent, so no reply to this node is missed. One channel, one
         // reader: what a node sends arrives in the order it was sent.
         let listening = AsyncStream<(any Error)?>.makeStream()
-        let (inbox, lostContinuation) = (self.inbox, self.lostContinuation)
-        var tasks: [Task<Void, Never>] = []
-        tasks.append(Task { [store, logger, node] in
+        let (inbox, lostContinuation, departed) = (self.inbox, self.lostContinuation, self.departed)
+        let listen = { @Sendable [store, logger, node] in
             do {
                 try await listener.listen(on: "parley_\(node)") { notifications in
                     listening.continuation.yield(nil)
@@ -103,16 +105,28 @@ public final class PostgresCluster: ClusterLink {
                     lostContinuation.yield(PostgresStore.explain(error))
                 }
             }
-        })
+        }
         var ready = listening.stream.makeAsyncIterator()
+        let watching = AsyncStream<Void>.makeStream()
+        hearing = Task { [store, logger] in
+            await withDiscardingTaskGroup { group in
+                group.addTask { await listen() }
+                // Nodes coming and going are watched once this one hears them.
+                group.addTask {
+                    for await _ in watching.stream {
+                        await Self.watch(store: store, logger: logger, departed: departed)
+                        return
+                    }
+                }
+            }
+        }
         if let failure = await ready.next() ?? StoreError("the listening connection closed") {
-            for task in tasks { task.cancel() }
+            hearing.cancel()
             try? await listener.close()
             throw failure
         }
+        watching.continuation.yield()
         sender = Task { [store, logger, node] in await Self.send(outbox, node: node, store: store, logger: logger) }
-        tasks.append(Task { [store, logger, departed] in await Self.watch(store: store, logger: logger, departed: departed) })
-        self.tasks = tasks
         logger.notice("joined the cluster")
     }
 
@@ -122,21 +136,25 @@ public final class PostgresCluster: ClusterLink {
         outbox.add(.release)
         outbox.add(.message(.left(node), to: nil))
         outbox.close()
-        // What is queued gets 5 s: a database that is gone must not hold a shutdown.
-        let sender = self.sender
-        let drained = Task { await sender.value }
-        let deadline = Task {
-            try? await Task.sleep(for: .seconds(5))
-            sender.cancel()
-        }
-        await drained.value
-        deadline.cancel()
-        for task in tasks { task.cancel() }
+        // What is queued gets 5 s, and so does the listening side to end: a database that is gone
+        // must not hold a shutdown.
+        await Self.awaitEnd(of: sender, within: .seconds(5))
+        hearing.cancel()
         try? await listener.close()
-        for task in tasks { await task.value }
+        await Self.awaitEnd(of: hearing, within: .seconds(5))
         inbox.finish()
         departed.finish()
         lostContinuation.finish()
+    }
+
+    /// Waits for `task` to end, cancelling it if it has not ended within `limit`.
+    private static func awaitEnd(of task: Task<Void, Never>, within limit: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await task.value }
+            group.addTask { if (try? await Task.sleep(for: limit)) != nil { task.cancel() } }
+            await group.next()
+            group.cancelAll()
+        }
     }
 
     // MARK: ClusterLink

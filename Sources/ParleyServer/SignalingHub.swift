@@ -45,9 +45,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// come before its row is in the store); forgotten when that node leaves.
     private var callOwners: [CallID: NodeID] = [:]
     /// Requests forwarded to the nodes that run their calls, waiting for the answer.
-    private var forwarded: [UInt64: (node: NodeID, answer: CheckedContinuation<Result<AckResult, ErrorMessage>, Never>)] = [:]
-    private var forwardTimers: [UInt64: Task<Void, Never>] = [:]
+    /// Each is failed as `unavailable` at its deadline (`sweep`).
+    private var forwarded: [UInt64: (node: NodeID, deadline: Duration, answer: CheckedContinuation<Result<AckResult, ErrorMessage>, Never>)] = [:]
     private var nextForward: UInt64 = 0
+    /// How long a node waits for another to answer a forwarded request.
+    static var forwardTimeout: Duration { .seconds(5) }
+    /// Work the hub hands off so as not to wait for it (Janus releasing a token): run as children of
+    /// `run()`, so none outlives the hub.
+    private let jobs = AsyncStream<@Sendable () async -> Void>.makeStream()
 
     /// - Parameters:
     ///   - wallClock: Unix milliseconds, for call records and expiry times on the wire.
@@ -74,9 +79,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// The hub's monotonic time: the duration since it was created.
     public nonisolated func now() -> Duration { origin.duration(to: clock.now) }
 
-    /// Runs the timeouts, and hears the other nodes, until cancelled.
+    /// Runs the timeouts, the work handed off, and hears the other nodes, until cancelled.
     public func run(interval: Duration = .seconds(1)) async {
         await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.runHandedOffWork() }
             if let cluster {
                 group.addTask {
                     // A request may wait on the store or Janus: the replies and deliveries behind it
@@ -98,6 +104,21 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             group.cancelAll()
         }
+        failForwards(olderThan: nil)
+    }
+
+    /// Runs the work the hub and its rooms hand off, until cancelled: part of `run()`, and on its own
+    /// for a hub driven by hand (tests on a manual clock, which sweep themselves).
+    public func runHandedOffWork() async {
+        await withDiscardingTaskGroup { group in
+            if let audioBridge { group.addTask { await audioBridge.run() } }
+            for await job in jobs.stream { group.addTask { await job() } }
+        }
+    }
+
+    /// Hands `job` to `run()`, which runs it beside the hub's other work.
+    private func hand(_ job: @escaping @Sendable () async -> Void) {
+        jobs.continuation.yield(job)
     }
 
     // MARK: Restart
@@ -642,7 +663,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// others are told now, and Janus stops admitting it in the background.
     private func leaveRoom(_ room: RoomID, key: DeviceKey) {
         guard let isEmpty = removeFromRoom(room, key: key), let audioBridge else { return }
-        Task { await audioBridge.release(room: room, device: key, roomIsEmpty: isEmpty) }
+        hand { await audioBridge.release(room: room, device: key, roomIsEmpty: isEmpty) }
     }
 
     /// `room.leave`: the others are told, then Janus stops admitting the device's token. Answers
@@ -672,10 +693,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             return
         }
         guard sessions.modify(key, ifSession: sessionID, { _ = $0.inFlight.insert(requestID) }) != nil else { return }
-        Task {
+        hand {
             let result: Result<RoomMedia.Janus, any Error>
             do { result = .success(try await bridge.admit(room: join.room, device: key)) } catch { result = .failure(error) }
-            self.finishAudioBridgeJoin(join, requestID: requestID, in: sessionID, of: key, result: result)
+            await self.finishAudioBridgeJoin(join, requestID: requestID, in: sessionID, of: key, result: result)
         }
     }
 
@@ -686,7 +707,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             // unless the device is in the room after all (it joined before), whose token it now is.
             if case .success(let janus) = result, let audioBridge, !rooms.contains(key, in: join.room) {
                 let empty = rooms.members(of: join.room).isEmpty
-                Task { await audioBridge.release(room: join.room, device: key, token: janus.token, roomIsEmpty: empty) }
+                hand { await audioBridge.release(room: join.room, device: key, token: janus.token, roomIsEmpty: empty) }
             }
             return
         }
@@ -747,19 +768,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let id = nextForward
         let frame = String(decoding: codec.encode(message), as: UTF8.self)
         let result = await withCheckedContinuation { continuation in
-            forwarded[id] = (node, continuation)
+            forwarded[id] = (node, now() + Self.forwardTimeout, continuation)
             cluster.send(.request(id: id, from: cluster.node, sender: key, frame: frame), to: node)
-            forwardTimers[id] = Task { [weak self] in
-                guard (try? await Task.sleep(for: .seconds(5))) != nil else { return }
-                await self?.answerForwarded(id, .failure(ErrorMessage(code: .unavailable,
-                                                                       message: "the server running this call did not answer; try again")))
-            }
         }
         return try result.get()
     }
 
     private func answerForwarded(_ id: UInt64, _ result: Result<AckResult, ErrorMessage>) {
-        forwardTimers.removeValue(forKey: id)?.cancel()
         forwarded.removeValue(forKey: id)?.answer.resume(returning: result)
     }
 
@@ -942,6 +957,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             update(callID) { call, now in call.ringTimeout(now: now) }
         }
         calls.evict(at: now, retention: configuration.endedCallRetention) { records.isPending($0) }
+        failForwards(olderThan: now)
+    }
+
+    /// Fails the forwarded requests whose deadline is past `now` (all of them for nil: the hub stops).
+    private func failForwards(olderThan now: Duration?) {
+        for (id, forward) in forwarded where now.map({ forward.deadline <= $0 }) ?? true {
+            answerForwarded(id, .failure(ErrorMessage(code: .unavailable, message: "the server running this call did not answer; try again")))
+        }
     }
 
     // MARK: Shutdown

@@ -142,7 +142,9 @@ public actor Softphone {
     private let logger: Logger
     private var signaling: SignalingClient<ContinuousClock>?
     private var manager: CallManager<ContinuousClock>?
-    private var tasks: [Task<Void, Never>] = []
+    /// The call manager and the loops that hear it, the provider and the engine: one task, its
+    /// children ended by `stop()`.
+    private var running: Task<Void, Never>?
     private var timelines: [UUID: CallTimeline] = [:]
     private var qualityLogHandle: FileHandle?
     private var peers: [UUID: GStreamerPeerConnection] = [:]
@@ -376,10 +378,14 @@ public actor Softphone {
                                   logger: logger, configuration: managerConfiguration)
         self.signaling = signaling
         self.manager = manager
-        tasks.append(Task { await manager.run() })
-        tasks.append(Task { for await event in manager.events { self.handle(event) } })
-        tasks.append(Task { for await notice in self.provider.notices { self.handle(notice) } })
-        tasks.append(Task { for await peer in self.engine.peerConnections { self.adopt(peer) } })
+        running = Task {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await manager.run() }
+                group.addTask { for await event in manager.events { await self.handle(event) } }
+                group.addTask { for await notice in self.provider.notices { await self.handle(notice) } }
+                group.addTask { for await peer in self.engine.peerConnections { await self.adopt(peer) } }
+            }
+        }
         return firstToken
     }
 
@@ -408,8 +414,9 @@ public actor Softphone {
             try? await Task.sleep(for: .milliseconds(10))
         }
         await signaling?.stop()
-        for task in tasks { task.cancel() }
-        tasks = []
+        running?.cancel()
+        await running?.value
+        running = nil
         for peer in peers.values { await peer.close() }
         try? qualityLogHandle?.close()
         qualityLogHandle = nil

@@ -327,13 +327,23 @@ final class ScriptedWebSocketTask: WebSocketTask, @unchecked Sendable {
         try await withCheckedThrowingContinuation { continuation in
             let next: Result<URLSessionWebSocketTask.Message, any Error>? = lock.withLock {
                 if inbox.isEmpty { waiting = continuation; return nil }
-                return inbox.removeFirst()
+                // Once cancelled, the failure stays for every receive after.
+                return cancelled != nil && inbox.count == 1 ? inbox[0] : inbox.removeFirst()
             }
             if let next { continuation.resume(with: next) }
         }
     }
 
-    func cancel(with closeCode: URLSessionWebSocketTask.CloseCode, reason: Data?) { lock.withLock { cancelled = closeCode } }
+    /// As URLSession does: a cancelled task's pending receive fails, and so does every later one.
+    func cancel(with closeCode: URLSessionWebSocketTask.CloseCode, reason: Data?) {
+        let waiter = lock.withLock { () -> CheckedContinuation<URLSessionWebSocketTask.Message, any Error>? in
+            cancelled = closeCode
+            inbox = [.failure(URLError(.cancelled))]
+            defer { waiting = nil }
+            return waiting
+        }
+        waiter?.resume(throwing: URLError(.cancelled))
+    }
 
     func deliver(_ result: Result<URLSessionWebSocketTask.Message, any Error>) {
         let waiter = lock.withLock { () -> CheckedContinuation<URLSessionWebSocketTask.Message, any Error>? in
@@ -389,7 +399,9 @@ extension OneIPhone {
     struct NetworkPathMonitorTests {
         @Test func onlyAChangeOfUsableNetworkCounts() async throws {
             let changes = Counter()
-            let monitor = NetworkPathMonitor { changes.add() }
+            let monitor = NetworkPathMonitor()
+            let counting = Task { for await _ in monitor.changes { changes.add() } }
+            defer { counting.cancel() }
             monitor.start()
             let wifi = NWPath(standInStatus: .satisfied, interfaces: [NWInterface(standInType: .wifi, name: "en0")])
             let cellular = NWPath(standInStatus: .satisfied, interfaces: [NWInterface(standInType: .cellular, name: "pdp_ip0")])

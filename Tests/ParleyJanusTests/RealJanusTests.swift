@@ -130,7 +130,7 @@ final class EventRecorder: @unchecked Sendable {
     private var events: [AudioBridgeEvent] = []
     private var task: Task<Void, Never>?
 
-    init(_ stream: AsyncStream<AudioBridgeEvent>) {
+    init(_ stream: AudioBridge.Events) {
         task = Task { [weak self] in
             for await event in stream { self?.lock.withLock { self?.events.append(event) } }
         }

@@ -253,7 +253,7 @@ enum JanusAvailability {
 final class EventLog: @unchecked Sendable {
     private let lock = NSLock()
     private var events: [AudioBridgeEvent] = []
-    init(_ stream: AsyncStream<AudioBridgeEvent>) {
+    init(_ stream: AudioBridge.Events) {
         Task { [weak self] in for await event in stream { self?.lock.withLock { self?.events.append(event) } } }
     }
     func contains(_ event: AudioBridgeEvent) -> Bool { lock.withLock { events.contains(event) } }

@@ -71,6 +71,9 @@ struct HubHarness {
         logger.logLevel = .critical
         hub = SignalingHub(configuration: configuration, store: hubStore ?? store, clock: clock, logger: logger,
                            wallClock: { clock.wallNow })
+        // What the hub hands off (Janus admissions and releases) runs as under the server; the clock
+        // is the test's, and so are the sweeps (`advance`). Abandoned with the harness, as its hub is.
+        Task { [hub] in await hub.runHandedOffWork() }
     }
 
     final class Counter: @unchecked Sendable {
