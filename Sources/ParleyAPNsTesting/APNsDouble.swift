@@ -348,6 +348,7 @@ private final class StreamHandler: ChannelInboundHandler {
                                              connection: connection, status: 0, reason: nil)
             let channel = context.channel
             let version = head.version
+            // A NIO handler cannot await: the answer is made on a task and written on the channel's loop.
             Task {
                 switch await double.handle(request) {
                 case .drop:

@@ -484,6 +484,7 @@ public struct PendingRequest: Sendable {
             await answer.value()
         } onCancel: {
             answer.resolve(throwing: SignalingError(code: .cancelled, message: "the request was cancelled"))
+            // A cancellation handler cannot await: the client forgets the request on a task of its own.
             Task { await client.abandon(id) }
         }
         return try result.get()

@@ -167,16 +167,23 @@ struct ImpairedCallTests {
             .map { Double($0) / 48_000 }
     }
 
-    /// A deep queue, as cellular links have: a shallow one could not pass the DTLS handshake.
-    @Test func aBottleneckBringsTheBitrateDownWithFEC() throws {
+    /// A deep queue, as cellular links have: a shallow one could not pass the DTLS handshake. The
+    /// queue growing brings the rate down; loss, if the queue overflowed before that, turns FEC on
+    /// (`BitrateController`: above 1 %). A rate brought down in time loses nothing and needs no FEC:
+    /// two of the last three runs did, and a test that required FEC failed on them.
+    @Test func aBottleneckBringsTheBitrateDownAndLossBringsFEC() throws {
         let lab = try ImpairedWireLab(impairment: "delay=20ms,rate=32kbit,queue=1500ms")
         defer { _ = lab.stop(); lab.removeFiles() }
         let call = try lab.call(seconds: 16)
         for side in [call.caller, call.callee] {
             let settings = side.encoderSettings
-            let reports = side.log.filter { $0["mos"] != nil }.map { "loss \($0["lossPct"] ?? "?") rtt \($0["rttMs"] ?? "?")" }
-            #expect(settings.contains { $0.bitrateKbps < 32 }, "\(side.name): \(settings); \(reports)")
-            #expect(settings.contains { $0.fec }, "\(side.name): \(settings)")
+            let reports = side.log.filter { $0["mos"] != nil }
+            let described = reports.map { "loss \($0["lossPct"] ?? "?")/\($0["remoteLossPct"] ?? "?") rtt \($0["rttMs"] ?? "?")" }
+            #expect(settings.contains { $0.bitrateKbps < 32 }, "\(side.name): \(settings); \(described)")
+            let lossSeen = reports.contains { report in
+                ["lossPct", "remoteLossPct"].contains { ((report[$0] as? Double) ?? 0) > 1 }
+            }
+            #expect(!lossSeen || settings.contains { $0.fec }, "\(side.name): loss and no FEC: \(settings); \(described)")
         }
     }
 }
