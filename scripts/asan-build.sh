@@ -21,15 +21,11 @@ if [ -z "$PARLEY_LIBFUZZER" ]; then
   exit 1
 fi
 export PARLEY_LIBFUZZER
-# Line tables only, for Swift and C: a sanitizer's or the fuzzer's report still names every frame's
-# file and line, and the build (compiling and linking every package instrumented) does less of the
-# work that sets CI's pace: it finishes after the tests.
 asan_flags=(
   --scratch-path .build-asan
   --sanitize=address
   -Xswiftc -sanitize-coverage=edge,indirect-calls,trace-cmp,pc-table,inline-8bit-counters
   -Xcc -fsanitize=undefined -Xcc -fsanitize-trap=undefined -Xcc -fsanitize=fuzzer-no-link
-  -Xswiftc -gline-tables-only -Xcc -gline-tables-only
 )
 case "${1:-}" in
   --print-flags) printf '%s\n' "${asan_flags[@]}"; exit 0 ;;

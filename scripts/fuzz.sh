@@ -5,6 +5,7 @@
 #   scripts/fuzz.sh                        every target, 60 s each
 #   scripts/fuzz.sh --seconds 600 token    one target, ten minutes
 #   scripts/fuzz.sh --list                 the targets
+#   scripts/fuzz.sh --jobs 2 …             two targets at a time (each a process of its own: CI's two cores)
 #   scripts/fuzz.sh --build-all …          build everything of the AddressSanitizer build first, not only
 #                                          parley-fuzz (CI: after a build of everything, asking for one
 #                                          product plans another build, and relinks it and then the tests)
@@ -20,6 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=60
+jobs=1
 targets=()
 build=(--product parley-fuzz)
 all=(client-frame server-frame http-body token sdp wav janus hub)
@@ -28,7 +30,8 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift 2 ;;
     --list) printf '%s\n' "${all[@]}"; exit 0 ;;
     --build-all) build=(--build-tests); shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "scripts/fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *)
       if ! printf '%s\n' "${all[@]}" | grep -qx "$1"; then
@@ -48,9 +51,11 @@ binary=.build-asan/debug/parley-fuzz
 # binary that is not libFuzzer's (a plain build takes the arguments for files and stops), or a build
 # without coverage, prints none of these, and "found nothing" from it would mean nothing.
 mkdir -p .build-asan/fuzz/logs
-found=0
-failed=()
-for target in "${targets[@]}"; do
+# One target: fuzzes it, prints what is worth a CI log's space, and ends with a last line that says
+# how it went: "result found", "result failed" or "result searched".
+fuzz_target() {
+  local target="$1" corpus findings log before after status runs coverage
+  local -a statuses
   corpus=.build-asan/fuzz/corpus/$target
   findings=Fuzz/findings/$target
   log=.build-asan/fuzz/logs/$target.txt
@@ -81,25 +86,46 @@ for target in "${targets[@]}"; do
     echo "   FOUND (exit status $status): replay with: swift run parley-fuzz $target FILE"
     # libFuzzer names the reproducer it wrote ("Test unit written to PATH").
     sed -nE 's/.*Test unit written to (.*)$/   reproducer: \1/p' "$log"
-    found=1
+    echo "result found"
   elif [ "$status" -ne 0 ]; then
     echo "   FAILED: the fuzzer exited with status $status without a finding; its last lines ($log):"
     tail -15 "$log" | sed 's/^/     /'
-    failed+=("$target")
+    echo "result failed"
   elif [ -z "$runs" ]; then
     echo "   FAILED: no libFuzzer run statistics (\"Done N runs\"): the target did not run under libFuzzer ($log)"
     tail -15 "$log" | sed 's/^/     /'
-    failed+=("$target")
+    echo "result failed"
   elif [ "$runs" -eq 0 ]; then
     echo "   FAILED: libFuzzer ran no inputs ($log)"
-    failed+=("$target")
+    echo "result failed"
   elif [ -z "$coverage" ] || [ "$coverage" -eq 0 ]; then
     # libFuzzer leaves "cov:" out of its "#N DONE" line when it has no coverage counters to read.
     echo "   FAILED: no coverage in libFuzzer's statistics: the build is not instrumented for it ($log)"
-    failed+=("$target")
+    echo "result failed"
   else
     echo "   ran $runs inputs, coverage $coverage"
+    echo "result searched"
   fi
+}
+
+# Up to $jobs targets at a time, each reporting to a file of its own; the reports are shown in the
+# targets' order once all have run.
+echo "== fuzzing ${#targets[@]} targets for $seconds s each, $jobs at a time"
+found=0
+failed=()
+for target in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  fuzz_target "$target" > ".build-asan/fuzz/logs/$target.report" 2>&1 &
+done
+wait
+for target in "${targets[@]}"; do
+  report=.build-asan/fuzz/logs/$target.report
+  grep -v "^result " "$report" || true
+  case "$(tail -1 "$report")" in
+    "result found") found=1 ;;
+    "result searched") ;;
+    *) failed+=("$target") ;;
+  esac
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "scripts/fuzz.sh: did not search: ${failed[*]} (above)" >&2
