@@ -363,14 +363,20 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
 
     public func statistics() async throws -> MediaStatsSample {
         try checkOpen()
-        let stats: parley_stats = await withCheckedContinuation { continuation in
+        // Answered by webrtcbin's reply, or failed after `statisticsTimeout`: a promise webrtcbin
+        // drops unanswered (seen around an ICE restart) must not hold the caller for good.
+        let answer = OnceAnswer<parley_stats?>()
+        let read: parley_stats? = await withCheckedContinuation { continuation in
+            answer.set(continuation)
             let receiver = PromiseReceiver { _, reply in
                 var stats = parley_stats()
                 parley_stats_read(reply, &stats)
-                continuation.resume(returning: stats)
+                answer.resolve(stats)
             }
             parley_webrtc_get_stats(webrtc, promiseCallback, Unmanaged.passRetained(receiver).toOpaque())
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.statisticsTimeout) { answer.resolve(nil) }
         }
+        guard let stats = read else { throw MediaEngineError(.pipeline, "webrtcbin gave no statistics within \(Self.statisticsTimeout) s") }
         let (asked, jitterBuffers) = lock.withLock { () -> (UInt64, parley_jitter_stats?) in
             guard !closed else { return (0, nil) }
             var buffers = parley_jitter_stats()
@@ -394,6 +400,9 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                                 packetsSent: Int(stats.packets_sent), retransmissionsAsked: Int(asked),
                                 gapPackets: video ? 0 : Int(jitterBuffers?.gap_packets ?? 0), gapRuns: video ? 0 : Int(jitterBuffers?.gap_runs ?? 0))
     }
+
+    /// How long a statistics read waits for webrtcbin, in seconds.
+    static let statisticsTimeout = 2.0
 
     public var canRecordCalls: Bool { true }
 
@@ -541,6 +550,22 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
 // MARK: Promises
 
 /// Receives one promise reply on webrtcbin's thread; the reply is valid only during `handle`.
+/// A continuation resumed by the first of several answers.
+final class OnceAnswer<Value: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<Value, Never>?
+
+    func set(_ continuation: CheckedContinuation<Value, Never>) { lock.withLock { self.continuation = continuation } }
+
+    func resolve(_ value: Value) {
+        let waiting = lock.withLock { () -> CheckedContinuation<Value, Never>? in
+            defer { continuation = nil }
+            return continuation
+        }
+        waiting?.resume(returning: value)
+    }
+}
+
 final class PromiseReceiver {
     let handle: (_ replied: Bool, _ reply: UnsafeMutableRawPointer?) -> Void
     init(_ handle: @escaping (_ replied: Bool, _ reply: UnsafeMutableRawPointer?) -> Void) { self.handle = handle }

@@ -415,7 +415,12 @@ public actor CallController<C: Clock> where C.Duration == Duration {
             var mediaFlows = false
             var arrivals = MediaArrivals(silenceAfter: noMediaAfter)
             while await self.qualityLoopFor == generation {
-                guard let sample = try? await peer.statistics() else { return }
+                // A read that fails (or that the engine gave up waiting for) skips one interval; the
+                // loop ends with the connection, not with a read.
+                guard let sample = try? await peer.statistics() else {
+                    do { try await clock.sleep(for: interval) } catch { return }
+                    continue
+                }
                 if let receiving = arrivals.add(sample) { await self.receiving(receiving) }
                 if let report = monitor.add(sample) {
                     // No MOS without received packets; the encoder still learns what the far side lost.
