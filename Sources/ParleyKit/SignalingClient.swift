@@ -143,10 +143,12 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
     private var greeted = false
     private var lastSeq = 0
     private var lastAckSent = 0
-    /// The connection loop, from `start()` to `stop()` (which cancels it).
+    /// The client's one task, from `start()` to `stop()` (which cancels it): its children are the
+    /// connection loop and the loop that fails requests at their deadlines.
     private var running: Task<Void, Never>?
-    /// The one task that fails requests at their deadline, while any waits; cancelled by `stop()`.
-    private var expiring: Task<Void, Never>?
+    /// Wakes the expiry loop when a request starts waiting.
+    private let requestsWaiting: AsyncStream<Void>.Continuation
+    private let waitingRequests: AsyncStream<Void>
     private var stopped = false
     private var reconnectNow = false
     /// Counts connections, to know which one a request went out on.
@@ -165,6 +167,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         self.random = random
         self.logger = logger
         (events, eventSink) = AsyncStream.makeStream()
+        (waitingRequests, requestsWaiting) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
     /// The current session, while connected.
@@ -174,10 +177,16 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
     /// session starts. For an owner that waits for the first connection while another reads `events`.
     public private(set) var lastConnectFailure: SignalingConnectFailure?
 
-    /// Connects, and keeps connecting until `stop()`.
+    /// Connects, and keeps connecting until `stop()`; fails requests at their deadlines meanwhile
+    /// (a request's timeout counts from `submit`, and it fails once the client has started).
     public func start() {
         guard running == nil, !stopped else { return }
-        running = Task { await self.runLoop() }
+        running = Task {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.runLoop() }
+                group.addTask { await self.expireRequests() }
+            }
+        }
     }
 
     /// Disconnects for good; pending requests fail with `.stopped`.
@@ -210,7 +219,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         let answer = RequestAnswer()
         guard !stopped else {
             answer.resolve(throwing: SignalingError(code: .stopped, message: "the signaling client has stopped"))
-            return PendingRequest(id: id, answer: answer, client: self)
+            return PendingRequest(id: id, answer: answer)
         }
         var request = Pending(text: String(decoding: codec.encode(message), as: UTF8.self), continuation: answer,
                               deadline: clock.now.advanced(by: configuration.requestTimeout), resend: !isPing)
@@ -220,24 +229,20 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         }
         pending[id] = request
         order.append(id)
-        if expiring == nil { expiring = Task { await self.expireRequests() } }
-        return PendingRequest(id: id, answer: answer, client: self)
+        requestsWaiting.yield()
+        return PendingRequest(id: id, answer: answer)
     }
 
-    /// Fails each request at its deadline, for as long as any waits: one task for them all, not
-    /// one each. Every request has the same timeout, so the oldest waiting is always the next due.
+    /// Fails each request at its deadline: one loop for them all, not a timer each. Every request
+    /// has the same timeout, so the oldest waiting is always the next due.
     private func expireRequests() async {
-        while let next = order.first.flatMap({ pending[$0]?.deadline }) {
-            do { try await clock.sleep(until: next, tolerance: nil) } catch { break }
-            let now = clock.now
-            while let id = order.first, let request = pending[id], request.deadline <= now { expire(id) }
+        for await _ in waitingRequests {
+            while let next = order.first.flatMap({ pending[$0]?.deadline }) {
+                do { try await clock.sleep(until: next, tolerance: nil) } catch { return }
+                let now = clock.now
+                while let id = order.first, let request = pending[id], request.deadline <= now { expire(id) }
+            }
         }
-        expiring = nil
-    }
-
-    /// The waiter of a request went away: forget it.
-    fileprivate func abandon(_ id: String) {
-        resolve(id)?.continuation.resolve(throwing: SignalingError(code: .cancelled, message: "the request was cancelled"))
     }
 
     private func expire(_ id: String) {
@@ -255,7 +260,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         guard !stopped else { return }
         stopped = true
         running?.cancel()
-        expiring?.cancel()
+        requestsWaiting.finish()
         connection?.close()
         connection = nil
         for id in order {
@@ -356,40 +361,59 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         let resume = welcome.map { ResumeRequest(session: $0.session, lastSeq: lastSeq) }
         connection.send(String(decoding: codec.encode(.hello(Hello(id: "hello", device: configuration.device,
                                                                    client: configuration.client, resume: resume))), as: UTF8.self))
-        let welcomeDeadline = Task { [clock, timeout = configuration.welcomeTimeout] in
-            do { try await clock.sleep(for: timeout) } catch { return }
-            self.closeIfNoWelcome(connection)
-        }
-        defer { welcomeDeadline.cancel() }
-        var heartbeat: Task<Void, Never>?
-        defer { heartbeat?.cancel() }
-        for await event in connection.events {
-            switch event {
-            case .closed(let code):
-                return code
-            case .text(let text):
-                guard let frame = try? codec.decodeServerFrame(text) else {
-                    logger.debug("ignoring a frame this client cannot read")
-                    continue
+        // The welcome's heartbeat interval, for the child that keeps the connection alive.
+        let (welcomes, welcomed) = AsyncStream.makeStream(of: Duration.self)
+        return await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.keepAlive(connection, heartbeats: welcomes) }
+            defer { group.cancelAll() }
+            for await event in connection.events {
+                switch event {
+                case .closed(let code):
+                    return code
+                case .text(let text):
+                    guard let frame = try? codec.decodeServerFrame(text) else {
+                        logger.debug("ignoring a frame this client cannot read")
+                        continue
+                    }
+                    if case .welcome(let welcome) = frame.message {
+                        greeted = true
+                        onWelcome()
+                        welcomed.yield(.seconds(max(1, welcome.heartbeat)))
+                        accept(welcome, on: connection)
+                        continue
+                    }
+                    guard greeted else { continue }
+                    receive(frame, on: connection)
                 }
-                if case .welcome(let welcome) = frame.message {
-                    welcomeDeadline.cancel()
-                    greeted = true
-                    onWelcome()
-                    heartbeat = startHeartbeat(every: .seconds(max(1, welcome.heartbeat)), on: connection)
-                    accept(welcome, on: connection)
-                    continue
-                }
-                guard greeted else { continue }
-                receive(frame, on: connection)
             }
+            return nil
         }
-        return nil
     }
 
-    private func closeIfNoWelcome(_ connection: any SignalingConnection) {
-        logger.debug("no welcome in time; reconnecting")
-        connection.close()
+    /// Closes a connection whose welcome does not come within the welcome timeout; once it has
+    /// come, pings at the interval the welcome asks for. Runs as long as the connection does.
+    private func keepAlive(_ connection: any SignalingConnection, heartbeats: AsyncStream<Duration>) async {
+        let timeout = configuration.welcomeTimeout
+        let interval = await withTaskGroup(of: Duration?.self) { [clock] race in
+            race.addTask { await heartbeats.first { _ in true } }
+            race.addTask {
+                try? await clock.sleep(for: timeout)
+                return nil
+            }
+            defer { race.cancelAll() }
+            return await race.next() ?? nil
+        }
+        guard let interval else {
+            if !Task.isCancelled {
+                logger.debug("no welcome in time; reconnecting")
+                connection.close()
+            }
+            return
+        }
+        while true {
+            do { try await clock.sleep(for: interval) } catch { return }
+            await beat(connection)
+        }
     }
 
     private func accept(_ welcome: Welcome, on connection: any SignalingConnection) {
@@ -403,7 +427,10 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         eventSink.yield(.connected(welcome))
         for id in order {
             guard let request = pending[id] else { continue }
-            if request.resend || request.sentOn == nil {
+            if request.continuation.isResolved {
+                // Its waiter went away (`PendingRequest.answer()` was cancelled): forgotten, not re-sent.
+                _ = resolve(id)
+            } else if request.resend || request.sentOn == nil {
                 connection.send(request.text)
                 pending[id]?.sentOn = generation
             } else {
@@ -441,15 +468,6 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         connection.send(String(decoding: codec.encode(.ack(SeqAck(seq: lastSeq))), as: UTF8.self))
     }
 
-    private func startHeartbeat(every interval: Duration, on connection: any SignalingConnection) -> Task<Void, Never> {
-        Task { [clock] in
-            while !Task.isCancelled {
-                do { try await clock.sleep(for: interval) } catch { return }
-                await self.beat(connection)
-            }
-        }
-    }
-
     private func beat(_ connection: any SignalingConnection) async {
         sendAck(on: connection)
         do {
@@ -468,40 +486,35 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
 public struct PendingRequest: Sendable {
     public let id: String
     fileprivate let answer: RequestAnswer
-    fileprivate let client: any AbandonableRequests
 
-    fileprivate init(id: String, answer: RequestAnswer, client: any AbandonableRequests) {
+    fileprivate init(id: String, answer: RequestAnswer) {
         self.id = id
         self.answer = answer
-        self.client = client
     }
 
     /// The ack, or the error (`rejected` with the server's code, `timeout`, `stopped`); a cancelled
     /// waiter gets `cancelled` at once and the request is forgotten.
     public func answer() async throws(SignalingError) -> Ack {
-        let (answer, client, id) = (self.answer, self.client, self.id)
+        let answer = self.answer
+        // The client forgets a request answered this way when it next looks at it (a reconnect,
+        // its deadline), so a cancellation handler, which cannot await, has nothing to tell it.
         let result = await withTaskCancellationHandler {
             await answer.value()
         } onCancel: {
             answer.resolve(throwing: SignalingError(code: .cancelled, message: "the request was cancelled"))
-            // A cancellation handler cannot await: the client forgets the request on a task of its own.
-            Task { await client.abandon(id) }
         }
         return try result.get()
     }
 }
-
-fileprivate protocol AbandonableRequests: Sendable {
-    func abandon(_ id: String) async
-}
-
-extension SignalingClient: AbandonableRequests {}
 
 /// A request's answer, resolved once (later resolutions are ignored), awaited by at most one waiter.
 final class RequestAnswer: @unchecked Sendable {
     private let lock = NSLock()
     private var result: Result<Ack, SignalingError>?
     private var waiter: CheckedContinuation<Result<Ack, SignalingError>, Never>?
+
+    /// Whether it has its outcome (an answer, an error, or its waiter's cancellation).
+    var isResolved: Bool { lock.withLock { result != nil } }
 
     func resolve(returning ack: Ack) { resolve(.success(ack)) }
     func resolve(throwing error: SignalingError) { resolve(.failure(error)) }

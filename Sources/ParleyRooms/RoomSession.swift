@@ -48,16 +48,18 @@ public actor RoomSession {
     private let peers: any PeerConnectionFactory
     private let connectJanus: JanusConnector
     private let logger: Logger
+    private var client: JanusClient?
     private var bridge: AudioBridge?
     private var peer: (any PeerConnection)?
     private var participantID: Int64?
     private var members: [Int64: RoomMember] = [:]
-    /// The connection's loops (mixer events, the Janus session's end, the peer's events), children
-    /// of one task: cancelled and awaited when the media is torn down.
-    private var media: Task<Void, Never>?
+    /// The session's one task, from `join()` to `leave()` (which cancels it) or the end: it
+    /// connects to Janus, runs the connection's loops (mixer events, the Janus session's end, the
+    /// peer's events) as children, and joins again after a loss.
+    private var running: Task<Void, Never>?
     private var muted = false
+    /// Left, or ended (kicked, the room destroyed): the session does not join again.
     private var leaving = false
-    private var attempt = 0
 
     /// How a room reaches Janus at the URL its ticket names: SwiftNIO's WebSocket client by default;
     /// URLSession on an iPhone (`URLSessionJanusTransport`).
@@ -81,8 +83,23 @@ public actor RoomSession {
     /// Who is in the room now.
     public var participants: [RoomMember] { members.values.sorted { $0.display < $1.display } }
 
-    /// Joins: `room.join`, then Janus. Throws with a plain message when either refuses.
+    /// Joins: `room.join`, then Janus. Throws with a plain message when either refuses; once
+    /// joined, the session joins again by itself when Janus goes away, until `leave()`.
     public func join() async throws {
+        guard running == nil, !leaving else { return }
+        let ticket = try await admission()
+        let (outcomes, outcome) = AsyncStream.makeStream(of: (any Error)?.self)
+        running = Task { await self.run(first: ticket, joined: outcome) }
+        for await failure in outcomes {
+            if let failure { throw failure }
+            return
+        }
+        throw CancellationError()
+    }
+
+    /// `room.join` on the server: the ticket to the room's AudioBridge (a new token each time, and
+    /// the room created again when Janus lost it).
+    private func admission() async throws -> RoomMedia.Janus {
         let ack: Ack
         let room = self.room, display = self.display
         do {
@@ -94,16 +111,59 @@ public actor RoomSession {
         guard joined.media.mode == "audiobridge", let janus = joined.media.janus else {
             throw RoomError("room \(room) is a \(joined.media.mode) room; voice rooms need AudioBridge (start the server with --janus)")
         }
-        do {
-            try await connect(janus)
-        } catch {
-            throw RoomError("cannot join the voice room on Janus at \(janus.url): \(error)")
-        }
+        return janus
     }
 
-    private func connect(_ ticket: RoomMedia.Janus) async throws {
+    /// The session: Janus with the first ticket, then, each time Janus goes away or the connection
+    /// drops, a new ticket and Janus again, with backoff. `joined` hears how the first join went.
+    private func run(first: RoomMedia.Janus, joined: AsyncStream<(any Error)?>.Continuation) async {
+        var ticket: RoomMedia.Janus? = first
+        var attempt = 0
+        var joinedOnce = false
+        while !leaving, !Task.isCancelled {
+            if ticket == nil {
+                attempt += 1
+                do { try await Task.sleep(for: .milliseconds(min(5000, 250 * (1 << min(attempt, 5))))) } catch { break }
+                do {
+                    ticket = try await admission()
+                } catch {
+                    logger.info("rejoining the room failed; trying again", metadata: ["error": "\(error)"])
+                    continue
+                }
+            }
+            guard let janus = ticket else { continue }
+            ticket = nil
+            do {
+                let lost = try await serve(janus) {
+                    attempt = 0
+                    joinedOnce = true
+                    joined.yield(nil)
+                    joined.finish()
+                }
+                await teardownMedia()
+                guard let lost, !leaving else { break }
+                sink.yield(.reconnecting(reason: lost))
+            } catch {
+                await teardownMedia()
+                if !joinedOnce {
+                    // The first join: its caller hears why, and the session is over.
+                    joined.yield(RoomError("cannot join the voice room on Janus at \(janus.url): \(error)"))
+                    joined.finish()
+                    return
+                }
+                logger.info("rejoining the room failed; trying again", metadata: ["error": "\(error)"])
+            }
+        }
+        joined.finish()
+    }
+
+    /// One connection to Janus: session, AudioBridge handle, join, and the offer and answer, with
+    /// the connection's loops running from the start; `connected` is told once media is negotiated.
+    /// Answers why the connection was lost, or nil when it ended (left, kicked, cancelled).
+    private func serve(_ ticket: RoomMedia.Janus, connected: () -> Void) async throws -> String? {
         let transport = try await connectJanus(ticket.url)
         let client = JanusClient(transport: transport)
+        self.client = client
         try await client.createSession()
         let bridge = try await AudioBridge.attach(client, opaqueID: "parley-\(room)")
         self.bridge = bridge
@@ -119,38 +179,46 @@ public actor RoomSession {
         let iceServers = await signaling.session?.iceServers ?? []
         let peer = try await peers.makePeerConnection(PeerConnectionConfiguration(iceServers: iceServers))
         self.peer = peer
-        // Mixer events from the attach on wait in their stream until here (those of the join among them).
         let sink = self.sink
-        media = Task {
-            await withDiscardingTaskGroup { group in
-                group.addTask { for await event in bridge.events { await self.handle(event) } }
-                group.addTask {
-                    for await reason in client.sessionEnded {
-                        await self.lost("\(reason)")
-                        return
+        return try await withThrowingTaskGroup(of: String?.self) { group in
+            // Mixer events from the attach on wait in their stream until here (those of the join among them).
+            group.addTask {
+                for await event in bridge.events { await self.handle(event) }
+                return nil
+            }
+            group.addTask {
+                for await reason in client.sessionEnded { return "\(reason)" }
+                return nil
+            }
+            group.addTask {
+                for await event in peer.events {
+                    switch event {
+                    case .localCandidate(let candidate):
+                        try? await client.trickle(bridge.handle, candidate: candidate?.candidate, sdpMid: candidate?.sdpMid,
+                                                  sdpMLineIndex: candidate?.sdpMLineIndex)
+                    case .remoteAudioStarted:
+                        sink.yield(.hearing)
+                    default: break
                     }
                 }
-                group.addTask {
-                    for await event in peer.events {
-                        switch event {
-                        case .localCandidate(let candidate):
-                            try? await client.trickle(bridge.handle, candidate: candidate?.candidate, sdpMid: candidate?.sdpMid,
-                                                      sdpMLineIndex: candidate?.sdpMLineIndex)
-                        case .remoteAudioStarted:
-                            sink.yield(.hearing)
-                        default: break
-                        }
-                    }
+                return nil
+            }
+            let offer = try await peer.createOffer(iceRestart: false)
+            try await peer.setLocalDescription(offer)
+            guard let answer = try await bridge.configure(muted: muted, offer: JSEP(type: offer.type, sdp: offer.sdp)) else {
+                throw JanusError.malformed("configure: no SDP answer")
+            }
+            try await peer.setRemoteDescription(SessionDescription(type: answer.type, sdp: answer.sdp))
+            connected()
+            // Until a loop reports the loss, or all have ended (the media closed, or cancelled).
+            while let outcome = try await group.next() {
+                if let lost = outcome {
+                    group.cancelAll()
+                    return lost
                 }
             }
+            return nil
         }
-        let offer = try await peer.createOffer(iceRestart: false)
-        try await peer.setLocalDescription(offer)
-        guard let answer = try await bridge.configure(muted: muted, offer: JSEP(type: offer.type, sdp: offer.sdp)) else {
-            throw JanusError.malformed("configure: no SDP answer")
-        }
-        try await peer.setRemoteDescription(SessionDescription(type: answer.type, sdp: answer.sdp))
-        attempt = 0
     }
 
     private func handle(_ event: AudioBridgeEvent) async {
@@ -197,73 +265,46 @@ public actor RoomSession {
     /// Leaves Janus (leave, hangup), then the room on the server.
     public func leave() async {
         leaving = true
-        rejoining?.cancel()
+        running?.cancel()
         if let bridge {
             self.bridge = nil
             try? await bridge.leave()
             try? await bridge.hangup()
             try? await bridge.client.destroy()
-            await bridge.client.close()
         }
+        await client?.close()
+        client = nil
         let room = self.room
         _ = try? await signaling.request { .roomLeave(RoomLeave(id: $0, room: room)) }
         await end("left")
     }
 
-    private func lost(_ reason: String) async {
-        guard !leaving, rejoining == nil else { return }
-        sink.yield(.reconnecting(reason: reason))
-        // Its own task: the one that noticed the loss is among those the teardown cancels.
-        rejoining = Task { await self.rejoin() }
-    }
-
-    private var rejoining: Task<Void, Never>?
-
-    /// Janus restarted or the connection dropped: join again (the server gives a new token and
-    /// creates the room again when Janus lost it), with backoff.
-    private func rejoin() async {
-        await teardownMedia()
-        while !leaving, !Task.isCancelled {
-            attempt += 1
-            try? await Task.sleep(for: .milliseconds(min(5000, 250 * (1 << min(attempt, 5)))))
-            guard !leaving else { break }
-            do {
-                try await join()
-                break
-            } catch {
-                logger.info("rejoining the room failed; trying again", metadata: ["error": "\(error)"])
-                await teardownMedia()
-            }
-        }
-        rejoining = nil
-    }
-
+    /// Closes what one connection to Janus opened.
     private func teardownMedia() async {
-        let media = self.media
-        self.media = nil
-        media?.cancel()
-        await media?.value
         await peer?.close()
         peer = nil
-        if let bridge { await bridge.client.close() }
         bridge = nil
+        await client?.close()
+        client = nil
     }
 
-    /// Ends the session. Called from a loop of `media` too (kicked, room destroyed): so the media
-    /// is closed first, then its task cancelled, never awaited here.
+    /// Ends the session. Called from a loop of the session's task too (kicked, room destroyed): it
+    /// closes the media, which ends the loops, and the task then stops; never awaited here.
     private func end(_ reason: String) async {
+        guard !ended else { return }
+        ended = true
+        leaving = true
         sink.yield(.ended(reason: reason))
         sink.finish()
-        let media = self.media, peer = self.peer, bridge = self.bridge
-        self.media = nil
+        let peer = self.peer, bridge = self.bridge, client = self.client
         self.peer = nil
         self.bridge = nil
+        self.client = nil
         await peer?.close()
         // Removed by the server or the room closed: our Janus session goes too.
-        if let bridge {
-            try? await bridge.client.destroy()
-            await bridge.client.close()
-        }
-        media?.cancel()
+        try? await bridge?.client.destroy()
+        await client?.close()
     }
+
+    private var ended = false
 }

@@ -40,7 +40,10 @@ public final class ScriptedConnection: SignalingConnection, @unchecked Sendable 
     public let sent: AsyncStream<ClientMessage>
     private let sentSink: AsyncStream<ClientMessage>.Continuation
     private let lock = NSLock()
-    private var isClosed = false
+    private var closed = false
+
+    /// Whether either side has closed it.
+    public var isClosed: Bool { lock.withLock { closed } }
 
     init() {
         (events, sink) = AsyncStream.makeStream()
@@ -61,8 +64,8 @@ public final class ScriptedConnection: SignalingConnection, @unchecked Sendable 
     /// Plays the server: closes the connection with `code`.
     public func serverClose(code: UInt16?) {
         let first = lock.withLock {
-            defer { isClosed = true }
-            return !isClosed
+            defer { closed = true }
+            return !closed
         }
         guard first else { return }
         sink.yield(.closed(code: code))

@@ -68,6 +68,35 @@ struct InMemoryTransportTests {
         await client.stop()
     }
 
+    @Test func aRequestWhoseWaiterWentAwayIsNotSentAgainAfterAReconnect() async throws {
+        let transport = InMemorySignalingTransport()
+        let client = makeClient(transport)
+        var connections = transport.connections.makeAsyncIterator()
+        await client.start()
+        let first = try #require(await connections.next())
+        var sent = first.sent.makeAsyncIterator()
+        _ = await sent.next()
+        first.serverSend(welcome(false))
+        let call: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"
+        let forgotten = Task { try await client.request { .callState(CallRequest(id: $0, call: call)) } }
+        guard case .callState(let abandoned)? = await sent.next() else { Issue.record("the first request did not leave"); return }
+        forgotten.cancel()
+        await #expect(throws: SignalingError.self) { try await forgotten.value }
+        let kept = Task { try await client.request { .callState(CallRequest(id: $0, call: call)) } }
+        guard case .callState(let waiting)? = await sent.next() else { Issue.record("the second request did not leave"); return }
+        first.serverClose(code: 1001)
+
+        let second = try #require(await connections.next())
+        var resent = second.sent.makeAsyncIterator()
+        _ = await resent.next()
+        second.serverSend(welcome(true))
+        guard case .callState(let again)? = await resent.next() else { Issue.record("nothing was re-sent"); return }
+        #expect(again.id == waiting.id, "only the request still waited for is sent again, not \(abandoned.id)")
+        second.serverSend(ServerFrame(seq: 1, message: .ack(Ack(re: again.id, result: .callState(CallStateResult(call: call, state: .ringing))))))
+        #expect(try await kept.value.decodeResult(CallStateResult.self).state == .ringing)
+        await client.stop()
+    }
+
     @Test func refusedConnectionsAreRetriedWithBackoff() async throws {
         let transport = InMemorySignalingTransport()
         transport.refuseNext(3)
@@ -84,6 +113,69 @@ struct InMemoryTransportTests {
 
 @Suite("Signaling client timeouts on a manual clock")
 struct SignalingClientClockTests {
+    func makeClient(_ transport: InMemorySignalingTransport, clock: ManualClock) -> SignalingClient<ManualClock> {
+        var configuration = SignalingClient<ManualClock>.Configuration(url: URL(string: "ws://in-memory/v1/signal")!, device: "d1")
+        configuration.requestTimeout = .seconds(10)
+        configuration.welcomeTimeout = .seconds(10)
+        configuration.backoff = .init(initial: .seconds(4), maximum: .seconds(60))
+        return SignalingClient(configuration: configuration, transport: transport, clock: clock,
+                               logger: Logger(label: "test"), random: { 0 }) { "token" }
+    }
+
+    @Test func aConnectionWithoutAWelcomeIsClosedAtTheWelcomeTimeoutAndTriedAgain() async throws {
+        let clock = ManualClock()
+        let transport = InMemorySignalingTransport()
+        let client = makeClient(transport, clock: clock)
+        var connections = transport.connections.makeAsyncIterator()
+        let started = clock.now
+        await client.start()
+        let silent = try #require(await connections.next())
+        var sent = silent.sent.makeAsyncIterator()
+        guard case .hello? = await sent.next() else { Issue.record("no hello"); return }
+        try await eventually("the welcome deadline is running") { clock.hasSleeper(until: started.advanced(by: .seconds(10))) }
+        clock.advance(by: .seconds(9))
+        try await Task.sleep(for: .milliseconds(30))
+        #expect(transport.tokensSeen.count == 1, "still waiting for the welcome")
+        clock.advance(by: .seconds(1))
+        try await eventually("the client closes the silent connection") { silent.isClosed }
+        let next = try #require(await connections.next())
+        #expect(next !== silent)
+        await client.stop()
+    }
+
+    @Test func aWelcomedConnectionPingsAtItsHeartbeatAndAnUnansweredPingReconnects() async throws {
+        let clock = ManualClock()
+        let transport = InMemorySignalingTransport()
+        let client = makeClient(transport, clock: clock)
+        var connections = transport.connections.makeAsyncIterator()
+        await client.start()
+        let first = try #require(await connections.next())
+        var sent = first.sent.makeAsyncIterator()
+        _ = await sent.next()
+        first.serverSend(ServerFrame(seq: nil, message: .welcome(Welcome(re: "hello", session: "s1", user: "alice", device: "d1",
+                                                                         resumed: false, heartbeat: 5, iceServers: []))))
+        try await eventually("connected") { await client.session != nil }
+        let welcomed = clock.now
+        try await eventually("the heartbeat is running") { clock.hasSleeper(until: welcomed.advanced(by: .seconds(5))) }
+        #expect(!clock.hasSleeper(until: welcomed.advanced(by: .seconds(10))), "the welcome deadline ended with the welcome")
+        clock.advance(by: .seconds(5))
+        guard case .ping(let ping)? = await sent.next() else { Issue.record("no ping at the heartbeat"); return }
+        first.serverSend(ServerFrame(seq: nil, message: .ack(Ack(re: ping.id))))
+        try await eventually("the next beat is due") { clock.hasSleeper(until: welcomed.advanced(by: .seconds(10))) }
+        clock.advance(by: .seconds(5))
+        guard case .ping? = await sent.next() else { Issue.record("no second ping"); return }
+        // This one is never answered: at the request timeout (10 s) the connection counts as dead.
+        // (The expiry loop wakes at the answered first ping's deadline first, and goes on sleeping.)
+        clock.advance(by: .seconds(5))
+        try await eventually("the ping's timeout is running") { clock.hasSleeper(until: welcomed.advanced(by: .seconds(20))) }
+        #expect(transport.tokensSeen.count == 1, "still connected before the ping's timeout")
+        clock.advance(by: .seconds(5))
+        try await eventually("the client closes the connection whose ping went unanswered") { first.isClosed }
+        let second = try #require(await connections.next())
+        #expect(second !== first)
+        await client.stop()
+    }
+
     @Test func requestsTimeOutAndReconnectsBackOffOnTheInjectedClock() async throws {
         let clock = ManualClock()
         let transport = InMemorySignalingTransport()
