@@ -24,18 +24,25 @@ enum HubScript {
 
     static func run(_ data: Data, _ fail: (String) -> FuzzFailure) async throws(FuzzFailure) {
         let world = HubWorld()
-        var bytes = data.makeIterator()
-        var steps = 0
-        while let op = bytes.next(), steps < maxSteps {
-            let argument = bytes.next() ?? 0
-            steps += 1
-            await world.step(op: op, argument: argument)
-            if let broken = world.check() {
-                await world.close()
-                throw fail("after step \(steps) (\(op % HubWorld.operations), \(argument)): \(broken)")
+        // The hub's record writer runs beside the script, as under the server.
+        let records = world.hub.records
+        let broken: String? = await withTaskGroup(of: Void.self) { writer in
+            writer.addTask { await records.run() }
+            defer { writer.cancelAll() }
+            var bytes = data.makeIterator()
+            var steps = 0
+            while let op = bytes.next(), steps < maxSteps {
+                let argument = bytes.next() ?? 0
+                steps += 1
+                await world.step(op: op, argument: argument)
+                if let broken = world.check() {
+                    await world.close()
+                    return "after step \(steps) (\(op % HubWorld.operations), \(argument)): \(broken)"
+                }
             }
+            return await world.finish().map { "at the end: \($0)" }
         }
-        if let broken = await world.finish() { throw fail("at the end: \(broken)") }
+        if let broken { throw fail(broken) }
     }
 }
 

@@ -2,19 +2,20 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import ParleyProtocol
+import ServiceLifecycle
 
 /// Writes the hub's calls to the store off the hub's path.
 ///
-/// The hub hands over a call each time it changes (`save`) and goes on at once; a task of the
-/// writer's own writes what has gathered, one transaction a batch, so a slow or locked database
-/// delays records, never signaling. Only the newest state of a call is written: a call that rang,
-/// was answered and ended while the previous batch was being written is one row in the next.
-/// A failed batch stays queued and is retried with backoff, merged with newer states; `flush()`
-/// waits until everything handed over is in the store (graceful shutdown, tests).
+/// The hub hands over a call each time it changes (`save`) and goes on at once; the writer's
+/// `run()`, a service of the server's, writes what has gathered, one transaction a batch, so a slow
+/// or locked database delays records, never signaling. Only the newest state of a call is written:
+/// a call that rang, was answered and ended while the previous batch was being written is one row
+/// in the next. A failed batch stays queued and is retried with backoff, merged with newer states;
+/// `flush()` waits until everything handed over is in the store (graceful shutdown, tests).
 ///
 /// What a crash can lose is the batch being written at that instant: milliseconds of changes, and
 /// never a call's existence once it has been written once.
-public final class CallRecordWriter: Sendable {
+public final class CallRecordWriter: Service, Sendable {
     private struct State {
         var pending: [CallID: StoredCall] = [:]
         /// First-handed-over order, so calls are written in the order they started.
@@ -29,11 +30,29 @@ public final class CallRecordWriter: Sendable {
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
     private let maxBackoff: Duration
+    /// Wakes `run()` when a call is handed over while it has nothing to write.
+    private let wakeups: AsyncStream<Void>
+    private let wake: AsyncStream<Void>.Continuation
 
     public init(store: any SignalingStore, logger: Logger, maxBackoff: Duration = .seconds(5)) {
         self.store = store
         self.logger = logger
         self.maxBackoff = maxBackoff
+        (wakeups, wake) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// Writes what is handed over until the task is cancelled, or until a graceful shutdown: then
+    /// what is left gets one more try (a store that keeps failing must not hold the process; what
+    /// is not written is logged, and its calls end by resume expiry at the next start). The server
+    /// stops it after the hub has flushed, and before it closes the store.
+    public func run() async {
+        await withGracefulShutdownHandler {
+            for await _ in wakeups { await writeUntilDrained(retrying: true) }
+            guard !Task.isCancelled else { return }
+            await writeUntilDrained(retrying: false)
+        } onGracefulShutdown: {
+            self.wake.finish()
+        }
     }
 
     /// Queues the newest state of a call; returns at once.
@@ -44,7 +63,7 @@ public final class CallRecordWriter: Sendable {
             state.writing = true
             return true
         }
-        if start { startWriting() }
+        if start { wake.yield() }
     }
 
     /// Whether a call has changes not yet in the store.
@@ -52,8 +71,8 @@ public final class CallRecordWriter: Sendable {
         state.withLockedValue { $0.pending[call] != nil || $0.inFlight.contains(call) }
     }
 
-    /// Returns once everything saved before the call is in the store, or when the task is cancelled
-    /// (a store that keeps failing must not hold a shutdown forever).
+    /// Returns once everything saved before the call is in the store (written by `run()`), or when
+    /// the task is cancelled (a store that keeps failing must not hold a shutdown forever).
     public func flush() async {
         let id = state.withLockedValue { state in
             state.nextWaiter += 1
@@ -73,12 +92,9 @@ public final class CallRecordWriter: Sendable {
         }
     }
 
-    private func startWriting() {
-        // Detached: the hub's actor hands over and goes on; the writes never run on it.
-        Task.detached { [self] in await writeUntilDrained() }
-    }
-
-    private func writeUntilDrained() async {
+    /// Writes batches until nothing is left; a failed batch is tried again with backoff while
+    /// `retrying` and the task is not cancelled.
+    private func writeUntilDrained(retrying: Bool) async {
         var backoff = Duration.milliseconds(50)
         while true {
             let batch: [StoredCall] = state.withLockedValue { state in
@@ -106,16 +122,20 @@ public final class CallRecordWriter: Sendable {
                 backoff = .milliseconds(50)
                 state.withLockedValue { $0.inFlight = [] }
             } catch {
-                logger.error("could not store call records; retrying", metadata: ["calls.count": "\(batch.count)", "error": "\(error)"])
                 state.withLockedValue { state in
                     // Newer states handed over meanwhile win over the failed batch's.
                     for call in batch where state.pending[call.record.call] == nil {
                         state.pending[call.record.call] = call
                         state.order.append(call.record.call)
                     }
+                    state.inFlight = []
                 }
-                // Not cancellable: the writer ends only when everything is written.
-                try? await Task.sleep(for: backoff)
+                let metadata: Logger.Metadata = ["calls.count": "\(batch.count)", "error": "\(error)"]
+                if retrying { logger.error("could not store call records; retrying", metadata: metadata) }
+                guard retrying, (try? await Task.sleep(for: backoff)) != nil else {
+                    logger.error("could not store call records; they stay unwritten as the writer stops", metadata: metadata)
+                    return
+                }
                 backoff = min(backoff * 2, maxBackoff)
             }
         }

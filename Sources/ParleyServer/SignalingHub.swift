@@ -14,7 +14,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     public nonisolated let clock: C
     private nonisolated let origin: C.Instant
     private let store: any SignalingStore
-    private let records: CallRecordWriter
+    /// Writes the hub's calls to the store: a service the server runs beside the hub.
+    public nonisolated let records: CallRecordWriter
     private let metrics: ServerMetrics
     private let logger: Logger
     private let wallClock: @Sendable () -> Int64

@@ -135,12 +135,14 @@ public final class SignalingServer: Sendable {
             logger: Self.quietingRefusedUpgrades(logger)
         )
         // Graceful shutdown runs in reverse: the hub first (1001 to clients, calls stored), then
-        // the push queue drains, then the HTTP server stops.
+        // the push queue drains, then the HTTP server stops, then the call record writer, then the store.
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: app),
             .init(service: PushService(pushes: pushes, sender: pushSender, apns: apns, store: store, metrics: metrics, logger: logger)),
             .init(service: HubService(hub: hub, open: openConnections, cluster: cluster)),
         ]
+        // Before the others, so it stops after them: the hub flushes its calls through it as it stops.
+        services.insert(.init(service: hub.records), at: 0)
         // First in the list, so the last to stop: after the hub has written every call.
         if ownsStore { services.insert(.init(service: StoreService(store: store)), at: 0) }
         return ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: signals, logger: logger))

@@ -4,6 +4,7 @@ import Logging
 import ParleyProtocol
 @testable import ParleyServer
 import ParleyServerTesting
+import ServiceLifecycle
 import Testing
 
 @Suite("Persistence off the hub's path", .timeLimit(.minutes(5)))
@@ -70,9 +71,31 @@ struct PersistenceTests {
             record.answeredAt = Int64(step)
             writer.save(StoredCall(record: record, expiresAt: 2))
         }
-        await writer.flush()
+        #expect(writer.isPending(call), "nothing is written before the writer runs")
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await writer.run() }
+            await writer.flush()
+            group.cancelAll()
+        }
         #expect(!writer.isPending(call))
         #expect(try await store.call(call)?.answeredAt == 99)
+    }
+
+    @Test func aGracefulShutdownWritesWhatIsLeftAndTheWriterEnds() async throws {
+        let store = try SQLiteStore(path: nil)
+        let writer = CallRecordWriter(store: store, logger: .init(label: "test"))
+        let record = CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1", media: .audioOnly, createdAt: 1)
+        let (shutdown, stop) = AsyncStream.makeStream(of: Void.self)
+        let group = ServiceGroup(configuration: .init(services: [.init(service: writer),
+                                                                 .init(service: Stopper(stops: shutdown), successTerminationBehavior: .gracefullyShutdownGroup)],
+                                                      logger: Logger(label: "test")))
+        try await withThrowingTaskGroup(of: Void.self) { services in
+            services.addTask { try await group.run() }
+            writer.save(StoredCall(record: record, expiresAt: 2))
+            stop.yield()
+            try await services.next()
+        }
+        #expect(try await store.call(call) != nil, "written by the time the service group ended")
     }
 }
 
@@ -113,10 +136,22 @@ struct FailingStoreTests {
         let call: CallID = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b9a"
         writer.save(StoredCall(record: CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1", media: .audioOnly, createdAt: 1),
                                expiresAt: 2))
+        let running = Task { await writer.run() }
         let flush = Task { await writer.flush() }
         try await Task.sleep(for: .milliseconds(200))
         flush.cancel()
         await flush.value
         #expect(writer.isPending(call), "kept for the next try, not dropped")
+        running.cancel()
+        await running.value
+        #expect(writer.isPending(call), "a writer that stops keeps what it could not write")
+    }
+}
+
+/// A service that ends when told to, which shuts its group down gracefully.
+struct Stopper: Service {
+    let stops: AsyncStream<Void>
+    func run() async throws {
+        for await _ in stops { return }
     }
 }

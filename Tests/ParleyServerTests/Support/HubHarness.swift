@@ -71,9 +71,15 @@ struct HubHarness {
         logger.logLevel = .critical
         hub = SignalingHub(configuration: configuration, store: hubStore ?? store, clock: clock, logger: logger,
                            wallClock: { clock.wallNow })
-        // What the hub hands off (Janus admissions and releases) runs as under the server; the clock
-        // is the test's, and so are the sweeps (`advance`). Abandoned with the harness, as its hub is.
-        Task { [hub] in await hub.runHandedOffWork() }
+        // What the hub hands off (Janus admissions and releases) and its record writer run as under
+        // the server; the clock is the test's, and so are the sweeps (`advance`). Abandoned with the
+        // harness, as its hub is.
+        Task { [hub] in
+            await withDiscardingTaskGroup { group in
+                group.addTask { await hub.runHandedOffWork() }
+                group.addTask { await hub.records.run() }
+            }
+        }
     }
 
     final class Counter: @unchecked Sendable {
