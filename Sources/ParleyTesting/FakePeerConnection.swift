@@ -178,8 +178,20 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         }
     }
 
+    /// How many of the next statistics reads fail, as the engine's fail when its pipeline does
+    /// not answer in time.
+    public var failingStatisticsReads: Int {
+        get { lock.withLock { statisticsFailures } }
+        set { lock.withLock { statisticsFailures = newValue } }
+    }
+    private var statisticsFailures = 0
+
     public func statistics() async throws -> MediaStatsSample {
-        lock.withLock {
+        try lock.withLock {
+            if statisticsFailures > 0 {
+                statisticsFailures -= 1
+                throw Failure(description: "no statistics in time")
+            }
             let elapsed = ContinuousClock.now - startedAt
             func packets(in time: Duration) -> Int { Int(time.components.seconds * 50 + time.components.attoseconds / 20_000_000_000_000_000) }
             let sent = packets(in: elapsed)

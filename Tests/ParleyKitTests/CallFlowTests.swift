@@ -129,6 +129,25 @@ struct CallFlowTests {
         try await server.stop()
     }
 
+    /// A statistics read that fails (the engine gives one up that its pipeline leaves unanswered)
+    /// skips an interval; the call's quality loop goes on.
+    @Test func failedStatisticsReadsDoNotStopTheQualityReports() async throws {
+        let server = try await LiveServer.start()
+        let (alice, bob, call) = try await Self.connectedCall(server)
+        let alicePeer = try #require(alice.peers.connections.first)
+        try await eventually("a quality report") { alice.events.contains { if case .quality(call, _) = $0 { true } else { false } } }
+        alicePeer.failingStatisticsReads = 3
+        try await eventually("the failing reads were made") { alicePeer.failingStatisticsReads == 0 }
+        let afterFailures = alice.events.count
+        try await eventually(timeout: .seconds(5), "reports go on after the failed reads") {
+            alice.events.dropFirst(afterFailures).contains { if case .quality(call, _) = $0 { true } else { false } }
+        }
+        _ = bob.provider.perform { .end($0, call: call) }
+        try await eventually("alice's call ends") { alice.provider.endReason(of: call) == .remoteEnded }
+        await alice.stop(); await bob.stop()
+        try await server.stop()
+    }
+
     @Test func aCutConnectionResumesAndTheCallSurvivesWithAnICERestart() async throws {
         let server = try await LiveServer.start()
         let (alice, bob, call) = try await Self.connectedCall(server)
