@@ -15,8 +15,12 @@ public final class HAProxy: @unchecked Sendable {
 
     public static let executable = "/usr/sbin/haproxy"
 
-    /// - Parameter preferences: for each front door, the servers' ports in order of preference.
-    public static func start(preferences: [[Int]]) async throws -> HAProxy {
+    /// - Parameters:
+    ///   - preferences: for each front door, the servers' ports in order of preference.
+    ///   - roundRobin: with it, each door sends each new connection to the next live server in
+    ///     turn (HAProxy's `balance roundrobin`), as a load balancer sends a reconnect to another
+    ///     node; without it, to the first live one.
+    public static func start(preferences: [[Int]], roundRobin: Bool = false) async throws -> HAProxy {
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             throw TestFailure("\(executable) is missing: scripts/setup.sh --tests installs haproxy")
         }
@@ -31,8 +35,10 @@ public final class HAProxy: @unchecked Sendable {
         for (index, (port, servers)) in zip(ports, preferences).enumerated() {
             lines += ["frontend door\(index)", "  bind 127.0.0.1:\(port)", "  default_backend prefer\(index)",
                       "backend prefer\(index)"]
+            if roundRobin { lines.append("  balance roundrobin") }
             for (rank, server) in servers.enumerated() {
-                lines.append("  server s\(server) 127.0.0.1:\(server) check inter 200ms fall 1 rise 1\(rank == 0 ? "" : " backup")")
+                let backup = rank == 0 || roundRobin ? "" : " backup"
+                lines.append("  server s\(server) 127.0.0.1:\(server) check inter 200ms fall 1 rise 1\(backup)")
             }
         }
         let configuration = directory.appendingPathComponent("haproxy.cfg")

@@ -24,6 +24,12 @@ public enum NodeMessage: Sendable, Equatable, Codable {
     case released(DeviceKey, by: NodeID)
     /// The sending node is leaving (a graceful stop) and has handed its calls and rooms back.
     case left(NodeID)
+    /// A device asks the sending node to resume `session`, which the addressed node holds (a load
+    /// balancer sent its reconnect elsewhere): the holder hands the session over and lets it go,
+    /// without ending its calls, and sends on to the new node what comes for the device afterwards.
+    case handover(id: UInt64, key: DeviceKey, session: String, from: NodeID)
+    /// The answer to `handover`: the session, or nil when the node no longer holds it.
+    case handedOver(id: UInt64, session: SessionHandover?)
 }
 
 extension DeviceKey: Codable {

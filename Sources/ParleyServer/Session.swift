@@ -4,7 +4,7 @@ import ParleyProtocol
 /// A signaling session of one device: its frame numbering, the frames kept for resume, and the
 /// answers remembered for idempotent request ids. A value: it lives in the hub's `SessionTable`.
 struct Session {
-    struct Buffered: Equatable {
+    struct Buffered: Equatable, Codable {
         var seq: Int
         var text: String
     }
@@ -35,6 +35,28 @@ struct Session {
         self.key = key
         self.bufferLimit = bufferLimit
         self.answerLimit = answerLimit
+    }
+
+    /// The session as another node takes it over (`handover`): numbering, unacknowledged frames and
+    /// remembered answers go on there as they would have here. Without a connection.
+    init(_ handover: SessionHandover, bufferLimit: Int, answerLimit: Int, decode: (String) -> ServerMessage?) {
+        self.init(id: handover.id, key: handover.key, bufferLimit: bufferLimit, answerLimit: answerLimit)
+        name = handover.name
+        address = handover.address
+        platform = handover.platform
+        nextSeq = handover.nextSeq
+        lostThrough = handover.lostThrough
+        buffer = Deque(handover.buffer)
+        for answer in handover.answers {
+            if let message = decode(answer.frame) { remember(message, for: answer.request) }
+        }
+    }
+
+    /// What another node needs to go on with this session (`encode`: an answer as a frame's text).
+    func handover(encode: (ServerMessage) -> String) -> SessionHandover {
+        SessionHandover(id: id, key: key, name: name, address: address, platform: platform, nextSeq: nextSeq,
+                        lostThrough: lostThrough, buffer: Array(buffer),
+                        answers: answerOrder.compactMap { request in answers[request].map { .init(request: request, frame: encode($0)) } })
     }
 
     /// Numbers a frame and keeps it for resume; answers the frame with its seq.
@@ -68,6 +90,27 @@ struct Session {
         if answers.updateValue(answer, forKey: requestID) == nil { answerOrder.append(requestID) }
         if answerOrder.count > answerLimit, let oldest = answerOrder.popFirst() { answers[oldest] = nil }
     }
+}
+
+/// A device's session, handed from the node that held it to the node its resume reached
+/// (`NodeMessage.handover`): everything `Session` keeps but its connection.
+public struct SessionHandover: Sendable, Equatable, Codable {
+    struct Answer: Sendable, Equatable, Codable {
+        var request: String
+        /// The answer, as a server frame's text without `seq`.
+        var frame: String
+    }
+
+    var id: String
+    var key: DeviceKey
+    var name: String?
+    var address: String?
+    var platform: Platform?
+    var nextSeq: Int
+    var lostThrough: Int
+    var buffer: [Session.Buffered]
+    /// Remembered answers, oldest first.
+    var answers: [Answer]
 }
 
 /// The sessions of one node, by device, and the rules of protocol v1's session: which hello starts
@@ -170,6 +213,16 @@ struct SessionTable {
         sessions[key] = Session(id: Self.newSessionID(), key: key, bufferLimit: bufferLimit, answerLimit: answerLimit)
         devicesByUser[key.user, default: []].insert(key.device)
         held[key] = now
+        return true
+    }
+
+    /// A session another node handed over, held here for resume from `now`; false (and nothing
+    /// changed) when the device has a session here already.
+    mutating func adopt(_ handover: SessionHandover, now: Duration, decode: (String) -> ServerMessage?) -> Bool {
+        guard sessions[handover.key] == nil else { return false }
+        sessions[handover.key] = Session(handover, bufferLimit: bufferLimit, answerLimit: answerLimit, decode: decode)
+        devicesByUser[handover.key.user, default: []].insert(handover.key.device)
+        held[handover.key] = now
         return true
     }
 

@@ -51,6 +51,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private var nextForward: UInt64 = 0
     /// How long a node waits for another to answer a forwarded request.
     static var forwardTimeout: Duration { .seconds(5) }
+    /// Resumes waiting for the node that held the session to hand it over (`fetchSession`); each
+    /// goes on without it at its deadline (`sweep`).
+    private var handovers: [UInt64: (deadline: Duration, done: CheckedContinuation<Void, Never>)] = [:]
+    /// How long a resume waits for another node to hand its session over.
+    static var handoverTimeout: Duration { .seconds(2) }
+    /// Devices whose session this node handed to another, and which: what still comes here for
+    /// them (from owners of their calls) goes on there.
+    private var movedTo: [DeviceKey: NodeID] = [:]
     /// Work the hub hands off so as not to wait for it (Janus releasing a token): run as children of
     /// `run()`, so none outlives the hub.
     private let jobs = AsyncStream<@Sendable () async -> Void>.makeStream()
@@ -106,6 +114,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             group.cancelAll()
         }
         failForwards(olderThan: nil)
+        for id in Array(handovers.keys) { handovers.removeValue(forKey: id)?.done.resume() }
     }
 
     /// Runs the work the hub and its rooms hand off, until cancelled: part of `run()`, and on its own
@@ -195,7 +204,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         // make every change copy its resume buffer and remembered answers.
         guard let key = entry.session, let sessionID = sessions[key]?.id else {
             if case .hello(let hello) = message {
-                handleHello(hello, on: entry)
+                await handleHello(hello, on: entry)
             } else {
                 send(.error(ErrorMessage(re: message.requestID, code: .badRequest, message: "the first frame must be hello")), on: entry)
             }
@@ -243,9 +252,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     // MARK: Session
 
-    private func handleHello(_ hello: Hello, on entry: ConnectionEntry) {
+    private func handleHello(_ hello: Hello, on entry: ConnectionEntry) async {
         let identity = entry.connection.identity
         let key = DeviceKey(user: identity.user, device: hello.device)
+        if let resume = hello.resume, let cluster, sessions[key]?.id != resume.session {
+            await fetchSession(resume.session, of: key, through: cluster)
+            // The connection may have ended, or said hello again, while the other node answered.
+            guard connections[entry.connection.id]?.session == nil else { return }
+        }
         let outcome = sessions.hello(key, resume: hello.resume, on: entry.connection.id, devicesPerUser: configuration.limits.devicesPerUser)
         guard case .welcomed(let sessionID, let resumed, let created, let replaced, let replay) = outcome else {
             if case .refused(let devices) = outcome {
@@ -274,9 +288,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         metrics.framesOut.increment()
         logger.debug("session started", metadata: ["session.id": "\(sessionID)", "peer.device": "\(key)", "session.resumed": "\(resumed)"])
         if let cluster, !resumed {
-            // A resumed session was here already. A new one is news for the node that held the device
-            // before and for nodes ringing its user: `holds` tells them (`claimed`).
+            // A resumed session was here already (or was handed over, and told). A new one is news for
+            // the node that held the device before and for nodes ringing its user: `holds` tells them (`claimed`).
             remoteHolders[key] = nil
+            movedTo[key] = nil
             cluster.holds(key, true)
         }
 
@@ -287,6 +302,20 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         if !resumed {
             // A device that connects while an invite to its user still rings gets it at once.
             for call in calls.ring(key) { send(.callIncoming(call.incoming), to: key) }
+        }
+    }
+
+    /// A device resumes here a session that another node holds (a load balancer sent its reconnect
+    /// here): asks that node, as the directory names it, to hand the session over, and waits for it
+    /// at most `handoverTimeout`. The session arrives, and is held here, in `hear(.handedOver)`:
+    /// before any frame the old node sends on for the device. Without it the hello gets a new session.
+    private func fetchSession(_ session: String, of key: DeviceKey, through cluster: any ClusterLink) async {
+        guard let holder = try? await cluster.remoteDevices(of: key.user)[key], holder != cluster.node else { return }
+        nextForward += 1
+        let id = nextForward
+        await withCheckedContinuation { continuation in
+            handovers[id] = (now() + Self.handoverTimeout, continuation)
+            cluster.send(.handover(id: id, key: key, session: session, from: cluster.node), to: holder)
         }
     }
 
@@ -784,6 +813,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         guard let cluster else { return }
         switch message {
         case .deliver(let key, let frame, let from):
+            if sessions[key] == nil, let node = movedTo[key] {
+                // Handed over: on to the node that holds the session now, still from the call's owner.
+                cluster.send(.deliver(to: key, frame: frame, from: from), to: node)
+                return
+            }
             guard let sessionID = sessions[key]?.id, let decoded = try? codec.decodeServerFrame(frame) else { return }
             if case .callIncoming(let incoming) = decoded.message, !sessions.isConnected(key) {
                 await pushIncoming(incoming, to: key)
@@ -814,12 +848,18 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             return
         case .claimed(let key, let node):
             remoteHolders[key] = node
+            if movedTo[key] != nil { movedTo[key] = node }
             if sessions[key] != nil { forget(key) }
             // A device that connected elsewhere while a call to its user rings here rings too.
             for call in calls.ring(key) { deliver(.callIncoming(call.incoming), to: key) }
         case .left(let node):
             if node != cluster.node { await nodeLeft(node) }
+        case .handover(let id, let key, let session, let from):
+            cluster.send(.handedOver(id: id, session: handOver(session, of: key, to: from)), to: from)
+        case .handedOver(let id, let handover):
+            adopt(handover, answering: id, cluster: cluster)
         case .released(let key, let node):
+            if movedTo[key] == node { movedTo[key] = nil }
             guard remoteHolders[key] == node else { return }
             remoteHolders[key] = nil
             for callID in calls.live(of: key.user) where calls[callID]?.participants.contains(key) == true {
@@ -827,6 +867,36 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             for room in rooms.rooms(of: key) { leaveRoom(room, key: key) }
         }
+    }
+
+    /// Another node asks for a session of a device held here (`fetchSession`): it is handed over if
+    /// it is still the one named, and this node lets it go without ending anything.
+    private func handOver(_ session: String, of key: DeviceKey, to node: NodeID) -> SessionHandover? {
+        guard let held = sessions[key], held.id == session else { return nil }
+        let handover = held.handover { encode(ServerFrame(seq: nil, message: $0)) }
+        forget(key)
+        remoteHolders[key] = node
+        movedTo[key] = node
+        logger.debug("session handed over", metadata: ["session.id": "\(session)", "peer.device": "\(key)", "cluster.to": "\(node)"])
+        return handover
+    }
+
+    /// The answer to `fetchSession`: the session is held here from now (so frames sent on after it
+    /// find it), and the hello waiting for it goes on and resumes it.
+    private func adopt(_ handover: SessionHandover?, answering id: UInt64, cluster: any ClusterLink) {
+        if let handover {
+            let codec = self.codec
+            if sessions.adopt(handover, now: now(), decode: { try? codec.decodeServerFrame($0).message }) {
+                metrics.sessions.increment()
+                remoteHolders[handover.key] = nil
+                movedTo[handover.key] = nil
+                cluster.holds(handover.key, true)
+            } else {
+                logger.notice("a session handed over came after its device had a new one here; its unacknowledged frames are lost",
+                              metadata: ["session.id": "\(handover.id)", "peer.device": "\(handover.key)"])
+            }
+        }
+        handovers.removeValue(forKey: id)?.done.resume()
     }
 
     /// A VoIP push for a call another node rings, to a device held here without a connection (the
@@ -959,6 +1029,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
         calls.evict(at: now, retention: configuration.endedCallRetention) { records.isPending($0) }
         failForwards(olderThan: now)
+        for (id, handover) in handovers where handover.deadline <= now {
+            handovers.removeValue(forKey: id)?.done.resume()
+        }
     }
 
     /// Fails the forwarded requests whose deadline is past `now` (all of them for nil: the hub stops).
