@@ -189,6 +189,37 @@ struct ClusterTests {
         }
     }
 
+    /// Three nodes: bob's session moves from the first to the second while his call runs on the
+    /// third. The third hears where bob is now (and until it does, the first sends on what it still
+    /// gets for him): the call's frames reach him, in order, and his hangup ends the call.
+    @Test func aSessionThatMovedHearsItsCallRunningOnAThirdNode() async throws {
+        try await withNodes(3) { nodes, database in
+            let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+            let alice = try await c.device("alice", "a1")
+            let bob = try await WSTestClient.connect(url: a.signalURL, token: a.token("bob"))
+            let session = try await bob.hello(device: "b1")
+            try await published(1, devicesOf: "bob", in: database)
+            _ = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.get()
+            let ringSeq = try await bob.expect { frame in Self.incoming(frame).flatMap { _ in frame.seq } }
+            #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+            await bob.close()
+            try await eventually("a holds bob's session for resume") { await a.server.hub.isPresent("bob") }
+
+            let again = try await WSTestClient.connect(url: b.signalURL, token: b.token("bob"))
+            #expect(try await again.hello(device: "b1", resume: ResumeRequest(session: session.session, lastSeq: ringSeq)).resumed)
+            for index in 0..<3 {
+                let sdp = SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0 alice \(index)"))
+                #expect(try await alice.request { .callSignal(CallSignal(id: $0, call: call, signal: sdp)) }.isSuccess)
+                let heard = try await again.expect { if case .callSignal(let m) = $0.message { m } else { nil } }
+                #expect(heard.signal == sdp, "the call's frames reach bob on his new node, in order")
+            }
+            // An id of its own: the session remembers the answers to bob's requests on the first node.
+            again.send(.callHangup(CallHangup(id: "hangup-1", call: call)))
+            #expect(try await again.answer(to: "hangup-1").isSuccess)
+            #expect(try await alice.expect(Self.ended).reason == .hangup)
+        }
+    }
+
     @Test func theNodeRunningACallStopsAndTheCallGoesOnOnTheOther() async throws {
         try await withNodes { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
