@@ -90,6 +90,35 @@ struct SessionTableTests {
         #expect(table.expired(at: .seconds(61), window: .seconds(60)) == [phone])
     }
 
+    /// A session handed to another node (through JSON, as between nodes) goes on there as it would
+    /// have here: a resume replays what was not acknowledged, numbering continues, remembered answers
+    /// answer; and a node where the device has a session already does not take it.
+    @Test func aHandedOverSessionResumesOnTheNodeThatAdoptsIt() throws {
+        let codec = WireCodec()
+        var old = SessionTable(bufferLimit: 8, answerLimit: 4)
+        let first = try hello(&old, phone, on: 1)
+        for text in ["a", "b", "c"] { _ = old.number(for: phone) { seq in "\(text)\(seq)" } }
+        old.modify(phone) { $0.acknowledge(through: 1) }
+        old.modify(phone) { $0.remember(.ack(Ack(re: "r1", result: .callState(CallStateResult(call: "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f", state: .active)))), for: "r1") }
+        let handover = try #require(old[phone]).handover { String(decoding: codec.encode(ServerFrame(seq: nil, message: $0)), as: UTF8.self) }
+        let travelled = try JSONDecoder().decode(SessionHandover.self, from: JSONEncoder().encode(handover))
+
+        var new = SessionTable(bufferLimit: 8, answerLimit: 4)
+        #expect(new.adopt(travelled, now: .seconds(5)) { try? codec.decodeServerFrame($0).message })
+        #expect(!new.isConnected(phone), "held for resume until the device's hello")
+        #expect(new.expired(at: .seconds(65), window: .seconds(60)) == [phone])
+        let resumed = try hello(&new, phone, resume: ResumeRequest(session: first.session, lastSeq: 1), on: 7)
+        #expect(resumed.resumed && resumed.session == first.session && !resumed.created)
+        #expect(resumed.replay == [Session.Buffered(seq: 2, text: "b2"), Session.Buffered(seq: 3, text: "c3")])
+        #expect(new.number(for: phone) { "d\($0)" }?.text == "d4", "numbering goes on")
+        #expect(new[phone]?.answer(for: "r1") == old[phone]?.answer(for: "r1"))
+
+        var busy = SessionTable(bufferLimit: 8, answerLimit: 4)
+        let own = try hello(&busy, phone, on: 1)
+        #expect(!busy.adopt(travelled, now: .seconds(5)) { try? codec.decodeServerFrame($0).message })
+        #expect(busy[phone]?.id == own.session, "its own session stays")
+    }
+
     /// A session remembers the answers to its last `answerLimit` request ids (a retried id gets the
     /// same answer, not a second execution); older ones are forgotten, so memory stays bounded.
     @Test func rememberedAnswersAreBounded() {
