@@ -40,25 +40,19 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// The other nodes of the deployment, if there are any (`ClusterLink`).
     private let cluster: (any ClusterLink)?
-    /// Devices held by other nodes, as heard, and by which.
-    private var remoteHolders = RemoteHolders()
-    /// Which node runs a call of this node's devices, as its frames said (a call's first frames can
-    /// come before its row is in the store); forgotten when that node leaves.
-    private var callOwners: [CallID: NodeID] = [:]
-    /// Requests forwarded to the nodes that run their calls, waiting for the answer.
-    /// Each is failed as `unavailable` at its deadline (`sweep`).
-    private var forwarded: [UInt64: (node: NodeID, deadline: Duration, answer: CheckedContinuation<Result<AckResult, ErrorMessage>, Never>)] = [:]
-    private var nextForward: UInt64 = 0
+    /// Which node holds which device and runs which call, as heard, and what this node waits for
+    /// from the others (`ClusterRoutes`).
+    private var routes = ClusterRoutes()
+    /// Requests forwarded to the nodes that run their calls, waiting for the answer, by the id of
+    /// their wait in `routes`; each is failed as `unavailable` at its deadline (`sweep`).
+    private var forwarded: [UInt64: CheckedContinuation<Result<AckResult, ErrorMessage>, Never>] = [:]
     /// How long a node waits for another to answer a forwarded request.
     static var forwardTimeout: Duration { .seconds(5) }
-    /// Resumes waiting for the node that held the session to hand it over (`fetchSession`); each
-    /// goes on without it at its deadline (`sweep`).
-    private var handovers: [UInt64: (deadline: Duration, done: CheckedContinuation<Void, Never>)] = [:]
+    /// Hellos waiting for the node that held their session to hand it over (`fetchSession`), by
+    /// the id of their wait in `routes`; each goes on without it at its deadline (`sweep`).
+    private var handovers: [UInt64: CheckedContinuation<Void, Never>] = [:]
     /// How long a resume waits for another node to hand its session over.
     static var handoverTimeout: Duration { .seconds(2) }
-    /// Devices whose session this node handed to another, and which: what still comes here for
-    /// them (from owners of their calls) goes on there.
-    private var movedTo: [DeviceKey: NodeID] = [:]
     /// Work the hub hands off so as not to wait for it (Janus releasing a token): run as children of
     /// `run()`, so none outlives the hub.
     private let jobs = AsyncStream<@Sendable () async -> Void>.makeStream()
@@ -113,8 +107,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             group.cancelAll()
         }
-        failForwards(olderThan: nil)
-        for id in Array(handovers.keys) { handovers.removeValue(forKey: id)?.done.resume() }
+        endWaits(at: nil)
     }
 
     /// Runs the work the hub and its rooms hand off, until cancelled: part of `run()`, and on its own
@@ -145,7 +138,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             calls.insert(call)
             metrics.callsRestored.increment()
             if call.phase == .active { metrics.activeCalls.increment() } else { metrics.ringingCalls.increment() }
-            for key in call.participants where remoteHolders[key] == nil && sessions.hold(key, now: now()) {
+            for key in call.participants where routes.holder(of: key) == nil && sessions.hold(key, now: now()) {
                 metrics.sessions.increment()
             }
         }
@@ -290,8 +283,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         if let cluster, !resumed {
             // A resumed session was here already (or was handed over, and told). A new one is news for
             // the node that held the device before and for nodes ringing its user: `holds` tells them (`claimed`).
-            remoteHolders[key] = nil
-            movedTo[key] = nil
+            routes.startedHere(key)
             cluster.holds(key, true)
         }
 
@@ -311,10 +303,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// before any frame the old node sends on for the device. Without it the hello gets a new session.
     private func fetchSession(_ session: String, of key: DeviceKey, through cluster: any ClusterLink) async {
         guard let holder = try? await cluster.remoteDevices(of: key.user)[key], holder != cluster.node else { return }
-        nextForward += 1
-        let id = nextForward
+        let id = routes.wait(.handover, on: holder, until: now() + Self.handoverTimeout)
         await withCheckedContinuation { continuation in
-            handovers[id] = (now() + Self.handoverTimeout, continuation)
+            handovers[id] = continuation
             cluster.send(.handover(id: id, key: key, session: session, from: cluster.node), to: holder)
         }
     }
@@ -346,7 +337,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 return try await forward(message, from: key, to: runner)
             } catch where error.code == .unavailable {
                 // The owner went silent: if it is gone, the call is taken over here (or by a third node).
-                callOwners[callID] = nil
+                routes.forgetOwner(of: callID)
                 guard calls[callID] == nil else { return try await execute(message, from: sender) }
                 guard let next = await owner(of: callID) else { return try await execute(message, from: sender) }
                 guard next != runner else { throw error }
@@ -437,7 +428,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         // Devices of the callee on other nodes ring too.
         if let cluster, invite.to != caller.user {
             do {
-                for (key, node) in try await cluster.remoteDevices(of: invite.to) where sessions[key] == nil { remoteHolders[key] = node }
+                for (key, node) in try await cluster.remoteDevices(of: invite.to) where sessions[key] == nil { routes.heard(key, isOn: node) }
             } catch {
                 logger.error("could not read the callee's devices on other nodes", metadata: ["error": "\(error)"])
             }
@@ -464,7 +455,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                                                                    address: address),
                                     callee: invite.to, media: invite.media, metadata: invite.metadata,
                                     createdAt: now, expiresAt: expiresAt)
-        let online = sessions.devices(of: invite.to).union(remoteHolders.devices(of: invite.to)).sorted()
+        let online = sessions.devices(of: invite.to).union(routes.remoteDevices(of: invite.to)).sorted()
         for device in online { call.rang(device) }
         calls.insert(call)
         metrics.callsStarted.increment()
@@ -526,7 +517,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             guard let voip = device.voip else { continue }
             let key = DeviceKey(user: device.user, device: device.device)
             if sessions.isConnected(key) { continue }
-            if remoteHolders[key] != nil { continue }
+            if routes.holder(of: key) != nil { continue }
             let payload = VoIPPushPayload(parley: .init(call: call.id, from: .init(user: call.caller.user, name: call.caller.name),
                                                         media: call.media, expiresAt: call.expiresAt))
             let push = Push(user: device.user, device: device.device, registration: voip, content: .incomingCall(payload))
@@ -763,7 +754,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// taken over here if it was left unfinished by a node that is gone, then goes on here).
     private func owner(of callID: CallID, adopting: Bool = true) async -> NodeID? {
         guard let cluster else { return nil }
-        if let node = callOwners[callID] { return node }
+        if let node = routes.owner(of: callID) { return node }
         do {
             if let node = try await cluster.owner(of: callID), node != cluster.node { return node }
         } catch {
@@ -782,7 +773,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             let adopted = try await cluster.adopt(callID).filter { calls[$0.record.call] == nil }
             for user in Set(adopted.flatMap { [$0.record.caller, $0.record.callee] }) {
                 for (key, node) in try await cluster.remoteDevices(of: user) where sessions[key] == nil {
-                    remoteHolders[key] = node
+                    routes.heard(key, isOn: node)
                 }
             }
             restore(adopted)
@@ -794,18 +785,18 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// Sends a request to the node that runs its call and answers what that node answered.
     private func forward(_ message: ClientMessage, from key: DeviceKey, to node: NodeID) async throws(ErrorMessage) -> AckResult {
         guard let cluster else { throw ErrorMessage(code: .internal, message: "no cluster") }
-        nextForward += 1
-        let id = nextForward
+        let id = routes.wait(.forward, on: node, until: now() + Self.forwardTimeout)
         let frame = String(decoding: codec.encode(message), as: UTF8.self)
         let result = await withCheckedContinuation { continuation in
-            forwarded[id] = (node, now() + Self.forwardTimeout, continuation)
+            forwarded[id] = continuation
             cluster.send(.request(id: id, from: cluster.node, sender: key, frame: frame), to: node)
         }
         return try result.get()
     }
 
     private func answerForwarded(_ id: UInt64, _ result: Result<AckResult, ErrorMessage>) {
-        forwarded.removeValue(forKey: id)?.answer.resume(returning: result)
+        guard routes.answered(id) == .forward else { return }
+        forwarded.removeValue(forKey: id)?.resume(returning: result)
     }
 
     /// What another node says.
@@ -813,7 +804,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         guard let cluster else { return }
         switch message {
         case .deliver(let key, let frame, let from):
-            if sessions[key] == nil, let node = movedTo[key] {
+            if sessions[key] == nil, let node = routes.sendOn(key) {
                 // Handed over: on to the node that holds the session now, still from the call's owner.
                 cluster.send(.deliver(to: key, frame: frame, from: from), to: node)
                 return
@@ -824,9 +815,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 // A new session of the device's meanwhile hears of the call from its owner (`claimed`).
                 guard sessions[key]?.id == sessionID else { return }
             }
-            if let callID = decoded.message.aboutCall, calls[callID] == nil {
-                if case .callEnded = decoded.message { callOwners[callID] = nil } else { callOwners[callID] = from }
-            }
+            if let callID = decoded.message.aboutCall, calls[callID] == nil { routes.heard(decoded.message, from: from) }
             send(decoded.message, to: key)
         case .request(let id, let from, let sender, let frame):
             let result: Result<AckResult, ErrorMessage>
@@ -835,7 +824,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 do { request = try codec.decodeClientMessage(frame) } catch {
                     throw ErrorMessage(code: .badRequest, message: "a node forwarded what this one cannot read")
                 }
-                if sessions[sender] == nil { remoteHolders[sender] = from }
+                if sessions[sender] == nil { routes.heard(sender, isOn: from) }
                 result = .success(try await executeForwarded(request, from: sender))
             } catch {
                 result = .failure(error)
@@ -847,8 +836,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         case .claimed(_, let node) where node == cluster.node, .released(_, let node) where node == cluster.node:
             return
         case .claimed(let key, let node):
-            remoteHolders[key] = node
-            if movedTo[key] != nil { movedTo[key] = node }
+            routes.claimed(key, by: node)
             if sessions[key] != nil { forget(key) }
             // A device that connected elsewhere while a call to its user rings here rings too.
             for call in calls.ring(key) { deliver(.callIncoming(call.incoming), to: key) }
@@ -859,9 +847,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         case .handedOver(let id, let handover):
             adopt(handover, answering: id, cluster: cluster)
         case .released(let key, let node):
-            if movedTo[key] == node { movedTo[key] = nil }
-            guard remoteHolders[key] == node else { return }
-            remoteHolders[key] = nil
+            guard routes.released(key, by: node) else { return }
             for callID in calls.live(of: key.user) where calls[callID]?.participants.contains(key) == true {
                 update(callID) { call, now in call.connectionLost(key, now: now) }
             }
@@ -875,8 +861,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         guard let held = sessions[key], held.id == session else { return nil }
         let handover = held.handover { encode(ServerFrame(seq: nil, message: $0)) }
         forget(key)
-        remoteHolders[key] = node
-        movedTo[key] = node
+        routes.handedOver(key, to: node)
         logger.debug("session handed over", metadata: ["session.id": "\(session)", "peer.device": "\(key)", "cluster.to": "\(node)"])
         return handover
     }
@@ -888,15 +873,15 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             let codec = self.codec
             if sessions.adopt(handover, now: now(), decode: { try? codec.decodeServerFrame($0).message }) {
                 metrics.sessions.increment()
-                remoteHolders[handover.key] = nil
-                movedTo[handover.key] = nil
+                routes.adopted(handover.key)
                 cluster.holds(handover.key, true)
             } else {
                 logger.notice("a session handed over came after its device had a new one here; its unacknowledged frames are lost",
                               metadata: ["session.id": "\(handover.id)", "peer.device": "\(handover.key)"])
             }
         }
-        handovers.removeValue(forKey: id)?.done.resume()
+        guard routes.answered(id) == .handover else { return }
+        handovers.removeValue(forKey: id)?.resume()
     }
 
     /// A VoIP push for a call another node rings, to a device held here without a connection (the
@@ -941,13 +926,12 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// A node is gone: devices it held that take part in calls or rooms here are as if disconnected
     /// now (the resume window to come back on any node), and its unfinished calls are taken over.
     private func nodeLeft(_ node: NodeID) async {
-        callOwners = callOwners.filter { $0.value != node }
+        let (devices, waits) = routes.nodeLeft(node)
         // What was forwarded there will not be answered: it is asked again of whoever runs it now.
-        for (id, pending) in forwarded where pending.node == node {
-            answerForwarded(id, .failure(ErrorMessage(code: .unavailable, message: "the server running this call went away; try again")))
+        for (id, wait) in waits {
+            end(wait, id, .failure(ErrorMessage(code: .unavailable, message: "the server running this call went away; try again")))
         }
-        for key in remoteHolders.keys(on: node) {
-            remoteHolders[key] = nil
+        for key in devices {
             guard calls.isInCall(key) || !rooms.rooms(of: key).isEmpty, sessions.hold(key, now: now()) else { continue }
             metrics.sessions.increment()
         }
@@ -956,7 +940,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// Lets a session go that another node holds now. The device keeps its place in calls and rooms
     /// run here, as a device does that starts a new session: what is for it goes to that node
-    /// (`remoteHolders`), and it leaves them when that node says its session ended (`released`).
+    /// (`routes`), and it leaves them when that node says its session ended (`released`).
     private func forget(_ key: DeviceKey) {
         guard let session = sessions.remove(key) else { return }
         if let connectionID = session.connectionID {
@@ -973,7 +957,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func deliver(_ message: ServerMessage, to key: DeviceKey) {
         if sessions[key] != nil {
             send(message, to: key)
-        } else if let cluster, let node = remoteHolders[key] {
+        } else if let cluster, let node = routes.holder(of: key) {
             cluster.send(.deliver(to: key, frame: encode(ServerFrame(seq: nil, message: message)), from: cluster.node), to: node)
         }
     }
@@ -1028,16 +1012,22 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             update(callID) { call, now in call.ringTimeout(now: now) }
         }
         calls.evict(at: now, retention: configuration.endedCallRetention) { records.isPending($0) }
-        failForwards(olderThan: now)
-        for (id, handover) in handovers where handover.deadline <= now {
-            handovers.removeValue(forKey: id)?.done.resume()
+        endWaits(at: now)
+    }
+
+    /// Ends the waits on other nodes whose deadline is past `now` (all of them for nil: the hub
+    /// stops): a forwarded request fails as `unavailable`, a resume goes on without the session.
+    private func endWaits(at now: Duration?) {
+        for (id, wait) in routes.due(at: now) {
+            end(wait, id, .failure(ErrorMessage(code: .unavailable, message: "the server running this call did not answer; try again")))
         }
     }
 
-    /// Fails the forwarded requests whose deadline is past `now` (all of them for nil: the hub stops).
-    private func failForwards(olderThan now: Duration?) {
-        for (id, forward) in forwarded where now.map({ forward.deadline <= $0 }) ?? true {
-            answerForwarded(id, .failure(ErrorMessage(code: .unavailable, message: "the server running this call did not answer; try again")))
+    /// Answers a waiter whose wait `routes` has ended.
+    private func end(_ wait: ClusterRoutes.Wait, _ id: UInt64, _ failure: Result<AckResult, ErrorMessage>) {
+        switch wait {
+        case .forward: forwarded.removeValue(forKey: id)?.resume(returning: failure)
+        case .handover: handovers.removeValue(forKey: id)?.resume()
         }
     }
 

@@ -285,3 +285,80 @@ struct CallTableTests {
         #expect(table.ringing(expiredBy: 20_000) == ["7f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"])
     }
 }
+
+/// Where a node routes what is not for it alone, as a value: no hub, no PostgreSQL, no clock.
+@Suite("Cluster routes")
+struct ClusterRoutesTests {
+    let phone = DeviceKey(user: "bob", device: "phone")
+    let laptop = DeviceKey(user: "bob", device: "laptop")
+    let call: CallID = "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+
+    @Test func aDeviceIsWhereItWasLastClaimedAndOnlyItsHolderReleasesIt() {
+        var routes = ClusterRoutes()
+        routes.heard(phone, isOn: "n1")
+        routes.heard(laptop, isOn: "n2")
+        #expect(routes.remoteDevices(of: "bob") == ["phone", "laptop"])
+        routes.claimed(phone, by: "n3")
+        #expect(routes.holder(of: phone) == "n3")
+        let byFormerHolder = routes.released(phone, by: "n1")
+        #expect(!byFormerHolder, "a node that no longer holds it says nothing about it")
+        #expect(routes.holder(of: phone) == "n3")
+        let byHolder = routes.released(phone, by: "n3")
+        #expect(byHolder)
+        #expect(routes.holder(of: phone) == nil)
+        routes.startedHere(laptop)
+        #expect(routes.remoteDevices(of: "bob").isEmpty)
+    }
+
+    @Test func framesForAHandedOverSessionGoOnToWhereverItIsNow() {
+        var routes = ClusterRoutes()
+        #expect(routes.sendOn(phone) == nil)
+        routes.handedOver(phone, to: "n2")
+        #expect(routes.sendOn(phone) == "n2" && routes.holder(of: phone) == "n2")
+        routes.claimed(phone, by: "n3")
+        #expect(routes.sendOn(phone) == "n3", "it moved on again")
+        let ended = routes.released(phone, by: "n3")
+        #expect(ended)
+        #expect(routes.sendOn(phone) == nil, "its session ended: nothing to send on")
+        routes.handedOver(phone, to: "n2")
+        routes.startedHere(phone)
+        #expect(routes.sendOn(phone) == nil, "back here")
+    }
+
+    @Test func aCallsNodeIsWhatItsFramesSaidUntilItEnds() {
+        var routes = ClusterRoutes()
+        let party = Party(user: "alice", device: "a1")
+        routes.heard(.callSignal(CallSignalled(call: call, from: party, signal: SignalPayload(restartIce: true))), from: "n1")
+        #expect(routes.owner(of: call) == "n1")
+        routes.heard(.callEnded(CallEnded(call: call, reason: .hangup, endedAt: 1)), from: "n1")
+        #expect(routes.owner(of: call) == nil)
+        routes.heard(.callSignal(CallSignalled(call: call, from: party, signal: SignalPayload(restartIce: true))), from: "n2")
+        routes.forgetOwner(of: call)
+        #expect(routes.owner(of: call) == nil)
+    }
+
+    @Test func waitsEndOnceByAnswerDeadlineOrTheirNodeLeaving() {
+        var routes = ClusterRoutes()
+        let forward = routes.wait(.forward, on: "n1", until: .seconds(5))
+        let handover = routes.wait(.handover, on: "n2", until: .seconds(2))
+        let other = routes.wait(.forward, on: "n2", until: .seconds(9))
+        #expect(Set([forward, handover, other]).count == 3)
+        let early = routes.due(at: .seconds(1))
+        #expect(early.isEmpty)
+        let due = routes.due(at: .seconds(2))
+        #expect(due.map(\.id) == [handover])
+        let late = routes.answered(handover)
+        #expect(late == nil, "ended at its deadline: a late answer finds nothing")
+        let answer = routes.answered(forward)
+        #expect(answer == .forward)
+        let again = routes.answered(forward)
+        #expect(again == nil, "answered once")
+        routes.heard(phone, isOn: "n2")
+        let left = routes.nodeLeft("n2")
+        #expect(left.devices == [phone])
+        #expect(left.waits.map(\.id) == [other])
+        #expect(routes.holder(of: phone) == nil)
+        let rest = routes.due(at: nil)
+        #expect(rest.isEmpty)
+    }
+}

@@ -1,0 +1,126 @@
+import ParleyProtocol
+
+/// Where a node sends what is not for it alone, in a deployment of several nodes: which node holds
+/// each device it has heard of, which node runs each call it has heard from, where the sessions it
+/// handed over went; and what it waits for from other nodes (forwarded requests, session
+/// handovers), each until a deadline on the hub's clock.
+///
+/// A value, like `SessionTable`: the hub tells it what happened and does what it answers (delivers,
+/// ends a device's part in calls, answers a waiter). It holds no continuation and reads no clock.
+struct ClusterRoutes {
+    /// What a node waits for from another.
+    enum Wait: Equatable {
+        /// The answer to a request forwarded to the node that runs its call or room.
+        case forward
+        /// A session another node holds, asked for by a hello that resumes it here.
+        case handover
+    }
+
+    private var holders = RemoteHolders()
+    private var callOwners: [CallID: NodeID] = [:]
+    private var movedTo: [DeviceKey: NodeID] = [:]
+    private var waits: [UInt64: (wait: Wait, node: NodeID, deadline: Duration)] = [:]
+    private var lastWait: UInt64 = 0
+
+    // MARK: Devices
+
+    /// The node that holds a device's session, if another node does as far as this one has heard.
+    func holder(of key: DeviceKey) -> NodeID? { holders[key] }
+
+    /// The user's devices held on other nodes, as heard.
+    func remoteDevices(of user: UserID) -> Set<DeviceID> { holders.devices(of: user) }
+
+    /// The device is on `node` (the directory said so, or a request came from it there).
+    mutating func heard(_ key: DeviceKey, isOn node: NodeID) {
+        holders[key] = node
+    }
+
+    /// The device started a new session here.
+    mutating func startedHere(_ key: DeviceKey) {
+        holders[key] = nil
+        movedTo[key] = nil
+    }
+
+    /// Another node says it holds the device now.
+    mutating func claimed(_ key: DeviceKey, by node: NodeID) {
+        holders[key] = node
+        if movedTo[key] != nil { movedTo[key] = node }
+    }
+
+    /// A node says the device's session there expired. True when that node held it as far as this
+    /// one knows: then the device's part in calls and rooms here ends.
+    mutating func released(_ key: DeviceKey, by node: NodeID) -> Bool {
+        if movedTo[key] == node { movedTo[key] = nil }
+        guard holders[key] == node else { return false }
+        holders[key] = nil
+        return true
+    }
+
+    /// This node handed the device's session to `node`.
+    mutating func handedOver(_ key: DeviceKey, to node: NodeID) {
+        holders[key] = node
+        movedTo[key] = node
+    }
+
+    /// A session handed over by another node is held here now.
+    mutating func adopted(_ key: DeviceKey) {
+        startedHere(key)
+    }
+
+    /// Where a frame that comes here for a device without a session here goes on to: the node this
+    /// one handed its session to (nodes running its calls may not have heard yet).
+    func sendOn(_ key: DeviceKey) -> NodeID? { movedTo[key] }
+
+    // MARK: Calls
+
+    /// The node that runs a call, as its frames said.
+    func owner(of call: CallID) -> NodeID? { callOwners[call] }
+
+    /// A frame about a call came from the node that runs it (`from`); an ended call is forgotten.
+    mutating func heard(_ message: ServerMessage, from node: NodeID) {
+        guard let call = message.aboutCall else { return }
+        if case .callEnded = message { callOwners[call] = nil } else { callOwners[call] = node }
+    }
+
+    /// The call's node did not answer: asked of the directory again next time.
+    mutating func forgetOwner(of call: CallID) {
+        callOwners[call] = nil
+    }
+
+    // MARK: Waits
+
+    /// Starts waiting on `node` until `deadline`; answers the id the other node's answer carries.
+    mutating func wait(_ wait: Wait, on node: NodeID, until deadline: Duration) -> UInt64 {
+        lastWait += 1
+        waits[lastWait] = (wait, node, deadline)
+        return lastWait
+    }
+
+    /// The answer with this id came: what was waited for, if it still was (nil for an answer that
+    /// comes after its deadline, or one never asked for).
+    mutating func answered(_ id: UInt64) -> Wait? {
+        waits.removeValue(forKey: id)?.wait
+    }
+
+    /// The waits whose deadline is `now` or earlier (all of them for nil: the hub stops), no
+    /// longer waited for.
+    mutating func due(at now: Duration?) -> [(id: UInt64, wait: Wait)] {
+        let due = waits.filter { entry in now.map { entry.value.deadline <= $0 } ?? true }
+        for id in due.keys { waits[id] = nil }
+        return due.map { ($0.key, $0.value.wait) }.sorted { $0.id < $1.id }
+    }
+
+    // MARK: Nodes
+
+    /// A node is gone: the devices it held (whose part in calls and rooms here is as if they had
+    /// disconnected now), and the waits on it, which will not be answered.
+    mutating func nodeLeft(_ node: NodeID) -> (devices: [DeviceKey], waits: [(id: UInt64, wait: Wait)]) {
+        callOwners = callOwners.filter { $0.value != node }
+        movedTo = movedTo.filter { $0.value != node }
+        let devices = holders.keys(on: node)
+        for key in devices { holders[key] = nil }
+        let abandoned = waits.filter { $0.value.node == node }
+        for id in abandoned.keys { waits[id] = nil }
+        return (devices, abandoned.map { ($0.key, $0.value.wait) }.sorted { $0.id < $1.id })
+    }
+}
