@@ -33,7 +33,8 @@ extension StoredCall {
         return try calls.map { ($0, try json($0.record.quality), try json($0.metadata), try json($0.record.recordings)) }
     }
 
-    func owned(by node: NodeID?) -> StoredCall {
+    /// The same call, run by `node`.
+    public func owned(by node: NodeID?) -> StoredCall {
         var owned = self
         owned.owner = node
         return owned

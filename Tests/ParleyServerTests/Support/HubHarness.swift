@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ParleyProtocol
 @testable import ParleyServer
+import ParleyServerTesting
 import ParleyTesting
 import Testing
 
@@ -59,7 +60,13 @@ struct HubHarness {
         try self.init(store: SQLiteStore(path: nil), hubStore: hubStore, clock: ManualClock(), configure: { _ in })
     }
 
-    private init(store: SQLiteStore, hubStore: (any SignalingStore)? = nil, clock: ManualClock,
+    /// A node of an in-memory deployment of several (`InMemoryDeployment`), on the deployment's
+    /// store over `store`, which every node shares, and a clock all the nodes share.
+    init(node: InMemoryDeployment.Node, of deployment: InMemoryDeployment, store: SQLiteStore, clock: ManualClock) {
+        self.init(store: store, hubStore: deployment.store, clock: clock, cluster: node, configure: { _ in })
+    }
+
+    private init(store: SQLiteStore, hubStore: (any SignalingStore)? = nil, clock: ManualClock, cluster: (any ClusterLink)? = nil,
                  configure: (inout ServerConfiguration) -> Void) {
         var configuration = ServerConfiguration()
         configuration.databasePath = nil
@@ -69,14 +76,16 @@ struct HubHarness {
         self.clock = clock
         var logger = Logger(label: "test.hub")
         logger.logLevel = .critical
-        hub = SignalingHub(configuration: configuration, store: hubStore ?? store, clock: clock, logger: logger,
+        hub = SignalingHub(configuration: configuration, store: hubStore ?? store, clock: clock, logger: logger, cluster: cluster,
                            wallClock: { clock.wallNow })
         // What the hub hands off (Janus admissions and releases) and its record writer run as under
         // the server; the clock is the test's, and so are the sweeps (`advance`). Abandoned with the
         // harness, as its hub is.
+        // With other nodes it runs whole, to hear them (its sweeps wait on the manual clock).
+        let clustered = cluster != nil
         Task { [hub] in
             await withDiscardingTaskGroup { group in
-                group.addTask { await hub.runHandedOffWork() }
+                group.addTask { clustered ? await hub.run() : await hub.runHandedOffWork() }
                 group.addTask { await hub.records.run() }
             }
         }

@@ -1,0 +1,106 @@
+import Foundation
+import ParleyProtocol
+@testable import ParleyServer
+import ParleyServerTesting
+import ParleyTesting
+import Testing
+
+/// Hubs of one deployment in memory (`InMemoryDeployment`: the directory and mailboxes PostgreSQL
+/// keeps, under the same rules): what crosses nodes, tested in milliseconds. `ClusterTests` runs the
+/// same rules on real nodes and a real PostgreSQL.
+@Suite("Several hubs in memory")
+struct ClusterHubTests {
+    let call: CallID = "7a1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+
+    func nodes(_ count: Int = 2) throws -> (InMemoryDeployment, [HubHarness]) {
+        let store = try SQLiteStore(path: nil)
+        let deployment = InMemoryDeployment(sharing: store)
+        let clock = ManualClock()
+        let hubs = (0..<count).map { _ in HubHarness(node: deployment.join(), of: deployment, store: store, clock: clock) }
+        return (deployment, hubs)
+    }
+
+    /// Waits for a frame the device has not read yet.
+    func heard<T>(_ device: TestDevice, _ what: String, _ match: @escaping (ServerMessage) -> T?) async throws -> T {
+        var found: T?
+        try await eventually(timeout: .seconds(5), what) {
+            device.pending += device.sink.take()
+            guard let index = device.pending.firstIndex(where: { match($0.message) != nil }) else { return false }
+            found = match(device.pending.remove(at: index).message)
+            return true
+        }
+        return try #require(found)
+    }
+
+    @Test func aCallAcrossTwoNodesRingsAnswersAndEnds() async throws {
+        let (_, hubs) = try nodes()
+        let alice = await hubs[0].device("alice", "a1")
+        let bob = await hubs[1].device("bob", "b1")
+        let invited = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        #expect(try invited.get().decodeResult(CallInviteResult.self).devices == 1, "bob's device on the other node rings")
+        _ = try await heard(bob, "bob is rung") { if case .callIncoming(let m) = $0 { m } else { nil } }
+        #expect(await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess, "forwarded to the call's node")
+        _ = try await heard(alice, "alice hears the accept") { if case .callAccepted(let m) = $0 { m } else { nil } }
+        #expect(await alice.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
+        let ended = try await heard(bob, "bob hears the end") { if case .callEnded(let m) = $0 { m } else { nil } }
+        #expect(ended.reason == .hangup)
+    }
+
+    /// The handover (`NodeMessage.handover`): bob resumes on the other node with what he had not
+    /// acknowledged, and a request he repeats there is answered from memory.
+    @Test func aSessionResumedOnAnotherNodeIsHandedOver() async throws {
+        let (_, hubs) = try nodes()
+        let alice = await hubs[0].device("alice", "a1")
+        let bob = await hubs[0].device("bob", "b1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = try await heard(bob, "bob is rung") { if case .callIncoming(let m) = $0 { m } else { nil } }
+        let accept = CallRequest(id: "accept-1", call: call)
+        await bob.send(.callAccept(accept))
+        let session = try #require(bob.welcome?.session)
+        await bob.disconnect()
+
+        let moved = await hubs[1].device("bob", "b1", resume: ResumeRequest(session: session, lastSeq: 0))
+        #expect(moved.welcome?.resumed == true)
+        let (there, here) = (await hubs[0].hub.isPresent("bob"), await hubs[1].hub.isPresent("bob"))
+        #expect(!there && here, "the first node let the session go")
+        let replayed = moved.events()
+        #expect(replayed.contains { if case .callIncoming = $0 { true } else { false } }, "the ring, never acknowledged")
+        #expect(replayed.contains { if case .ack(let ack) = $0 { ack.re == accept.id } else { false } }, "and the accept's answer")
+        await moved.send(.callAccept(accept))
+        #expect(moved.events().contains { if case .ack(let ack) = $0 { ack.re == accept.id } else { false } },
+                "the same id again: answered from memory, not run again (that would be call_already_answered)")
+    }
+
+    /// The in-memory directory and mailboxes themselves, under `PostgresCluster`'s rules.
+    @Test func theDeploymentTellsThePreviousHolderAndTheCallsNodeAndDeliversInOrder() async throws {
+        let deployment = InMemoryDeployment(sharing: try SQLiteStore(path: nil))
+        let (one, two, three) = (deployment.join(), deployment.join(), deployment.join())
+        let bob = DeviceKey(user: "bob", device: "b1")
+        one.holds(bob, true)
+        #expect(try await two.remoteDevices(of: "bob") == [bob: one.node])
+        #expect(try await one.remoteDevices(of: "bob").isEmpty, "a node's own devices are not remote")
+        // A call of bob's runs on the third node.
+        let record = CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1", media: .audioOnly, createdAt: 1)
+        try await deployment.store.saveCalls([StoredCall(record: record, expiresAt: 2, owner: three.node)])
+        #expect(try await one.owner(of: call) == three.node)
+
+        two.holds(bob, true)
+        var heardByOne = one.messages.makeAsyncIterator()
+        var heardByThree = three.messages.makeAsyncIterator()
+        #expect(await heardByOne.next() == .claimed(bob, by: two.node), "the node that held bob lets him go")
+        #expect(await heardByThree.next() == .claimed(bob, by: two.node), "the node running his call delivers to the new one")
+        for index in 0..<3 { two.send(.deliver(to: bob, frame: "\(index)", from: two.node), to: three.node) }
+        for index in 0..<3 { #expect(await heardByThree.next() == .deliver(to: bob, frame: "\(index)", from: two.node)) }
+
+        // The call's node dies: the others notice, and the first to ask takes the call over.
+        deployment.crash(three)
+        var departures = one.departures.makeAsyncIterator()
+        #expect(await departures.next() == three.node)
+        #expect(try await one.owner(of: call) == nil)
+        #expect(try await one.adopt(nil).map(\.record.call) == [call])
+        #expect(try await two.adopt(nil).isEmpty, "taken over once")
+        two.leave()
+        #expect(await heardByOne.next() == .left(two.node))
+        #expect(try await one.remoteDevices(of: "bob").isEmpty)
+    }
+}
