@@ -47,22 +47,24 @@ extension DeviceKey: Codable {
     }
 }
 
-/// How a hub reaches the other nodes of its deployment, and what they share beside the store:
-/// which node holds which device, and which node owns which call. `PostgresCluster` implements it
-/// on the PostgreSQL the nodes share; a hub without one is a deployment of one node.
-public protocol ClusterLink: Sendable {
+/// How a node's messages reach the other nodes of its deployment.
+public protocol ClusterMailbox: Sendable {
     var node: NodeID { get }
-    /// Sends to one node, or to every other node (`to: nil`); a node's messages arrive in the order it
-    /// sent them. Returns at once: a node that is gone misses them.
+    /// Sends to one node, or to every live node, this one included (`to: nil`); a node's messages
+    /// arrive in the order it sent them. Returns at once: a node that is gone misses them.
     func send(_ message: NodeMessage, to node: NodeID?)
     /// What other nodes send to this one, in order; one reader.
     var messages: AsyncStream<NodeMessage> { get }
     /// Nodes that were live and are not any more, as they are noticed; one reader.
     var departures: AsyncStream<NodeID> { get }
+}
 
+/// What the nodes of a deployment share beside the store: which node holds which device, and
+/// which runs which call and room.
+public protocol ClusterDirectory: Sendable {
     /// Records that this node holds a session for the device (or no longer does), in order with
-    /// `send`; a new holder tells the node that held it before and nodes whose calls ring its user
-    /// (`claimed`).
+    /// the mailbox's `send`; a new holder tells the node that held it before and the nodes running
+    /// calls of its user (`claimed`).
     func holds(_ key: DeviceKey, _ holding: Bool)
     /// The user's devices held on other live nodes, and where.
     func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID]
@@ -76,6 +78,11 @@ public protocol ClusterLink: Sendable {
     /// calls this node now owns. Two nodes never both get one.
     func adopt(_ call: CallID?) async throws -> [StoredCall]
 }
+
+/// A hub's link to the other nodes: a mailbox and a directory. `PostgresCluster` is both, on the
+/// PostgreSQL the nodes share; `InMemoryDeployment.Node` (ParleyServerTesting) both, in memory, for
+/// tests; a hub without one is a deployment of one node.
+public typealias ClusterLink = ClusterMailbox & ClusterDirectory
 
 /// Devices on other nodes, by user (an invite asks for one user's).
 struct RemoteHolders {
