@@ -211,6 +211,7 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
 
     /// Queues a request (sent at once when connected, else after the next welcome) and returns
     /// without waiting for its answer: requests submitted one after another leave in that order.
+    /// Its timeout counts from now; a client not yet started fails it only once started.
     public func submit(_ make: (String) -> ClientMessage) -> PendingRequest {
         nextRequest += 1
         let id = "c\(nextRequest)"

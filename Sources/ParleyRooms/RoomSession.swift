@@ -89,12 +89,21 @@ public actor RoomSession {
         guard running == nil, !leaving else { return }
         let ticket = try await admission()
         let (outcomes, outcome) = AsyncStream.makeStream(of: (any Error)?.self)
-        running = Task { await self.run(first: ticket, joined: outcome) }
-        for await failure in outcomes {
-            if let failure { throw failure }
-            return
+        let session = Task { await self.run(first: ticket, joined: outcome) }
+        running = session
+        // A caller that stops waiting (cancelled) takes the session with it.
+        let joined: (any Error)?? = await withTaskCancellationHandler {
+            for await failure in outcomes { return failure }
+            return nil
+        } onCancel: {
+            session.cancel()
         }
-        throw CancellationError()
+        guard case .some(.none) = joined else {
+            // Not joined: nothing runs, and `join()` may be tried again.
+            session.cancel()
+            running = nil
+            throw joined.flatMap { $0 } ?? CancellationError()
+        }
     }
 
     /// `room.join` on the server: the ticket to the room's AudioBridge (a new token each time, and
@@ -265,15 +274,16 @@ public actor RoomSession {
     /// Leaves Janus (leave, hangup), then the room on the server.
     public func leave() async {
         leaving = true
-        running?.cancel()
+        // Janus first, while the session's loops still run (they would close the connection as they end).
         if let bridge {
-            self.bridge = nil
             try? await bridge.leave()
             try? await bridge.hangup()
             try? await bridge.client.destroy()
         }
-        await client?.close()
-        client = nil
+        running?.cancel()
+        await running?.value
+        running = nil
+        await teardownMedia()
         let room = self.room
         _ = try? await signaling.request { .roomLeave(RoomLeave(id: $0, room: room)) }
         await end("left")

@@ -24,6 +24,8 @@ public final class CallRecordWriter: Service, Sendable {
         var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
         var nextWaiter: UInt64 = 0
         var inFlight: Set<CallID> = []
+        /// A graceful shutdown began: a failed batch is not retried any more, the last try is next.
+        var stopping = false
     }
 
     private let store: any SignalingStore
@@ -51,6 +53,7 @@ public final class CallRecordWriter: Service, Sendable {
             guard !Task.isCancelled else { return }
             await writeUntilDrained(retrying: false)
         } onGracefulShutdown: {
+            self.state.withLockedValue { $0.stopping = true }
             self.wake.finish()
         }
     }
@@ -131,9 +134,16 @@ public final class CallRecordWriter: Service, Sendable {
                     state.inFlight = []
                 }
                 let metadata: Logger.Metadata = ["calls.count": "\(batch.count)", "error": "\(error)"]
-                if retrying { logger.error("could not store call records; retrying", metadata: metadata) }
-                guard retrying, (try? await Task.sleep(for: backoff)) != nil else {
-                    logger.error("could not store call records; they stay unwritten as the writer stops", metadata: metadata)
+                let stopping = { self.state.withLockedValue { $0.stopping } }
+                if retrying, !stopping() { logger.error("could not store call records; retrying", metadata: metadata) }
+                // The backoff ends early at a graceful shutdown, and the retries with it: the last try
+                // comes next (`run()`).
+                guard retrying, !stopping(),
+                      (try? await cancelWhenGracefulShutdown({ [backoff] in try await Task.sleep(for: backoff) })) != nil,
+                      !stopping() else {
+                    if !retrying || Task.isCancelled {
+                        logger.error("could not store call records; they stay unwritten as the writer stops", metadata: metadata)
+                    }
                     return
                 }
                 backoff = min(backoff * 2, maxBackoff)

@@ -248,10 +248,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func handleHello(_ hello: Hello, on entry: ConnectionEntry) async {
         let identity = entry.connection.identity
         let key = DeviceKey(user: identity.user, device: hello.device)
-        if let resume = hello.resume, let cluster, sessions[key]?.id != resume.session {
+        if let resume = hello.resume, let cluster, sessions[key] == nil, !shuttingDown {
             await fetchSession(resume.session, of: key, through: cluster)
-            // The connection may have ended, or said hello again, while the other node answered.
-            guard connections[entry.connection.id]?.session == nil else { return }
+            // The connection may have ended (or the hub begun to stop), or said hello again, while
+            // the other node answered: then this hello comes to nothing.
+            guard let current = connections[entry.connection.id], current.session == nil, !shuttingDown else { return }
         }
         let outcome = sessions.hello(key, resume: hello.resume, on: entry.connection.id, devicesPerUser: configuration.limits.devicesPerUser)
         guard case .welcomed(let sessionID, let resumed, let created, let replaced, let replay) = outcome else {
@@ -857,8 +858,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// Another node asks for a session of a device held here (`fetchSession`): it is handed over if
     /// it is still the one named, and this node lets it go without ending anything.
+    /// A session with a request still running here is not handed over (its answer would be lost, and
+    /// the request run again there): the device gets a new session there, as before, and asks.
     private func handOver(_ session: String, of key: DeviceKey, to node: NodeID) -> SessionHandover? {
-        guard let held = sessions[key], held.id == session else { return nil }
+        guard let held = sessions[key], held.id == session, held.inFlight.isEmpty else { return nil }
         let handover = held.handover { encode(ServerFrame(seq: nil, message: $0)) }
         forget(key)
         routes.handedOver(key, to: node)

@@ -128,6 +128,31 @@ struct FailingStoreTests {
         #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.errorCode == .unavailable)
     }
 
+    /// A store that keeps failing must not hold a graceful stop: the writer stops retrying, makes
+    /// its last try, and ends, keeping what it could not write.
+    @Test(.timeLimit(.minutes(1))) func aGracefulShutdownEndsTheWriterWhoseStoreKeepsFailing() async throws {
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        let writer = CallRecordWriter(store: FailingStore(), logger: quiet, maxBackoff: .seconds(30))
+        let call: CallID = "4d3c2b1a-0f9e-4d8c-9b7a-5f4e3d2c1b0a"
+        let (shutdown, stop) = AsyncStream.makeStream(of: Void.self)
+        let group = ServiceGroup(configuration: .init(services: [.init(service: writer),
+                                                                 .init(service: Stopper(stops: shutdown), successTerminationBehavior: .gracefullyShutdownGroup)],
+                                                      logger: quiet))
+        let started = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { services in
+            services.addTask { try await group.run() }
+            writer.save(StoredCall(record: CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1", media: .audioOnly, createdAt: 1),
+                                   expiresAt: 2))
+            // Into its backoff (50 ms, 100 ms, …, up to 30 s) before the stop.
+            try await Task.sleep(for: .milliseconds(400))
+            stop.yield()
+            try await services.next()
+        }
+        #expect(ContinuousClock.now - started < .seconds(5), "the stop did not wait out the backoff")
+        #expect(writer.isPending(call), "kept, not dropped")
+    }
+
     @Test func aFlushGivesUpWhenCancelledAndTheRecordStaysQueued() async throws {
         var quiet = Logger(label: "test")
         quiet.logLevel = .critical
