@@ -39,10 +39,14 @@ public final class InMemoryDeployment: @unchecked Sendable {
     private var live: Set<NodeID> { Set(mailboxes.keys) }
 
     fileprivate func post(_ message: NodeMessage, from sender: NodeID, to node: NodeID?) {
+        // Through JSON, as `PostgresCluster` sends it: what does not survive the trip does not arrive.
+        guard let sent = try? JSONDecoder().decode(NodeMessage.self, from: JSONEncoder().encode(message)) else {
+            preconditionFailure("a node message that does not survive JSON: \(message)")
+        }
         lock.withLock {
             // Like one `NOTIFY` per live node: to every live node, the sender included, or to one.
             let targets = node.map { [$0] } ?? mailboxes.keys.sorted()
-            for target in targets { mailboxes[target]?.yield(message) }
+            for target in targets { mailboxes[target]?.yield(sent) }
         }
     }
 
