@@ -266,7 +266,8 @@ export class Call extends EventTarget {
         this.recorded = detail;
         this.dispatchEvent(new CustomEvent('recorded', { detail }));
       };
-      recorder.start(1000);
+      // One blob at the stop: a timeslice (1 s) left a dip in the page's own voice at its boundaries.
+      recorder.start();
       this.recorder = recorder;
       // Stopped (or the call ended) while the audio started: stop at once.
       if (this.recording.state !== 'on' || !this.recording.here || this.state === 'ended') this.finishRecorder();

@@ -40,8 +40,11 @@ struct BrowserRecordingTests {
             let windows = (analysis["windows"] as? [[Double]]) ?? []
             // Every tenth of a second but the first and last half second: both voices, nothing between.
             let inner = windows.dropFirst(5).dropLast(5)
-            // (The page's own voice goes through Chromium's noise suppression, which fades a steady tone.)
-            let failing = inner.enumerated().filter { _, w in w.count != 3 || w[0] < 0.02 || w[1] < 0.05 || w[2] > 0.01 }
+            // (The page's own voice goes through Chromium's noise suppression, which fades a steady tone.
+            // "Nothing between" is 550 Hz under 0.03, as for the Linux side's files: a late packet that
+            // Chromium conceals leaves a tenth with a dip in the far voice that leaks up to 0.02 there,
+            // seen in 5 of 18 runs on two loaded cores.)
+            let failing = inner.enumerated().filter { _, w in w.count != 3 || w[0] < 0.02 || w[1] < 0.05 || w[2] > 0.03 }
             #expect(!inner.isEmpty && failing.isEmpty, "tenths lacking a voice: \(failing.prefix(5).map { "\($0.offset + 5): \($0.element)" })")
 
             try await alice.click("#hangup")
