@@ -423,7 +423,7 @@ actor SoakDevice {
         case .callIncoming(let incoming):
             guard calls[incoming.call] == nil, !endedHere.contains(incoming.call) else { return }
             calls[incoming.call] = Call(role: .callee, peer: incoming.from.user)
-            send { .callRinging(CallRequest(id: $0, call: incoming.call)) }
+            send { .callRinging(CallRingingRequest(id: $0, call: incoming.call)) }
             let choice = random.unit()
             let delay = Duration.milliseconds(100 + random.below(1500))
             Task {

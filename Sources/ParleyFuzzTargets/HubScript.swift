@@ -140,7 +140,7 @@ final class HubWorld {
             pendingInvites[key(index, id)] = Parties(caller: devices[index].user, callerDevice: devices[index].id, callee: callee)
             invitedCalls[key(index, id)] = call
             await send(index, id, .callInvite(CallInvite(id: id, call: call, to: callee)))
-        case 3: await send(index, .callRinging(CallRequest(id: request(index), call: call)))
+        case 3: await send(index, .callRinging(CallRingingRequest(id: request(index), call: call)))
         case 4: await send(index, .callAccept(CallRequest(id: request(index), call: call)))
         case 5: await send(index, .callDecline(CallDecline(id: request(index), call: call, reason: argument & 0x80 == 0 ? .declined : .busy)))
         case 6: await send(index, .callHangup(CallHangup(id: request(index), call: call)))

@@ -255,7 +255,7 @@ public actor CallController<C: Clock> where C.Duration == Duration {
                      },
                      onFailure: { machine, _ in machine.inviteFailed() })
             case .sendRinging:
-                send { .callRinging(CallRequest(id: $0, call: call)) }
+                send { .callRinging(CallRingingRequest(id: $0, call: call)) }
             case .sendAccept:
                 send({ .callAccept(CallRequest(id: $0, call: call)) },
                      onSuccess: { machine, _ in machine.acceptAcknowledged() },

@@ -63,7 +63,22 @@ public struct CallInvite: Hashable, Sendable, Codable {
     }
 }
 
-/// `call.ringing`, `call.accept`, `call.state`: a request about one call with no other fields.
+/// `call.ringing`: a callee device rings. `early: true` says it takes the caller's offer while it
+/// rings (connect while ringing, protocol.md): the caller may then set the media path up with it
+/// before anyone answers, sending and playing nothing until the answer.
+public struct CallRingingRequest: Hashable, Sendable, Codable {
+    public var id: String
+    public var call: CallID
+    public var early: Bool?
+
+    public init(id: String, call: CallID, early: Bool? = nil) {
+        self.id = id
+        self.call = call
+        self.early = early
+    }
+}
+
+/// `call.accept`, `call.state`: a request about one call with no other fields.
 public struct CallRequest: Hashable, Sendable, Codable {
     public var id: String
     public var call: CallID
@@ -104,19 +119,24 @@ public struct CallSignal: Hashable, Sendable, Codable {
     public var id: String
     public var call: CallID
     public var signal: SignalPayload
+    /// The callee device a caller's signal is for while the call rings (one that rang with
+    /// `early: true`); after the answer, absent or the device that answered.
+    public var device: DeviceID?
 
-    public init(id: String, call: CallID, signal: SignalPayload) {
+    public init(id: String, call: CallID, signal: SignalPayload, device: DeviceID? = nil) {
         self.id = id
         self.call = call
         self.signal = signal
+        self.device = device
     }
 
-    enum CodingKeys: String, CodingKey { case id, call }
+    enum CodingKeys: String, CodingKey { case id, call, device }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         id = try container.decode(String.self, forKey: .id)
         call = try container.decode(CallID.self, forKey: .call)
+        device = try container.decodeIfPresent(DeviceID.self, forKey: .device)
         signal = try SignalPayload(from: decoder.container(keyedBy: SignalPayload.CodingKeys.self))
     }
 
@@ -124,6 +144,7 @@ public struct CallSignal: Hashable, Sendable, Codable {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(id, forKey: .id)
         try container.encode(call, forKey: .call)
+        try container.encodeIfPresent(device, forKey: .device)
         var signalContainer = encoder.container(keyedBy: SignalPayload.CodingKeys.self)
         try signal.encode(to: &signalContainer)
     }
@@ -222,7 +243,7 @@ public enum ClientMessage: Hashable, Sendable {
     case ping(Ping)
     case ack(SeqAck)
     case callInvite(CallInvite)
-    case callRinging(CallRequest)
+    case callRinging(CallRingingRequest)
     case callAccept(CallRequest)
     case callDecline(CallDecline)
     case callSignal(CallSignal)
@@ -261,7 +282,8 @@ public enum ClientMessage: Hashable, Sendable {
         case .ping(let m): m.id
         case .ack: nil
         case .callInvite(let m): m.id
-        case .callRinging(let m), .callAccept(let m), .callState(let m): m.id
+        case .callRinging(let m): m.id
+        case .callAccept(let m), .callState(let m): m.id
         case .callDecline(let m): m.id
         case .callSignal(let m): m.id
         case .callUpdate(let m): m.id
@@ -277,7 +299,8 @@ public enum ClientMessage: Hashable, Sendable {
     public var callID: CallID? {
         switch self {
         case .callInvite(let m): m.call
-        case .callRinging(let m), .callAccept(let m), .callState(let m): m.call
+        case .callRinging(let m): m.call
+        case .callAccept(let m), .callState(let m): m.call
         case .callDecline(let m): m.call
         case .callSignal(let m): m.call
         case .callUpdate(let m): m.call
@@ -298,7 +321,7 @@ extension ClientMessage: Codable {
         case "ping": self = .ping(try Ping(from: decoder))
         case "ack": self = .ack(try SeqAck(from: decoder))
         case "call.invite": self = .callInvite(try CallInvite(from: decoder))
-        case "call.ringing": self = .callRinging(try CallRequest(from: decoder))
+        case "call.ringing": self = .callRinging(try CallRingingRequest(from: decoder))
         case "call.accept": self = .callAccept(try CallRequest(from: decoder))
         case "call.decline": self = .callDecline(try CallDecline(from: decoder))
         case "call.signal": self = .callSignal(try CallSignal(from: decoder))
@@ -321,7 +344,8 @@ extension ClientMessage: Codable {
         case .ping(let m): try m.encode(to: encoder)
         case .ack(let m): try m.encode(to: encoder)
         case .callInvite(let m): try m.encode(to: encoder)
-        case .callRinging(let m), .callAccept(let m), .callState(let m): try m.encode(to: encoder)
+        case .callRinging(let m): try m.encode(to: encoder)
+        case .callAccept(let m), .callState(let m): try m.encode(to: encoder)
         case .callDecline(let m): try m.encode(to: encoder)
         case .callSignal(let m): try m.encode(to: encoder)
         case .callUpdate(let m): try m.encode(to: encoder)

@@ -167,7 +167,16 @@ public struct CallIncoming: Hashable, Sendable, Codable {
 
 public struct CallRinging: Hashable, Sendable, Codable {
     public var call: CallID
-    public init(call: CallID) { self.call = call }
+    /// The callee device that rings (absent from older servers).
+    public var device: DeviceID?
+    /// That device takes an offer while it rings (it sent `call.ringing {early: true}`).
+    public var early: Bool?
+
+    public init(call: CallID, device: DeviceID? = nil, early: Bool? = nil) {
+        self.call = call
+        self.device = device
+        self.early = early
+    }
 }
 
 public struct CallAccepted: Hashable, Sendable, Codable {

@@ -107,7 +107,8 @@ extension ClientMessage {
     /// The call a request is about, for every call request but the invite (which starts one).
     var aboutCall: CallID? {
         switch self {
-        case .callRinging(let request), .callAccept(let request), .callState(let request): request.call
+        case .callRinging(let request): request.call
+        case .callAccept(let request), .callState(let request): request.call
         case .callDecline(let decline): decline.call
         case .callSignal(let signal): signal.call
         case .callUpdate(let update): update.call

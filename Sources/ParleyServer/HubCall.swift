@@ -30,6 +30,9 @@ struct HubCall {
     private(set) var rungDevices: Set<DeviceID> = []
     private(set) var quality: CallQuality?
     private var ringingForwarded = false
+    /// Ringing callee devices that take an offer while they ring (`call.ringing {early: true}`):
+    /// the caller's signals may name them, and theirs reach the caller, before the answer.
+    private(set) var earlyDevices: Set<DeviceID> = []
     /// Recording with consent: off, asked for by one device, or on (the stretch being recorded).
     enum Recording: Equatable {
         case off
@@ -134,17 +137,19 @@ struct HubCall {
         return rungDevices.insert(device).inserted
     }
 
-    /// `call.ringing` from a callee device: the caller hears of it once.
-    mutating func ringing(from sender: DeviceKey) throws(ErrorMessage) -> [Delivery] {
+    /// `call.ringing` from a callee device: the caller hears of it once, and again of each device
+    /// that rings `early` (the caller then connects to it while it rings).
+    mutating func ringing(from sender: DeviceKey, early: Bool = false) throws(ErrorMessage) -> [Delivery] {
         try checkCallee(sender)
         switch state {
         case .ended: throw ended()
         case .active: return []
         case .ringing:
             rungDevices.insert(sender.device)
-            guard !ringingForwarded else { return [] }
+            let newlyEarly = early && earlyDevices.insert(sender.device).inserted
+            guard !ringingForwarded || newlyEarly else { return [] }
             ringingForwarded = true
-            return [Delivery(to: callerKey, message: .callRinging(CallRinging(call: id)))]
+            return [Delivery(to: callerKey, message: .callRinging(CallRinging(call: id, device: sender.device, early: newlyEarly ? true : nil)))]
         }
     }
 
@@ -162,6 +167,7 @@ struct HubCall {
             answeredDevice = sender.device
             answeredAt = now
             rungDevices = [sender.device]
+            earlyDevices = []
             let elsewhere = CallEnded(call: id, reason: .answeredElsewhere, endedAt: now)
             return [Delivery(to: callerKey, message: .callAccepted(CallAccepted(call: id, device: sender.device)))]
                 + others.map { Delivery(to: DeviceKey(user: callee, device: $0), message: .callEnded(elsewhere)) }
@@ -195,7 +201,28 @@ struct HubCall {
         }
     }
 
-    /// `call.signal` and `call.update`: relayed to the other party of an accepted call.
+    /// `call.signal`: relayed to the other party of an accepted call, or while the call rings
+    /// between the caller and a callee device that rang early (the caller names it as `device`).
+    func signal(from sender: DeviceKey, device: DeviceID?, _ message: (Party) -> ServerMessage) throws(ErrorMessage) -> [Delivery] {
+        try checkParty(sender.user)
+        let party = Party(user: sender.user, device: sender.device)
+        switch state {
+        case .ringing where sender == callerKey:
+            guard let device else { throw ErrorMessage(code: .callNotConnected, message: "the call has not been accepted yet") }
+            guard earlyDevices.contains(device) else {
+                throw ErrorMessage(code: .callNotConnected, message: "device \(device) does not take an offer while it rings")
+            }
+            return [Delivery(to: DeviceKey(user: callee, device: device), message: message(party))]
+        case .ringing where sender.user == callee && earlyDevices.contains(sender.device):
+            return [Delivery(to: callerKey, message: message(party))]
+        case .active(let answered, _) where sender == callerKey && device != nil && device != answered:
+            throw ErrorMessage(code: .callAlreadyAnswered, message: "the call was answered on another device")
+        default:
+            return try relay(from: sender, message)
+        }
+    }
+
+    /// `call.update` (and `call.signal` once answered): relayed to the other party of an accepted call.
     func relay(from sender: DeviceKey, _ message: (Party) -> ServerMessage) throws(ErrorMessage) -> [Delivery] {
         let other = try otherParty(of: sender)
         return [Delivery(to: other, message: message(Party(user: sender.user, device: sender.device)))]
@@ -267,6 +294,7 @@ struct HubCall {
         case .ringing where device != callerKey:
             // One of several ringing devices went away; the others keep ringing.
             rungDevices.remove(device.device)
+            earlyDevices.remove(device.device)
             return []
         case .active where !participants.contains(device):
             return []
@@ -290,6 +318,7 @@ struct HubCall {
         }
         recording = .off
         rungDevices = []
+        earlyDevices = []
         return recipients.map { key in
             var reasonForKey = reason
             if let other = otherCalleeDevicesReason, key.user == callee, key != callerKey { reasonForKey = other }

@@ -360,7 +360,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         case .callInvite(let invite):
             return try await startCall(invite, from: sender)
         case .callRinging(let request):
-            try await update(request.call, by: key) { call, _ throws(ErrorMessage) in try call.ringing(from: key) }
+            try await update(request.call, by: key) { call, _ throws(ErrorMessage) in try call.ringing(from: key, early: request.early == true) }
             return .done
         case .callAccept(let request):
             try await update(request.call, by: key) { call, now throws(ErrorMessage) in try call.accept(from: key, now: now) }
@@ -377,7 +377,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             return .done
         case .callSignal(let signal):
             try await update(signal.call, by: key) { call, _ throws(ErrorMessage) in
-                try call.relay(from: key) { from in .callSignal(CallSignalled(call: signal.call, from: from, signal: signal.signal)) }
+                try call.signal(from: key, device: signal.device) { from in
+                    .callSignal(CallSignalled(call: signal.call, from: from, signal: signal.signal))
+                }
             }
             return .done
         case .callUpdate(let change) where change.recording != nil:

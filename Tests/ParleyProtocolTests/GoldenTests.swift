@@ -43,7 +43,7 @@ struct GoldenTests {
         ("ping", .ping(Ping(id: "p1"))),
         ("client-ack", .ack(SeqAck(seq: 57))),
         ("call-invite", .callInvite(CallInvite(id: "r1", call: call, to: "bob", media: MediaSpec(audio: true, video: false), metadata: .object(["topic": .string("mentoring")])))),
-        ("call-ringing-request", .callRinging(CallRequest(id: "r2", call: call))),
+        ("call-ringing-request", .callRinging(CallRingingRequest(id: "r2", call: call))),
         ("call-accept", .callAccept(CallRequest(id: "r3", call: call))),
         ("call-decline", .callDecline(CallDecline(id: "r4", call: call, reason: .busy))),
         ("call-signal-request", .callSignal(CallSignal(id: "r5", call: call, signal: SignalPayload(candidate: .endOfCandidates)))),

@@ -21,9 +21,9 @@ struct HubCallTests {
             #expect(incoming.expiresAt == h.clock.wallNow + 45_000)
         }
 
-        #expect(await phone.request { .callRinging(CallRequest(id: $0, call: call)) }.isSuccess)
-        #expect(await laptop.request { .callRinging(CallRequest(id: $0, call: call)) }.isSuccess)
-        #expect(alice.events() == [.callRinging(CallRinging(call: call))], "the caller hears ringing once")
+        #expect(await phone.request { .callRinging(CallRingingRequest(id: $0, call: call)) }.isSuccess)
+        #expect(await laptop.request { .callRinging(CallRingingRequest(id: $0, call: call)) }.isSuccess)
+        #expect(alice.events() == [.callRinging(CallRinging(call: call, device: "phone"))], "the caller hears ringing once")
 
         #expect(await laptop.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
         #expect(alice.events() == [.callAccepted(CallAccepted(call: call, device: "laptop"))])
@@ -31,6 +31,58 @@ struct HubCallTests {
         #expect(ended.reason == .answeredElsewhere)
 
         #expect(await phone.request { .callAccept(CallRequest(id: $0, call: call)) }.errorCode == .callAlreadyAnswered)
+    }
+
+    /// Connect while ringing: each device that rings `early` is named to the caller, whose signals
+    /// may then name it; its signals reach the caller. Nobody else's do, and none reach a device
+    /// that did not ring early; once answered, only the answering device's path is left.
+    @Test func devicesThatRingEarlyExchangeSignalsWithTheCallerBeforeTheAnswer() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let aliceTablet = await h.device("alice", "a2")
+        let phone = await h.device("bob", "phone")
+        let laptop = await h.device("bob", "laptop")
+        let desk = await h.device("bob", "desk")
+        let mallory = await h.device("mallory", "m1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = (phone.events(), laptop.events(), desk.events(), aliceTablet.events())
+
+        #expect(await desk.request { .callRinging(CallRingingRequest(id: $0, call: call)) }.isSuccess)
+        #expect(await phone.request { .callRinging(CallRingingRequest(id: $0, call: call, early: true)) }.isSuccess)
+        #expect(await laptop.request { .callRinging(CallRingingRequest(id: $0, call: call, early: true)) }.isSuccess)
+        #expect(await phone.request { .callRinging(CallRingingRequest(id: $0, call: call, early: true)) }.isSuccess)
+        #expect(alice.events() == [.callRinging(CallRinging(call: call, device: "desk")),
+                                   .callRinging(CallRinging(call: call, device: "phone", early: true)),
+                                   .callRinging(CallRinging(call: call, device: "laptop", early: true))],
+                "ringing once, then once for each device that rings early")
+
+        let offer = SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0"))
+        let answer = SignalPayload(description: SessionDescription(type: "answer", sdp: "v=0"))
+        #expect(await alice.request { .callSignal(CallSignal(id: $0, call: call, signal: offer, device: "phone")) }.isSuccess)
+        #expect(phone.events() == [.callSignal(CallSignalled(call: call, from: Party(user: "alice", device: "a1"), signal: offer))])
+        #expect(laptop.events().isEmpty && desk.events().isEmpty, "a signal reaches the device it names")
+        #expect(await phone.request { .callSignal(CallSignal(id: $0, call: call, signal: answer)) }.isSuccess)
+        #expect(alice.events() == [.callSignal(CallSignalled(call: call, from: Party(user: "bob", device: "phone"), signal: answer))])
+
+        // Not before the answer: a device that did not ring early, no device named, another caller
+        // device, an outsider; and no `call.update`.
+        #expect(await alice.request { .callSignal(CallSignal(id: $0, call: call, signal: offer, device: "desk")) }.errorCode == .callNotConnected)
+        #expect(await alice.request { .callSignal(CallSignal(id: $0, call: call, signal: offer)) }.errorCode == .callNotConnected)
+        #expect(await desk.request { .callSignal(CallSignal(id: $0, call: call, signal: answer)) }.errorCode == .callNotConnected)
+        #expect(await aliceTablet.request { .callSignal(CallSignal(id: $0, call: call, signal: offer, device: "phone")) }.errorCode == .callNotConnected)
+        #expect(await mallory.request { .callSignal(CallSignal(id: $0, call: call, signal: offer, device: "phone")) }.errorCode == .callNotFound)
+        #expect(await phone.request { .callUpdate(CallUpdate(id: $0, call: call, muted: true)) }.errorCode == .callNotConnected)
+        #expect(phone.events().isEmpty && alice.events().isEmpty && desk.events().isEmpty)
+
+        // The laptop answers: its path is the call's; the phone's is over.
+        #expect(await laptop.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+        #expect(phone.events().map(\.endReason) == [.answeredElsewhere])
+        _ = alice.events()
+        #expect(await alice.request { .callSignal(CallSignal(id: $0, call: call, signal: offer, device: "phone")) }.errorCode == .callAlreadyAnswered)
+        #expect(await phone.request { .callSignal(CallSignal(id: $0, call: call, signal: answer)) }.errorCode == .forbidden)
+        #expect(await alice.request { .callSignal(CallSignal(id: $0, call: call, signal: offer, device: "laptop")) }.isSuccess)
+        #expect(await alice.request { .callSignal(CallSignal(id: $0, call: call, signal: offer)) }.isSuccess)
+        #expect(laptop.events().count == 2)
     }
 
     /// A restarted server has forgotten request ids: an invite re-sent under its old id is a new

@@ -20,7 +20,7 @@ struct LiveServerTests {
             let incoming = try await device.expect { if case .callIncoming(let m) = $0.message { m } else { nil } }
             #expect(incoming.from.name == "Alice")
         }
-        #expect(try await laptop.request { .callRinging(CallRequest(id: $0, call: call)) }.isSuccess)
+        #expect(try await laptop.request { .callRinging(CallRingingRequest(id: $0, call: call)) }.isSuccess)
         _ = try await alice.expect { if case .callRinging = $0.message { true } else { nil } }
         #expect(try await laptop.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
         let accepted = try await alice.expect { if case .callAccepted(let m) = $0.message { m } else { nil } }
