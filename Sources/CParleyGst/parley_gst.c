@@ -152,6 +152,20 @@ int parley_bin_add_and_link_to(void *bin, void *child, void *destination) {
     return gst_element_sync_state_with_parent(GST_ELEMENT(child)) ? 0 : -3;
 }
 
+void parley_bin_hold_sources(void *bin, int hold) {
+    GstIterator *sources = gst_bin_iterate_sources(GST_BIN(bin));
+    GValue item = G_VALUE_INIT;
+    while (gst_iterator_next(sources, &item) == GST_ITERATOR_OK) {
+        GstElement *source = g_value_get_object(&item);
+        gst_element_set_locked_state(source, hold ? TRUE : FALSE);
+        if (hold) gst_element_set_state(source, GST_STATE_NULL);
+        else gst_element_sync_state_with_parent(source);
+        g_value_reset(&item);
+    }
+    g_value_unset(&item);
+    gst_iterator_free(sources);
+}
+
 void parley_set_bool(void *object, const char *property, int value) { g_object_set(object, property, (gboolean)(value != 0), NULL); }
 void parley_set_int(void *object, const char *property, int value) { g_object_set(object, property, (gint)value, NULL); }
 void parley_set_uint(void *object, const char *property, unsigned int value) { g_object_set(object, property, (guint)value, NULL); }

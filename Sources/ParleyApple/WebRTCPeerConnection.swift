@@ -29,15 +29,22 @@ public final class WebRTCPeerConnectionFactory: PeerConnectionFactory, @unchecke
         (peerConnections, sink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(4))
     }
 
+    /// An audio call's connection can hold its media: its sender's encoding inactive (no RTP) and the
+    /// far side's audio disabled until `startMedia()`. (The microphone itself opens only when the
+    /// audio session is activated: CallKit's `didActivate`, after the answer.)
+    public var canHoldMedia: Bool { true }
+
     public func makePeerConnection(_ configuration: PeerConnectionConfiguration) async throws -> any PeerConnection {
-        let connection = WebRTCPeerConnection(video: configuration.media.video)
+        let connection = WebRTCPeerConnection(video: configuration.media.video, holdsMedia: configuration.holdsMedia)
         guard let peer = factory.peerConnection(with: Self.rtcConfiguration(configuration),
                                                 constraints: RTCMediaConstraints(mandatoryConstraints: nil, optionalConstraints: nil),
                                                 delegate: connection) else {
             throw WebRTCError("WebRTC could not create a peer connection for this configuration")
         }
         let track = factory.audioTrack(with: factory.audioSource(with: nil), trackId: "parley-audio")
-        _ = peer.add(track, streamIds: ["parley"])
+        if let sender = peer.add(track, streamIds: ["parley"]), configuration.holdsMedia {
+            sender.parameters = WebRTCPeerConnection.sending(false, sender.parameters)
+        }
         var camera: Camera?
         if configuration.media.video {
             let source = factory.videoSource()
@@ -139,12 +146,15 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
     private var cameraProblem: WebRTCError?
     private var remoteVideo: RTCVideoTrack?
     private var switches = MicrophoneSwitches()
+    /// Until `startMedia()`: no RTP goes out and the far side's audio does not play.
+    private var holding: Bool
     private var negotiation: UInt64 = 0
     private var heardAudio = false
     private let started = ContinuousClock.now
 
-    init(video: Bool) {
+    init(video: Bool, holdsMedia: Bool = false) {
         self.video = video
+        holding = holdsMedia
         (events, sink) = AsyncStream.makeStream()
     }
 
@@ -258,6 +268,24 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
 
     // MARK: Media
 
+    public func startMedia() async {
+        let wasHolding = lock.withLock {
+            defer { holding = false }
+            return holding
+        }
+        guard wasHolding else { return }
+        if let sender = lock.withLock({ peer })?.senders.first(where: { $0.track?.kind == "audio" }) {
+            sender.parameters = Self.sending(true, sender.parameters)
+        }
+        applySwitches()
+    }
+
+    /// The sender's parameters with every encoding active (or none: no RTP at all).
+    static func sending(_ active: Bool, _ parameters: RTCRtpParameters) -> RTCRtpParameters {
+        for encoding in parameters.encodings { encoding.isActive = active }
+        return parameters
+    }
+
     public func setMicrophoneMuted(_ muted: Bool) async {
         lock.withLock { switches.muted = muted }
         applySwitches()
@@ -270,15 +298,15 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
 
     /// The microphone sends only when neither muted nor held; the far side plays only when not held.
     private func applySwitches() {
-        let (switches, microphone, remote, camera) = lock.withLock { (self.switches, self.microphone, remoteAudio, self.camera) }
+        let (switches, holding, microphone, remote, camera) = lock.withLock { (self.switches, self.holding, self.microphone, remoteAudio, self.camera) }
         microphone?.isEnabled = switches.sends
         camera?.track.isEnabled = !switches.held
-        for track in remote { track.isEnabled = !switches.held }
+        for track in remote { track.isEnabled = !switches.held && !holding }
     }
 
     public func setAudioEncoding(_ setting: BitrateController.Setting) async {
         guard let sender = lock.withLock({ peer })?.senders.first(where: { $0.track?.kind == "audio" }) else { return }
-        sender.parameters = Self.parameters(sender.parameters, for: setting)
+        sender.parameters = Self.sending(!lock.withLock { holding }, Self.parameters(sender.parameters, for: setting))
     }
 
     /// The sender's parameters with the bitrate's cap. (Opus's in-band FEC and loss hint are set in
@@ -380,7 +408,7 @@ public final class WebRTCPeerConnection: NSObject, PeerConnection, RTCPeerConnec
             } else if let video = track as? RTCVideoTrack {
                 remoteVideo = video
             }
-            return switches.held
+            return switches.held || holding
         }
         if track is RTCAudioTrack { track.isEnabled = !held }
     }

@@ -78,6 +78,9 @@ public final class GStreamerEngine: PeerConnectionFactory {
 
     deinit { created.finish() }
 
+    /// Its send chains can wait with their sources stopped (`PeerConnectionConfiguration.holdsMedia`).
+    public var canHoldMedia: Bool { true }
+
     public func makePeerConnection(_ connection: PeerConnectionConfiguration) async throws -> any PeerConnection {
         if connection.media.video { try Self.check(Self.videoElements) }
         var configuration = self.configuration

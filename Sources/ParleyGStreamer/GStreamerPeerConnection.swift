@@ -79,6 +79,11 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     public let video: Bool
     /// Whether the send chains are linked into webrtcbin yet.
     private var sending = false
+    /// Connect while ringing: until `startMedia()`, the send chains' sources stay stopped (the
+    /// microphone closed, nothing sent) and the speaker is muted.
+    private var holdingMedia: Bool
+    /// Send chains linked while media was held, with what `parley_send_from_connection` needs (a reference each).
+    private var heldChains: [(bin: UnsafeMutableRawPointer, end: String, file: String?)] = []
     private var microphone = MicrophoneSwitches()
     private var encoding: BitrateController.Setting?
     private var jitterBufferLatencyMs: Int
@@ -91,6 +96,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         self.configuration = configuration
         jitterBufferLatencyMs = configuration.jitterBufferMs
         video = connection.media.video
+        holdingMedia = connection.holdsMedia
         let description = PipelineDescription.base(configuration)
         var error: UnsafeMutablePointer<CChar>?
         guard let pipeline = parley_pipeline_new(description, &error) else {
@@ -133,6 +139,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             teardown()
             throw MediaEngineError(.pipeline, "the pipeline would not start (is an audio device missing?)")
         }
+        if holdingMedia { bridge.setSpeakerMuted(true) }
         // The send chains wait for the first offer, ours or the far side's, which decides their
         // payload types; meanwhile an offerer needs a negotiation to start with.
         bridge.negotiationNeeded()
@@ -198,7 +205,14 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             // Nothing goes out before the call connects: it would wait in the chain and go out late.
             let file: String? = if chain == chains.first, case .file = configuration.input { PipelineDescription.playedFile } else { nil }
             let end = chain == chains.first ? PipelineDescription.audioCaps : PipelineDescription.videoCaps
-            guard parley_send_from_connection(webrtc, bin, end, file) == 1 else {
+            let held = lock.withLock { () -> Bool in
+                guard holdingMedia else { return false }
+                // Its sources stay stopped until `startMedia()`, which then sends from the connection on.
+                parley_bin_hold_sources(bin, 1)
+                heldChains.append((parley_object_ref(bin), end, file))
+                return true
+            }
+            guard held || parley_send_from_connection(webrtc, bin, end, file) == 1 else {
                 throw MediaEngineError(.pipeline, "the send chain has no \(end)")
             }
             guard parley_bin_add_and_link_to(pipeline, bin, webrtc) == 0 else {
@@ -328,13 +342,34 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         parley_webrtc_add_ice_candidate(webrtc, UInt32(mline), text)
     }
 
+    public func startMedia() async {
+        let chains: [(bin: UnsafeMutableRawPointer, end: String, file: String?)]? = lock.withLock {
+            guard holdingMedia, !closed else { return nil }
+            holdingMedia = false
+            defer { heldChains = [] }
+            return heldChains
+        }
+        guard let chains else { return }
+        for chain in chains {
+            if parley_send_from_connection(webrtc, chain.bin, chain.end, chain.file) != 1 {
+                logger.error("a held send chain has no \(chain.end)")
+            }
+            parley_bin_hold_sources(chain.bin, 0)
+            parley_object_unref(chain.bin)
+        }
+        bridge.setSpeakerMuted(lock.withLock { microphone.held })
+    }
+
+    /// Whether media is held (`holdsMedia`) and not yet started.
+    public var holdsMedia: Bool { lock.withLock { holdingMedia } }
+
     public func setMicrophoneMuted(_ muted: Bool) async {
         updateMicrophone { $0.muted = muted }
     }
 
     public func setOnHold(_ held: Bool) async {
         updateMicrophone { $0.held = held }
-        bridge.setSpeakerMuted(held)
+        bridge.setSpeakerMuted(held || holdsMedia)
     }
 
     /// Whether the microphone is sent: neither muted nor held.
@@ -471,6 +506,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         guard first else { return }
         jitterBufferTask?.cancel()
         for channel in lock.withLock({ localChannels }) { channel.detach() }
+        for chain in lock.withLock({ heldChains }) { parley_object_unref(chain.bin) }
         parley_element_stop(pipeline)
         parley_webrtc_detach(pipeline, webrtc, retainedBridge)
         bridge.finish()

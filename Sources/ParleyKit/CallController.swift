@@ -58,11 +58,24 @@ public actor CallController<C: Clock> where C.Duration == Duration {
     private nonisolated let logger: Logger
     private nonisolated let events: AsyncStream<CallEvent>.Continuation
     public private(set) var machine: CallStateMachine
+    /// The phase last announced (`CallEvent.phase`).
+    private var announcedPhase: CallStateMachine.Phase
     public private(set) var recording = RecordingConsent()
     /// Where this device records once the far side agrees.
     private var recordingFile: (path: String, layout: RecordingLayout)?
     private var peer: (any PeerConnection)?
     private var negotiator: Negotiator?
+    /// Outgoing, connecting while ringing: a path to each callee device that rings early, media held.
+    private var earlyPaths: [DeviceID: EarlyPath] = [:]
+    /// The callee device whose early path became the call's.
+    private var answeredDevice: DeviceID?
+
+    private struct EarlyPath {
+        var peer: any PeerConnection
+        var negotiator: Negotiator
+        /// What negotiation last reported while the call rang.
+        var outcome: Negotiator.Outcome?
+    }
     /// Signals that came before the peer connection.
     private var pendingSignals: [SignalPayload] = []
     /// The last quality report; nil while nothing arrives.
@@ -83,6 +96,7 @@ public actor CallController<C: Clock> where C.Duration == Duration {
         logger = environment.logger
         events = environment.events
         self.machine = machine
+        announcedPhase = machine.phase
         self.environment = environment
         (jobs, jobSink) = AsyncStream.makeStream()
         (outbox, outboxSink) = AsyncStream.makeStream()
@@ -109,11 +123,14 @@ public actor CallController<C: Clock> where C.Duration == Duration {
     /// Feeds the call's state machine an event and performs what it answers. A new phase is
     /// announced; an ended call stops its recording and is let go after its retention.
     public func perform(_ event: @Sendable (inout CallStateMachine) -> [CallStateMachine.Action]) async {
-        let before = machine.phase
+        let before = announcedPhase
         let actions = event(&machine)
         await execute(actions)
+        // (An action may have performed an event of its own, which announced the phase already.)
         let phase = machine.phase
-        guard phase != before else { return }
+        guard phase != announcedPhase else { return }
+        announcedPhase = phase
+        if phase == .connected { startQualityLoop() }
         if phase.isEnded { await performRecording { $0.callEnded() } }
         events.yield(.phase(uuid, phase))
         if phase.isEnded, !before.isEnded { letGoLater() }
@@ -124,9 +141,12 @@ public actor CallController<C: Clock> where C.Duration == Duration {
         await execute(actions)
     }
 
-    /// A description, candidate or restart request from the other party.
-    public func received(_ signal: SignalPayload) async {
-        if let negotiator {
+    /// A description, candidate or restart request from the other party (`device`: the far device
+    /// that sent it; a callee device's goes to its early path while the call rings).
+    public func received(_ signal: SignalPayload, from device: DeviceID? = nil) async {
+        if let device, let path = earlyPaths[device] {
+            await path.negotiator.receive(signal)
+        } else if let negotiator {
             await negotiator.receive(signal)
         } else {
             pendingSignals.append(signal)
@@ -254,8 +274,8 @@ public actor CallController<C: Clock> where C.Duration == Duration {
                          return machine.inviteAcknowledged()
                      },
                      onFailure: { machine, _ in machine.inviteFailed() })
-            case .sendRinging:
-                send { .callRinging(CallRingingRequest(id: $0, call: call)) }
+            case .sendRinging(let early):
+                send { .callRinging(CallRingingRequest(id: $0, call: call, early: early ? true : nil)) }
             case .sendAccept:
                 send({ .callAccept(CallRequest(id: $0, call: call)) },
                      onSuccess: { machine, _ in machine.acceptAcknowledged() },
@@ -291,8 +311,16 @@ public actor CallController<C: Clock> where C.Duration == Duration {
                 await environment.provider.fail(action)
             case .configureAudio:
                 await environment.audio.configure(CallAudioConfiguration(video: machine.media.video))
-            case .makePeerConnection(let polite):
-                await makePeerConnection(polite: polite)
+            case .makePeerConnection(let polite, let early):
+                // A child: an engine may take its time (a certificate, a pipeline), and the events
+                // that come meanwhile (the call ended, an answer) must not wait for it.
+                startChild { await self.makePeerConnection(polite: polite, early: early) }
+            case .connectEarly(let device):
+                startChild { await self.connectEarly(to: device) }
+            case .takeEarlyPath(let device):
+                await takeEarlyPath(of: device)
+            case .startMedia:
+                await peer?.startMedia()
             case .closePeerConnection:
                 await closePeerConnection()
             case .setPeerMuted(let muted):
@@ -354,9 +382,12 @@ public actor CallController<C: Clock> where C.Duration == Duration {
 
     // MARK: Media
 
-    private func makePeerConnection(polite: Bool) async {
+    private func makePeerConnection(polite: Bool, early: Bool) async {
+        let settings = environment.configuration
+        // Connecting while ringing, the callee may keep its addresses from the caller until the answer.
         let configuration = PeerConnectionConfiguration(iceServers: await environment.iceServers(),
-                                                        relayOnly: environment.configuration.relayOnly, media: machine.media)
+                                                        relayOnly: settings.relayOnly || (early && settings.relayOnlyWhileRinging),
+                                                        media: machine.media, holdsMedia: early)
         let peer: any PeerConnection
         do {
             peer = try await environment.peers.makePeerConnection(configuration)
@@ -384,17 +415,81 @@ public actor CallController<C: Clock> where C.Duration == Duration {
     }
 
     /// A description, candidate or restart request from the negotiator: queued, not awaited, so
-    /// candidates leave back to back behind their description.
-    private func sendSignal(_ signal: SignalPayload) {
+    /// candidates leave back to back behind their description. `device`: the callee device of an
+    /// early path (the server needs it named while the call rings).
+    private func sendSignal(_ signal: SignalPayload, to device: DeviceID? = nil) {
         let call = id
-        send { .callSignal(CallSignal(id: $0, call: call, signal: signal)) }
+        send { .callSignal(CallSignal(id: $0, call: call, signal: signal, device: device)) }
+    }
+
+    // MARK: Connecting while ringing
+
+    /// A path to a callee device that rings early: negotiated, ICE and DTLS connected, media held.
+    private func connectEarly(to device: DeviceID) async {
+        let configuration = PeerConnectionConfiguration(iceServers: await environment.iceServers(),
+                                                        relayOnly: environment.configuration.relayOnly, media: machine.media, holdsMedia: true)
+        let peer: any PeerConnection
+        do {
+            peer = try await environment.peers.makePeerConnection(configuration)
+        } catch {
+            // The call goes on without it: a new connection is made if this device answers.
+            logger.warning("could not connect while ringing", metadata: ["call.id": "\(id)", "device": "\(device)", "error": "\(error)"])
+            return
+        }
+        let negotiator = Negotiator(peer: peer, polite: false, maxIceRestarts: environment.configuration.maxIceRestarts, logger: logger,
+            send: { [weak self] signal in await self?.sendSignal(signal, to: device) },
+            report: { [weak self] outcome in await self?.earlyNegotiation(outcome, of: device) })
+        // The call was answered (by another device, or it ended) while this was being made.
+        guard machine.phase == .ringing || machine.phase == .dialing, machine.earlyDevices.contains(device) else {
+            await peer.close()
+            return
+        }
+        earlyPaths[device] = EarlyPath(peer: peer, negotiator: negotiator)
+        startChild { await negotiator.run() }
+    }
+
+    private func earlyNegotiation(_ outcome: Negotiator.Outcome, of device: DeviceID) async {
+        if earlyPaths[device] != nil {
+            earlyPaths[device]?.outcome = outcome
+        } else if device == answeredDevice {
+            await negotiation(outcome)
+        }
+    }
+
+    /// `device` answered: its early path is the call's now and its media starts; the others close.
+    private func takeEarlyPath(of device: DeviceID) async {
+        let path = earlyPaths.removeValue(forKey: device)
+        if let path {
+            // Before any suspension: what its negotiation reports from now on is the call's.
+            peer = path.peer
+            negotiator = path.negotiator
+            answeredDevice = device
+            peerGeneration += 1
+        }
+        await closeEarlyPaths()
+        guard let path else {
+            startChild { await self.makePeerConnection(polite: false, early: false) }
+            return
+        }
+        await path.peer.startMedia()
+        await perform { $0.peerConnectionReady() }
+        if let outcome = path.outcome { await negotiation(outcome) }
+    }
+
+    private func closeEarlyPaths() async {
+        let paths = earlyPaths.values
+        earlyPaths = [:]
+        for path in paths {
+            await path.negotiator.close()
+            await path.peer.close()
+        }
     }
 
     private func negotiation(_ outcome: Negotiator.Outcome) async {
         switch outcome {
         case .connected:
+            // (Its quality loop starts once the call is connected: while it rings, nothing flows.)
             await perform { $0.mediaConnected() }
-            startQualityLoop()
         case .failed(let reason):
             await perform { $0.mediaFailed(reason) }
         }
@@ -458,6 +553,7 @@ public actor CallController<C: Clock> where C.Duration == Duration {
         peer = nil
         negotiator = nil
         qualityLoopFor = nil
+        await closeEarlyPaths()
     }
 
     // MARK: Tasks

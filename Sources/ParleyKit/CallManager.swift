@@ -42,6 +42,14 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         public var endedCallRetention: Duration = .seconds(300)
         /// How long a connected call may receive no packet before `CallEvent.receivingMedia(_, false)`.
         public var noMediaAfter: Duration = .seconds(5)
+        /// Connect audio calls while they ring (protocol.md, "Connecting while ringing"): ICE and DTLS
+        /// are done before the answer, so answering costs the accept's trip and the first packet.
+        /// Nothing is captured, sent or played before the answer. Needs an engine that can hold
+        /// media (`PeerConnectionFactory.canHoldMedia`); video calls connect after the answer.
+        public var connectWhileRinging = true
+        /// Connecting while ringing, a callee offers only relay candidates (it needs TURN), so the
+        /// caller learns none of its addresses before the answer (nor after: the call stays relayed).
+        public var relayOnlyWhileRinging = false
         public init() {}
     }
 
@@ -237,7 +245,7 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
             call = known
         } else {
             let (machine, _) = CallStateMachine.incoming(pushed.id, from: pushed.from, name: pushed.name, media: pushed.media,
-                                                         alreadyReported: true)
+                                                         alreadyReported: true, connectWhileRinging: connectsWhileRinging(pushed.media))
             call = make(machine)
             eventSink.yield(.incoming(pushed.id.uuid, from: pushed.from, name: pushed.name, video: pushed.media.video))
         }
@@ -276,19 +284,19 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
                 await call.perform { $0.signalingInviteArrived() }
             } else {
                 let (machine, actions) = CallStateMachine.incoming(incoming.call, from: incoming.from.user, name: incoming.from.name,
-                                                                   address: incoming.from.address,
-                                                                   media: incoming.media, alreadyReported: false)
+                                                                   address: incoming.from.address, media: incoming.media,
+                                                                   alreadyReported: false, connectWhileRinging: connectsWhileRinging(incoming.media))
                 let call = make(machine)
                 eventSink.yield(.incoming(incoming.call.uuid, from: incoming.from.user, name: incoming.from.name, video: incoming.media.video))
                 await call.start(actions)
                 await call.perform { $0.signalingInviteArrived() }
             }
-        case .callRinging:
-            break
+        case .callRinging(let ringing):
+            await calls[ringing.call]?.perform { $0.remoteRinging(device: ringing.device, early: ringing.early == true) }
         case .callAccepted(let accepted):
-            await calls[accepted.call]?.perform { $0.remoteAccepted() }
+            await calls[accepted.call]?.perform { $0.remoteAccepted(device: accepted.device) }
         case .callSignal(let signal):
-            await calls[signal.call]?.received(signal.signal)
+            await calls[signal.call]?.received(signal.signal, from: signal.from.device)
         case .callUpdated(let update):
             await calls[update.call]?.remoteUpdated(update)
         case .callEnded(let ended):
@@ -298,12 +306,19 @@ public actor CallManager<C: Clock> where C.Duration == Duration {
         }
     }
 
+    /// Whether a call with `media` connects while it rings: audio calls, with an engine that can hold media.
+    private func connectsWhileRinging(_ media: MediaSpec) -> Bool {
+        environment.configuration.connectWhileRinging && environment.peers.canHoldMedia && !media.video
+    }
+
     // MARK: System actions
 
     private func handle(_ action: ProviderAction) async {
         switch action {
         case .start(let id, let uuid, let to, let video):
-            let (machine, actions) = CallStateMachine.outgoing(CallID(uuid: uuid), to: to, media: MediaSpec(audio: true, video: video), action: id)
+            let media = MediaSpec(audio: true, video: video)
+            let (machine, actions) = CallStateMachine.outgoing(CallID(uuid: uuid), to: to, media: media, action: id,
+                                                               connectWhileRinging: connectsWhileRinging(media))
             await make(machine).start(actions)
         case .answer(let id, let uuid):
             await perform(uuid, orFail: id) { $0.answer(id) }

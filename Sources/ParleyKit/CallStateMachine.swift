@@ -10,6 +10,13 @@ import ParleyProtocol
 /// every phase ─▶ ended
 /// ```
 ///
+/// Connecting while ringing (`connectsWhileRinging`, protocol.md): a ringing callee makes its peer
+/// connection at once, holding media, and rings `early`; the caller connects to every callee device
+/// that rings early. ICE and DTLS may then connect before the answer (`mediaReady`), and nothing is
+/// captured, sent or played until it: the callee starts media once the server took its accept (a
+/// device whose accept loses never sends), the caller when it hears which device answered, keeping
+/// that device's path and closing the others. An answered call whose path is ready is connected at once.
+///
 /// The rules of apple-rules.md it encodes:
 /// - audio is configured only in the start and answer actions;
 /// - the answer action stays pending until the server took the accept and the peer connection
@@ -32,7 +39,7 @@ public struct CallStateMachine: Sendable {
 
     public enum Action: Hashable, Sendable {
         case sendInvite
-        case sendRinging
+        case sendRinging(early: Bool)
         case sendAccept
         case sendDecline(EndReason)
         case sendHangup(reason: String?)
@@ -44,7 +51,16 @@ public struct CallStateMachine: Sendable {
         case fulfill(ProviderActionID)
         case fail(ProviderActionID)
         case configureAudio
-        case makePeerConnection(polite: Bool)
+        /// `early`: while ringing, holding media until `.startMedia`.
+        case makePeerConnection(polite: Bool, early: Bool = false)
+        /// Outgoing: a peer connection to a callee device that rings early, holding media.
+        case connectEarly(DeviceID)
+        /// Outgoing: the device that answered had a path while ringing: it becomes the call's, its
+        /// media starts, and the other early paths close (without one, a new connection is made).
+        case takeEarlyPath(DeviceID)
+        /// Incoming: the answer went through: media held while ringing starts.
+        case startMedia
+        /// Closes the call's peer connection and every early path.
         case closePeerConnection
         case setPeerMuted(Bool)
         case setPeerHeld(Bool)
@@ -65,11 +81,21 @@ public struct CallStateMachine: Sendable {
     private var answerAction: ProviderActionID?
     private var acceptTaken = false
     private var peerReady = false
+    /// Whether this call connects while it rings (set where it is made; audio calls only).
+    public let connectsWhileRinging: Bool
+    /// Incoming: the peer connection was made while ringing, its media held.
+    private var earlyPeer = false
+    /// ICE and DTLS connected before the call was answered.
+    private var mediaReady = false
+    /// Outgoing: the callee devices connected to while ringing.
+    public private(set) var earlyDevices: Set<DeviceID> = []
 
     /// The system call UUID of this call.
     public var uuid: UUID { UUID(uuidString: id.rawValue)! }
 
-    private init(id: CallID, direction: Direction, remote: UserID, remoteName: String?, media: MediaSpec, phase: Phase) {
+    private init(id: CallID, direction: Direction, remote: UserID, remoteName: String?, media: MediaSpec, phase: Phase,
+                 connectsWhileRinging: Bool) {
+        self.connectsWhileRinging = connectsWhileRinging
         self.id = id
         self.direction = direction
         self.remote = remote
@@ -79,16 +105,19 @@ public struct CallStateMachine: Sendable {
     }
 
     /// The user started a call (a start action, from the system UI or the app).
-    public static func outgoing(_ id: CallID, to remote: UserID, media: MediaSpec, action: ProviderActionID) -> (CallStateMachine, [Action]) {
-        var call = CallStateMachine(id: id, direction: .outgoing, remote: remote, remoteName: nil, media: media, phase: .dialing)
+    public static func outgoing(_ id: CallID, to remote: UserID, media: MediaSpec, action: ProviderActionID,
+                                connectWhileRinging: Bool = false) -> (CallStateMachine, [Action]) {
+        var call = CallStateMachine(id: id, direction: .outgoing, remote: remote, remoteName: nil, media: media, phase: .dialing,
+                                    connectsWhileRinging: connectWhileRinging)
         call.startAction = action
         return (call, [.configureAudio, .sendInvite])
     }
 
     /// A call arrived: over signaling (`call.incoming`), or from a VoIP push (`alreadyReported`).
     public static func incoming(_ id: CallID, from remote: UserID, name: String?, address: String? = nil, media: MediaSpec,
-                                alreadyReported: Bool) -> (CallStateMachine, [Action]) {
-        var call = CallStateMachine(id: id, direction: .incoming, remote: remote, remoteName: name, media: media, phase: .ringing)
+                                alreadyReported: Bool, connectWhileRinging: Bool = false) -> (CallStateMachine, [Action]) {
+        var call = CallStateMachine(id: id, direction: .incoming, remote: remote, remoteName: name, media: media, phase: .ringing,
+                                    connectsWhileRinging: connectWhileRinging)
         call.remoteAddress = address
         return (call, alreadyReported ? [] : [.reportIncoming])
     }
@@ -107,25 +136,39 @@ public struct CallStateMachine: Sendable {
         return takeStart(fulfilled: false)
     }
 
-    public mutating func remoteAccepted() -> [Action] {
+    /// A callee device rings (`call.ringing`); one that rings `early` is connected to now.
+    public mutating func remoteRinging(device: DeviceID?, early: Bool) -> [Action] {
+        guard direction == .outgoing, connectsWhileRinging, early, let device, phase == .dialing || phase == .ringing,
+              earlyDevices.insert(device).inserted else { return [] }
+        return [.connectEarly(device)]
+    }
+
+    /// `device` answered (absent from servers that do not say).
+    public mutating func remoteAccepted(device: DeviceID? = nil) -> [Action] {
         guard direction == .outgoing, phase == .ringing || phase == .dialing else { return [] }
         phase = .connecting
-        return takeStart(fulfilled: true) + [.makePeerConnection(polite: false)]
+        let early = earlyDevices
+        earlyDevices = []
+        if let device, early.contains(device) { return takeStart(fulfilled: true) + [.takeEarlyPath(device)] }
+        return takeStart(fulfilled: true) + (early.isEmpty ? [] : [.closePeerConnection]) + [.makePeerConnection(polite: false)]
     }
 
     // MARK: Incoming
 
     /// The signaling invite for a call first learned of from a push: ring the caller.
+    /// (Connecting while ringing, the peer connection is made now, holding media.)
     public mutating func signalingInviteArrived() -> [Action] {
         guard direction == .incoming, phase == .ringing else { return [] }
-        return [.sendRinging]
+        guard connectsWhileRinging, !earlyPeer else { return [.sendRinging(early: earlyPeer)] }
+        earlyPeer = true
+        return [.sendRinging(early: true), .makePeerConnection(polite: true, early: true)]
     }
 
     public mutating func answer(_ action: ProviderActionID) -> [Action] {
         guard direction == .incoming, phase == .ringing else { return [.fail(action)] }
         phase = .answering
         answerAction = action
-        return [.configureAudio, .sendAccept, .makePeerConnection(polite: true)]
+        return [.configureAudio, .sendAccept] + (earlyPeer ? [] : [.makePeerConnection(polite: true)])
     }
 
     public mutating func acceptAcknowledged() -> [Action] {
@@ -142,8 +185,8 @@ public struct CallStateMachine: Sendable {
     private mutating func answerIfReady() -> [Action] {
         guard phase == .answering, acceptTaken, peerReady, let action = answerAction else { return [] }
         answerAction = nil
-        phase = .connecting
-        return [.fulfill(action)]
+        phase = mediaReady ? .connected : .connecting
+        return [.fulfill(action)] + (earlyPeer ? [.startMedia] : [])
     }
 
     /// The server refused the accept: someone else answered, or the call is over.
@@ -164,9 +207,17 @@ public struct CallStateMachine: Sendable {
     // MARK: Both directions
 
     public mutating func mediaConnected() -> [Action] {
-        guard phase == .connecting else { return [] }
-        phase = .connected
-        return direction == .outgoing ? [.reportConnected] : []
+        switch phase {
+        case .connecting:
+            phase = .connected
+            return direction == .outgoing ? [.reportConnected] : []
+        case .dialing, .ringing, .answering:
+            // Connected while ringing: the answer finds it ready.
+            mediaReady = true
+            return []
+        case .connected, .ended:
+            return []
+        }
     }
 
     /// The user ended the call (an end action). `anotherCallActive`: a ringing call declined while

@@ -39,11 +39,15 @@ public struct PeerConnectionConfiguration: Hashable, Sendable {
     /// Only TURN relays (`iceTransportPolicy = relay`).
     public var relayOnly: Bool
     public var media: MediaSpec
+    /// Connect while ringing: the connection negotiates, and ICE and DTLS connect, but nothing is
+    /// captured, sent or played until `startMedia()` (the microphone is not even opened).
+    public var holdsMedia: Bool
 
-    public init(iceServers: [IceServer], relayOnly: Bool = false, media: MediaSpec = .audioOnly) {
+    public init(iceServers: [IceServer], relayOnly: Bool = false, media: MediaSpec = .audioOnly, holdsMedia: Bool = false) {
         self.iceServers = iceServers
         self.relayOnly = relayOnly
         self.media = media
+        self.holdsMedia = holdsMedia
     }
 }
 
@@ -77,6 +81,8 @@ public protocol PeerConnection: Sendable {
     func rollback() async throws
     /// A remote candidate; nil for end of candidates.
     func addRemoteCandidate(_ candidate: IceCandidate?) async throws
+    /// Starts what `holdsMedia` held: the microphone, sending and playing. Nothing otherwise.
+    func startMedia() async
     /// Stops or resumes sending the microphone (mute), whether or not the call is held.
     func setMicrophoneMuted(_ muted: Bool) async
     /// Stops or resumes sending and playing media (hold). Resuming sends the microphone again only
@@ -137,5 +143,7 @@ extension PeerConnection {
 }
 
 public protocol PeerConnectionFactory: Sendable {
+    /// Whether this engine's connections keep `holdsMedia`: only then does a call connect while it rings.
+    var canHoldMedia: Bool { get }
     func makePeerConnection(_ configuration: PeerConnectionConfiguration) async throws -> any PeerConnection
 }

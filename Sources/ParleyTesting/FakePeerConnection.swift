@@ -54,8 +54,15 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     /// WebRTC's negotiation-needed flag: set by adding media (at creation), cleared by a completed round.
     private var needsNegotiation = true
 
-    public init(name: String) {
+    /// Media held until `startMedia()` (`PeerConnectionConfiguration.holdsMedia`): nothing is sent or played.
+    private var holding: Bool
+    /// Whether the microphone was ever opened (as the engine opens it once media starts).
+    public private(set) var microphoneOpened: Bool
+
+    public init(name: String, holdsMedia: Bool = false) {
         self.name = name
+        holding = holdsMedia
+        microphoneOpened = !holdsMedia
         (events, sink) = AsyncStream.makeStream()
         sink.yield(.negotiationNeeded(id: 1))
     }
@@ -68,8 +75,17 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     public var candidates: [IceCandidate?] { lock.withLock { remoteCandidates } }
     public var muted: Bool { lock.withLock { microphone.muted } }
     public var held: Bool { lock.withLock { microphone.held } }
-    /// Whether the microphone goes out: neither muted nor held, as in the engine.
-    public var sendingAudio: Bool { lock.withLock { microphone.sends } }
+    /// Whether the microphone goes out: neither muted nor held, nor held back until `startMedia()`, as in the engine.
+    public var sendingAudio: Bool { lock.withLock { microphone.sends && !holding } }
+    /// Whether media is held back until `startMedia()`.
+    public var holdsMedia: Bool { lock.withLock { holding } }
+
+    public func startMedia() async {
+        lock.withLock {
+            holding = false
+            microphoneOpened = true
+        }
+    }
     public var currentIceState: IceConnectionState { lock.withLock { iceState } }
     public var remote: SessionDescription? { lock.withLock { remoteDescription } }
 
@@ -336,6 +352,14 @@ public final class FakePeerConnectionFactory: PeerConnectionFactory, @unchecked 
 
     public var connections: [FakePeerConnection] { lock.withLock { made } }
 
+    /// Whether its connections can hold media (as the GStreamer engine's can): set false to stand in
+    /// for an engine that cannot, whose calls then connect after the answer.
+    public var canHoldMedia: Bool {
+        get { lock.withLock { holds } }
+        set { lock.withLock { holds = newValue } }
+    }
+    private var holds = true
+
     private var held = false
     private var waiting: [CheckedContinuation<Void, Never>] = []
 
@@ -361,7 +385,7 @@ public final class FakePeerConnectionFactory: PeerConnectionFactory, @unchecked 
             if !wait { continuation.resume() }
         }
         return lock.withLock {
-            let peer = FakePeerConnection(name: "\(name)-\(made.count)")
+            let peer = FakePeerConnection(name: "\(name)-\(made.count)", holdsMedia: configuration.holdsMedia)
             made.append(peer)
             configurations.append(configuration)
             return peer

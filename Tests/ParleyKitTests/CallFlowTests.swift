@@ -17,6 +17,9 @@ struct CallFlowTests {
         let (call, start) = alice.call("bob")
         try await eventually("bob's phone rings") { bob.incomingCall() == call }
         try await eventually("the start action is fulfilled") { alice.provider.outcome(of: start) == true }
+        // Connecting while ringing: the path is ready before the answer (answered sooner, the caller
+        // would connect anew and the tests below would look at the path it closed).
+        try await eventually("alice connects while it rings") { alice.peers.connections.first?.currentIceState == .connected }
         let answer = bob.provider.perform { .answer($0, call: call) }
         try await eventually("the answer action is fulfilled") { bob.provider.outcome(of: answer) == true }
         alice.provider.deliver(.audioSessionActivated)

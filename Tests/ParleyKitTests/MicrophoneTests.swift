@@ -44,17 +44,24 @@ struct MicrophoneTests {
         #expect(call.peerConnectionReady() == [.setPeerMuted(true)])
     }
 
-    @Test func aMuteWhileRingingReachesThePeerConnectionMadeLater() async throws {
+    /// Classic: the caller's peer connection is made after the answer. Connecting while ringing: it
+    /// is the early path, made while ringing, which takes the mute when it becomes the call's.
+    @Test(arguments: [false, true])
+    func aMuteWhileRingingReachesThePeerConnectionMadeLater(connectWhileRinging: Bool) async throws {
         let server = try await LiveServer.start()
-        let alice = SDKDevice(server, user: "alice", device: "a1")
-        let bob = SDKDevice(server, user: "bob", device: "b1")
+        let alice = SDKDevice(server, user: "alice", device: "a1") { $0.connectWhileRinging = connectWhileRinging }
+        let bob = SDKDevice(server, user: "bob", device: "b1") { $0.connectWhileRinging = connectWhileRinging }
         try await alice.start()
         try await bob.start()
         let (call, _) = alice.call("bob")
         try await eventually("bob's phone rings") { bob.incomingCall() == call }
+        if connectWhileRinging {
+            try await eventually("alice connects to bob's phone while it rings") { alice.peers.connections.first?.currentIceState == .connected }
+        }
         let mute = alice.provider.perform { .setMuted($0, call: call, muted: true) }
         try await eventually("mute fulfilled") { alice.provider.outcome(of: mute) == true }
-        #expect(alice.peers.connections.isEmpty, "muted before there is a peer connection")
+        #expect(alice.peers.connections.count == (connectWhileRinging ? 1 : 0), "muted before the call has its peer connection")
+        #expect(alice.peers.connections.first.map { !$0.sendingAudio && !$0.muted } ?? true, "held, not muted yet")
         _ = bob.provider.perform { .answer($0, call: call) }
         try await eventually("alice connects") { await alice.phase(call) == .connected }
         let alicePeer = try #require(alice.peers.connections.first)

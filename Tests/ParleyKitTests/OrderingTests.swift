@@ -142,10 +142,14 @@ struct AnswerActionTests {
         try await server.stop()
     }
 
-    @Test func theAcceptFirstThenThePeerConnection() async throws {
+    /// The engine is slow: the accept is taken before the peer connection exists (made at the
+    /// answer; or, connecting while ringing, made when the call began to ring and not ready yet).
+    @Test(arguments: [false, true])
+    func theAcceptFirstThenThePeerConnection(connectWhileRinging: Bool) async throws {
         let server = try await LiveServer.start()
         let notes = SlowAnswersTransport(delay: .zero)
-        let bob = SDKDevice(server, user: "bob", device: "b1", transport: notes)
+        let bob = SDKDevice(server, user: "bob", device: "b1", transport: notes) { $0.connectWhileRinging = connectWhileRinging }
+        if connectWhileRinging { bob.peers.holdCreation() }
         let (alice, call) = try await ring(server, bob: bob)
         bob.peers.holdCreation()
         let answer = bob.provider.perform { .answer($0, call: call) }

@@ -58,6 +58,10 @@ int parley_bin_add_and_link(void *bin, void *child, void *pad);
 
 /// Adds `child` to `bin`, links its src pad to `destination` (requesting a pad there), and syncs its state.
 int parley_bin_add_and_link_to(void *bin, void *child, void *destination);
+/// Holds (`hold` 1) or releases (0) the source elements of `bin`: a held source stays in NULL
+/// whatever its bin's state (a device is not opened, nothing is produced); a released one takes
+/// its bin's state.
+void parley_bin_hold_sources(void *bin, int hold);
 /// Links two elements, requesting pads where needed (a mixer's sink_%u). 0 on success.
 int parley_link(void *source, void *destination);
 
