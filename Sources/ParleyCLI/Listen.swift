@@ -20,6 +20,10 @@ struct Listen: AsyncParsableCommand {
     @Option(help: "auto: answer every call; ask: ask on the terminal (the default when interactive); never: decline.")
     var answer: Answer?
 
+    @Option(name: .customLong("answer-after"),
+            help: "With --answer auto: let each call ring this many seconds first (connecting while it rings, the answer then finds the path ready).")
+    var answerAfter: Double = 0
+
     @Option(name: .customLong("lan-port"), help: "With --lan: the port callers connect to (0: any free one; it is advertised).")
     var lanPort = 0
 
@@ -41,6 +45,9 @@ struct Listen: AsyncParsableCommand {
     var wokenBy: String?
 
     func validate() throws {
+        guard answerAfter.isFinite, (0...3600).contains(answerAfter) else {
+            throw ValidationError("--answer-after takes seconds, from 0 to 3600")
+        }
         if let voipToken, voipToken.isEmpty || !voipToken.allSatisfy(\.isHexDigit) {
             throw ValidationError("--register-voip takes the device token in hex")
         }
@@ -122,6 +129,7 @@ struct Listen: AsyncParsableCommand {
             Console.say("incoming call from \(name.map { "\($0) (\(caller))" } ?? caller.rawValue)\(address.map { " at \($0)" } ?? "")")
             switch mode {
             case .auto:
+                if answerAfter > 0 { try? await Task.sleep(for: .seconds(answerAfter)) }
                 await softphone.answer(call)
             case .never:
                 await softphone.hangUp(call)

@@ -15,6 +15,8 @@ final class Bridge: @unchecked Sendable {
     private let output: AudioOutputSink
     private let logger: Logger
     private let lock = NSLock()
+    /// Whether the speaker is muted (held, or media not started yet): a receiver made later starts so.
+    private var speakerMuted = false
     private let writer: WAV.Writer?
     private var finished = false
 
@@ -233,6 +235,11 @@ final class Bridge: @unchecked Sendable {
             _ = parley_opus_depay_exact_gaps(depay)
             parley_object_unref(depay)
         }
+        // A receiver made while the call is held (or its media held) starts muted.
+        if media == "audio", lock.withLock({ speakerMuted }), let speaker = parley_bin_get(bin, "speaker") {
+            parley_set_bool(speaker, "mute", 1)
+            parley_object_unref(speaker)
+        }
         if media == "audio", let received = parley_bin_get(bin, "received") {
             let probe = parley_pad_tap(received, "src", audioTapCallback, Unmanaged.passUnretained(self).toOpaque())
             lock.withLock { taps.append((received, probe)) }
@@ -314,6 +321,7 @@ final class Bridge: @unchecked Sendable {
     }
 
     func setSpeakerMuted(_ muted: Bool) {
+        lock.withLock { speakerMuted = muted }
         guard let speaker = parley_bin_get(pipeline, "speaker") else { return }
         parley_set_bool(speaker, "mute", muted ? 1 : 0)
         parley_object_unref(speaker)

@@ -77,6 +77,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     private let configuration: MediaEngineConfiguration
     /// Whether the call sends and receives video.
     public let video: Bool
+    /// The call it was made for, if the SDK said.
+    public let call: CallID?
     /// Whether the send chains are linked into webrtcbin yet.
     private var sending = false
     /// Connect while ringing: until `startMedia()`, the send chains' sources stay stopped (the
@@ -96,6 +98,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         self.configuration = configuration
         jitterBufferLatencyMs = configuration.jitterBufferMs
         video = connection.media.video
+        call = connection.call
         holdingMedia = connection.holdsMedia
         let description = PipelineDescription.base(configuration)
         var error: UnsafeMutablePointer<CChar>?

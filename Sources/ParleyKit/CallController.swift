@@ -387,7 +387,7 @@ public actor CallController<C: Clock> where C.Duration == Duration {
         // Connecting while ringing, the callee may keep its addresses from the caller until the answer.
         let configuration = PeerConnectionConfiguration(iceServers: await environment.iceServers(),
                                                         relayOnly: settings.relayOnly || (early && settings.relayOnlyWhileRinging),
-                                                        media: machine.media, holdsMedia: early)
+                                                        media: machine.media, holdsMedia: early, call: id)
         let peer: any PeerConnection
         do {
             peer = try await environment.peers.makePeerConnection(configuration)
@@ -427,7 +427,8 @@ public actor CallController<C: Clock> where C.Duration == Duration {
     /// A path to a callee device that rings early: negotiated, ICE and DTLS connected, media held.
     private func connectEarly(to device: DeviceID) async {
         let configuration = PeerConnectionConfiguration(iceServers: await environment.iceServers(),
-                                                        relayOnly: environment.configuration.relayOnly, media: machine.media, holdsMedia: true)
+                                                        relayOnly: environment.configuration.relayOnly, media: machine.media, holdsMedia: true,
+                                                        call: id)
         let peer: any PeerConnection
         do {
             peer = try await environment.peers.makePeerConnection(configuration)

@@ -42,12 +42,16 @@ public struct PeerConnectionConfiguration: Hashable, Sendable {
     /// Connect while ringing: the connection negotiates, and ICE and DTLS connect, but nothing is
     /// captured, sent or played until `startMedia()` (the microphone is not even opened).
     public var holdsMedia: Bool
+    /// The call it is for (an app or an engine may tell a call's connections apart by it).
+    public var call: CallID?
 
-    public init(iceServers: [IceServer], relayOnly: Bool = false, media: MediaSpec = .audioOnly, holdsMedia: Bool = false) {
+    public init(iceServers: [IceServer], relayOnly: Bool = false, media: MediaSpec = .audioOnly, holdsMedia: Bool = false,
+                call: CallID? = nil) {
         self.iceServers = iceServers
         self.relayOnly = relayOnly
         self.media = media
         self.holdsMedia = holdsMedia
+        self.call = call
     }
 }
 

@@ -147,7 +147,9 @@ public actor Softphone {
     private var running: Task<Void, Never>?
     private var timelines: [UUID: CallTimeline] = [:]
     private var qualityLogHandle: FileHandle?
-    private var peers: [UUID: GStreamerPeerConnection] = [:]
+    /// Each call's peer connections, as made: connecting while ringing, a caller has one for each
+    /// callee device that rings, and keeps the answering one's.
+    private var peers: [UUID: [GStreamerPeerConnection]] = [:]
 
     public init(options: SoftphoneOptions, logger: Logger) throws {
         self.options = options
@@ -417,7 +419,7 @@ public actor Softphone {
         running?.cancel()
         await running?.value
         running = nil
-        for peer in peers.values { await peer.close() }
+        for peer in peers.values.joined() { await peer.close() }
         try? qualityLogHandle?.close()
         qualityLogHandle = nil
         eventSink.finish()
@@ -472,7 +474,7 @@ public actor Softphone {
 
     public func timeline(of call: UUID) -> CallTimeline? {
         guard var timeline = timelines[call] else { return nil }
-        if let peer = peers[call] {
+        if let peer = peer(of: call) {
             timeline.firstAudio = peer.remoteAudioStartedAt
             timeline.iceConnected = peer.iceConnectedAt
             timeline.recording = peer.recording
@@ -482,7 +484,14 @@ public actor Softphone {
         return timeline
     }
 
-    public func peerConnection(of call: UUID) -> GStreamerPeerConnection? { peers[call] }
+    public func peerConnection(of call: UUID) -> GStreamerPeerConnection? { peer(of: call) }
+
+    /// The call's peer connection: the last made whose media is not held (the others are paths
+    /// made while ringing to devices that did not answer), else the last.
+    private func peer(of call: UUID) -> GStreamerPeerConnection? {
+        guard let made = peers[call] else { return nil }
+        return made.last { !$0.holdsMedia } ?? made.last
+    }
 
     // MARK: Events
 
@@ -501,7 +510,7 @@ public actor Softphone {
             eventSink.yield(.phase(call, phase))
         case .quality(let call, let report):
             timelines[call]?.quality = report
-            logQuality(call, #""mos":\#(report.mos),"listeningMos":\#(report.listeningMos),"rttMs":\#(report.rttMs),"jitterMs":\#(report.jitterMs),"lossPct":\#(report.lossPct),"remoteLossPct":\#(report.remoteLossPct.map { String($0) } ?? "null"),"receivedKbps":\#(report.bitrateKbps),"burstRatio":\#(report.burstRatio),"codecKbps":\#(report.codecKbps),"receiveLatencyMs":\#(peers[call].map { String($0.receiveLatencyMs) } ?? "null")"#)
+            logQuality(call, #""mos":\#(report.mos),"listeningMos":\#(report.listeningMos),"rttMs":\#(report.rttMs),"jitterMs":\#(report.jitterMs),"lossPct":\#(report.lossPct),"remoteLossPct":\#(report.remoteLossPct.map { String($0) } ?? "null"),"receivedKbps":\#(report.bitrateKbps),"burstRatio":\#(report.burstRatio),"codecKbps":\#(report.codecKbps),"receiveLatencyMs":\#(peer(of: call).map { String($0.receiveLatencyMs) } ?? "null")"#)
         case .bitrate(let call, let setting):
             timelines[call]?.bitrate = setting
             logQuality(call, #""bitrateKbps":\#(setting.bitrateKbps),"fec":\#(setting.fec),"expectedLossPct":\#(setting.expectedLossPct),"frameMs":\#(setting.frameMs)"#)
@@ -555,10 +564,12 @@ public actor Softphone {
         }
     }
 
-    /// A peer connection belongs to the call that is connecting without one.
+    /// A peer connection belongs to the call it was made for (or, from an engine told no call, to
+    /// the call that is connecting without one).
     private func adopt(_ peer: GStreamerPeerConnection) {
         let waiting = timelines.values.filter { !$0.isEnded && peers[$0.call] == nil }.sorted { $0.started < $1.started }
-        if let call = waiting.first?.call { peers[call] = peer }
+        guard let call = peer.call?.uuid ?? waiting.first?.call else { return }
+        peers[call, default: []].append(peer)
     }
 
     // MARK: Server

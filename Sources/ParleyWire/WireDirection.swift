@@ -31,6 +31,7 @@ public struct WireDirection: Sendable {
     /// Takes a packet that arrived at `now` (seconds, any monotonic timeline).
     public mutating func admit(_ packet: [UInt8], at now: Double) {
         statistics.received += 1
+        statistics.kinds[PacketKind(packet), default: 0] += 1
         arrivals += 1
         if isLost() { return }
 
@@ -122,6 +123,8 @@ public struct WireStatistics: Hashable, Sendable {
     public var reordered = 0
     public var totalDelayMs = 0.0
     public var maxDelayMs = 0.0
+    /// What the packets received were (before any loss), by kind.
+    public var kinds: [PacketKind: Int] = [:]
 
     public var dropped: Int { droppedByLoss + droppedInBursts + droppedByQueue }
     public var meanDelayMs: Double { forwarded > 0 ? totalDelayMs / Double(forwarded) : 0 }
@@ -131,7 +134,36 @@ public struct WireStatistics: Hashable, Sendable {
         func number(_ value: Double) -> String { String(Double((value * 10).rounded()) / 10) }
         return #"{"received":\#(received),"forwarded":\#(forwarded),"dropped":\#(dropped),"droppedByLoss":\#(droppedByLoss),"#
             + #""droppedInBursts":\#(droppedInBursts),"droppedByQueue":\#(droppedByQueue),"delayed":\#(delayed),"#
-            + #""reordered":\#(reordered),"meanDelayMs":\#(number(meanDelayMs)),"maxDelayMs":\#(number(maxDelayMs))}"#
+            + #""reordered":\#(reordered),"meanDelayMs":\#(number(meanDelayMs)),"maxDelayMs":\#(number(maxDelayMs)),"#
+            + #""kinds":{\#(PacketKind.allCases.map { #""\#($0.rawValue)":\#(kinds[$0] ?? 0)"# }.joined(separator: ","))}}"#
+    }
+}
+
+/// What an IP packet carries, as far as a call's traffic goes: TCP (signaling), and for UDP what
+/// RFC 7983 tells from the first byte of the payload (and RFC 5761 from the second, for RTCP).
+/// SRTP and SRTCP keep these bytes in the clear, so the wire can count media without keys.
+public enum PacketKind: String, CaseIterable, Hashable, Sendable {
+    case tcp, stun, dtls, turnChannel, rtp, rtcp, otherUDP, other
+
+    public init(_ packet: [UInt8]) {
+        guard packet.count >= 20, packet[0] >> 4 == 4 else { self = .other; return }
+        let header = Int(packet[0] & 0x0F) * 4
+        switch packet[9] {
+        case 6: self = .tcp
+        case 17:
+            let payload = header + 8
+            guard packet.count > payload else { self = .otherUDP; return }
+            switch packet[payload] {
+            case 0...3: self = .stun
+            case 20...63: self = .dtls
+            case 64...79: self = .turnChannel
+            case 128...191:
+                let type = packet.count > payload + 1 ? packet[payload + 1] : 0
+                self = (192...223).contains(type) ? .rtcp : .rtp
+            default: self = .otherUDP
+            }
+        default: self = .other
+        }
     }
 }
 

@@ -57,6 +57,53 @@ struct ImpairedCallTests {
         }
     }
 
+    /// Connecting while ringing over a 100 ms round trip, counted on the wire: while bob's phone
+    /// rings (4 s), ICE's checks and the DTLS handshake cross it both ways, and not one RTP or RTCP
+    /// packet does either way; once bob answers, media flows both ways, and each side hears the other
+    /// from its first audio on.
+    @Test func whileItRingsThePathIsMadeAndNoMediaCrossesTheWire() throws {
+        let lab = try ImpairedWireLab(impairment: "delay=50ms")
+        defer { lab.removeFiles() }
+        let ringFor = 4.0
+        var ringing: [String: [String: Any]] = [:]
+        let call: ImpairedWireLab.Call
+        do {
+            call = try lab.call(seconds: 4, changes: [], play: ("tone:440", "tone:660"), answerAfter: ringFor) { calleeOutput in
+                var rangAt: ContinuousClock.Instant?
+                let deadline = ContinuousClock.now + .seconds(15)
+                while ContinuousClock.now < deadline {
+                    if rangAt == nil, ((try? String(contentsOf: calleeOutput, encoding: .utf8)) ?? "").contains("incoming call") { rangAt = .now }
+                    let now = try lab.wires[0].statistics()
+                    func count(_ direction: String, _ kind: String) -> Int { ((now[direction]?["kinds"] as? [String: Int])?[kind]) ?? 0 }
+                    // Both ways: the handshake's flights, and a little after it.
+                    if let rangAt, count("ab", "dtls") >= 2, count("ba", "dtls") >= 2 {
+                        Thread.sleep(forTimeInterval: 0.5)
+                        ringing = try lab.wires[0].statistics()
+                        // Still ringing when the wire was read: bob answers `ringFor` after it rang.
+                        guard ContinuousClock.now - rangAt < .seconds(ringFor - 1) else { throw TestFailure("the path took too long to read while ringing") }
+                        return
+                    }
+                    Thread.sleep(forTimeInterval: 0.05)
+                }
+                throw TestFailure("no DTLS handshake crossed the wire while it rang: \(try lab.wires[0].statistics())")
+            }
+        } catch { _ = lab.stop(); throw error }
+        let after = try JSONSerialization.jsonObject(with: Data(lab.stop().utf8)) as! [String: [String: Any]]
+        for direction in ["ab", "ba"] {
+            let kinds = ringing[direction]?["kinds"] as? [String: Int] ?? [:]
+            #expect(kinds["stun", default: 0] > 0 && kinds["dtls", default: 0] >= 2, "\(direction) while ringing: \(kinds)")
+            #expect(kinds["rtp"] == 0 && kinds["rtcp"] == 0, "no media while ringing, \(direction): \(kinds)")
+            let total = after[direction]?["kinds"] as? [String: Int] ?? [:]
+            // 4 s of 20 ms packets after the answer.
+            #expect(total["rtp", default: 0] > 150, "media after the answer, \(direction): \(total)")
+        }
+        for (side, hertz) in [(call.caller, 660.0), (call.callee, 440.0)] {
+            let recording = try Recording(side.recording)
+            let check = recording.toneInEveryWindow(hertz, from: 0.3, to: recording.audio.duration - 0.3)
+            #expect(check.passed, "\(side.name): \(check)")
+        }
+    }
+
     /// Nothing is sent before the call connects (ICE and DTLS), however long that takes, and a
     /// file played into the call starts then. Over a 500 ms round trip the send chains run for
     /// seconds before the connection: what they made meanwhile used to wait in webrtcbin and go out
@@ -239,6 +286,28 @@ struct ImpairedWireLab {
         let wire: TunWire
         let control: Int32
         private let stopped = DispatchSemaphore(value: 0)
+        private let answers = Answers()
+
+        /// The wire's answers to control lines, as they come.
+        final class Answers: @unchecked Sendable {
+            private let lock = NSLock()
+            private var lines: [String] = []
+            private let arrived = DispatchSemaphore(value: 0)
+
+            func put(_ line: String) {
+                lock.withLock { lines.append(line) }
+                arrived.signal()
+            }
+
+            /// The next answer that starts with `prefix` (others are dropped); nil after `timeout` seconds.
+            func next(startingWith prefix: String, timeout: Double) -> String? {
+                let deadline = DispatchTime.now() + timeout
+                while arrived.wait(timeout: deadline) == .success {
+                    if let line = lock.withLock({ lines.isEmpty ? nil : lines.removeFirst() }), line.hasPrefix(prefix) { return line }
+                }
+                return nil
+            }
+        }
 
         init(a: TunWire.Side, b: TunWire.Side, impairment: String) throws {
             wire = try TunWire(a: a, b: b, ab: try Impairment(spec: impairment), ba: try Impairment(spec: impairment), seed: 7)
@@ -248,9 +317,9 @@ struct ImpairedWireLab {
                 throw TestFailure("no pipe")
             }
             control = ends[1]
-            let wire = self.wire, readEnd = ends[0], stopped = self.stopped
+            let wire = self.wire, readEnd = ends[0], stopped = self.stopped, answers = self.answers
             Thread.detachNewThread {
-                try? wire.run(control: readEnd, stopsOnSignals: false) { _ in }
+                try? wire.run(control: readEnd, stopsOnSignals: false) { answers.put($0) }
                 close(readEnd)
                 stopped.signal()
             }
@@ -259,6 +328,17 @@ struct ImpairedWireLab {
         func change(to spec: String) -> Bool {
             let line = "set \(spec)\n"
             return line.withCString { write(control, $0, strlen($0)) } == line.utf8.count
+        }
+
+        /// What the wire did so far, direction by direction ("ab", "ba"), asked while it runs.
+        func statistics() throws -> [String: [String: Any]] {
+            let line = "stats\n"
+            guard line.withCString({ write(control, $0, strlen($0)) }) == line.utf8.count,
+                  let answer = answers.next(startingWith: "{", timeout: 5),
+                  let json = try JSONSerialization.jsonObject(with: Data(answer.utf8)) as? [String: [String: Any]] else {
+                throw TestFailure("the wire did not answer stats")
+            }
+            return json
         }
 
         /// Stops forwarding and closes the devices; answers what the wire did, as JSON.
@@ -331,7 +411,10 @@ struct ImpairedWireLab {
     /// A call from side a to side b that lasts `seconds` once connected; the wires change as
     /// `changes` say. Each side plays `play` (the speech if not given: `tone:440` for the caller,
     /// `tone:660` for the callee, for instance) and uses every path's address for media.
-    func call(seconds: Int, changes: [Change], play: (caller: String, callee: String)? = nil) throws -> Call {
+    /// `answerAfter`: the callee lets the call ring that long first; `whileRinging` runs once the
+    /// caller started, given the callee's output file.
+    func call(seconds: Int, changes: [Change], play: (caller: String, callee: String)? = nil, answerAfter: Double = 0,
+              whileRinging: ((URL) throws -> Void)? = nil) throws -> Call {
         let url = "http://\(b.address):\(port)"
         func arguments(_ name: String, _ addresses: [String]) -> [String] {
             let sound = play.map { name == "alice" ? $0.caller : $0.callee } ?? speech.path
@@ -341,7 +424,8 @@ struct ImpairedWireLab {
         }
         let media = wires.count > 1 ? Array(wires.dropFirst()) : wires
         let calleeOutput = directory.appendingPathComponent("callee.out")
-        let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--once"] + arguments("bob", media.map(\.wire.b.address)), output: calleeOutput)
+        let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--answer-after", "\(answerAfter)", "--once"]
+                                    + arguments("bob", media.map(\.wire.b.address)), output: calleeOutput)
         let deadline = ContinuousClock.now + .seconds(20)
         while !(try String(contentsOf: calleeOutput, encoding: .utf8).contains("listening as")) {
             guard ContinuousClock.now < deadline, callee.isRunning else {
@@ -359,6 +443,12 @@ struct ImpairedWireLab {
             throw error
         }
         let started = ContinuousClock.now
+        do {
+            try whileRinging?(calleeOutput)
+        } catch {
+            caller.terminate(); callee.terminate()
+            throw error
+        }
         for change in changes {
             let wait = started + change.after - .now
             if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18) }

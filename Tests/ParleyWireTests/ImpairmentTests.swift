@@ -137,4 +137,23 @@ struct ImpairmentTests {
         #expect((400...600).contains(later))
         #expect(direction.statistics.received == 2_000 && direction.statistics.forwarded == 1_000 + later)
     }
+
+    /// The wire tells a call's packets apart as RFC 7983 does (RTCP by RFC 5761's packet types).
+    @Test func countsPacketsByWhatTheyCarry() {
+        func udp(_ payload: [UInt8]) -> [UInt8] {
+            [0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0, 198, 51, 100, 1, 203, 0, 113, 1] + [0x13, 0x88, 0x13, 0x89, 0, 0, 0, 0] + payload
+        }
+        var tcp = udp([0])
+        tcp[9] = 6
+        let packets: [([UInt8], PacketKind)] = [
+            (udp([0x00, 0x01]), .stun), (udp([22, 0xFE, 0xFD]), .dtls), (udp([23, 0xFE, 0xFD]), .dtls),
+            (udp([0x80, 111]), .rtp), (udp([0x80, 0x80 | 111]), .rtp), (udp([0x81, 200]), .rtcp), (udp([0x80, 201]), .rtcp),
+            (udp([0x40, 0x00]), .turnChannel), (udp([0xFF]), .otherUDP), (udp([]), .otherUDP), (tcp, .tcp), ([0x60] + udp([0]).dropFirst(), .other),
+        ]
+        for (packet, kind) in packets { #expect(PacketKind(packet) == kind, "\(packet.suffix(3))") }
+        var direction = WireDirection(impairment: Impairment(), seed: 1)
+        for (packet, _) in packets { direction.admit(packet, at: 0) }
+        #expect(direction.statistics.kinds[.rtp] == 2 && direction.statistics.kinds[.rtcp] == 2 && direction.statistics.kinds[.dtls] == 2)
+        #expect(direction.statistics.json.contains(#""kinds":{"tcp":1,"stun":1,"dtls":2,"turnChannel":1,"rtp":2,"rtcp":2,"otherUDP":2,"other":1}"#))
+    }
 }
