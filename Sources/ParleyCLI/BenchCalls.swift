@@ -34,6 +34,9 @@ struct BenchCalls: AsyncParsableCommand {
     @Option(help: "Seconds of the steady call over which CPU is measured.")
     var steady: Double = 10
 
+    @Option(help: "Seconds each call rings before it is answered, in the answer-to-voice comparison (0: skip it).")
+    var ring: Double = 1
+
     @Option(help: "The Chromium executable.")
     var chromium: String = "/usr/bin/chromium"
 
@@ -46,6 +49,7 @@ struct BenchCalls: AsyncParsableCommand {
     func validate() throws {
         guard calls >= 1, calls <= 1000 else { throw ValidationError("--calls must be between 1 and 1000") }
         guard talk > 0, steady >= 2 else { throw ValidationError("--talk must be positive and --steady at least 2 seconds") }
+        guard ring.isFinite, (0...30).contains(ring) else { throw ValidationError("--ring takes seconds, from 0 to 30") }
     }
 
     struct Side {
@@ -68,6 +72,10 @@ struct BenchCalls: AsyncParsableCommand {
         defer { Task { await server.stop() } }
         progress("server on \(server.base.absoluteString)")
 
+        var answers: [AnswerSide] = []
+        if ring > 0 {
+            for early in [false, true] { answers.append(try await answerToVoice(server.base, connectWhileRinging: early, logger: logger)) }
+        }
         var sides = [try await parley(server.base, logger: logger)]
         if !skipChromium {
             sides.append(try await chrome(server.base))
@@ -76,17 +84,89 @@ struct BenchCalls: AsyncParsableCommand {
         }
         await server.stop()
         print(table(sides))
+        if !answers.isEmpty { print(answerTable(answers)) }
+    }
+
+    // MARK: Answer to voice
+
+    struct AnswerSide {
+        var name: String
+        /// From the tap (the callee's answer) to the first audio each side heard, in ms.
+        var callerHears: [Double] = []
+        var calleeHears: [Double] = []
+        var failures = 0
+    }
+
+    /// Parley calling Parley, each call ringing `ring` seconds before the callee answers: from the
+    /// answer to the first audio each side hears, classic (the path made after the answer) or
+    /// connecting while ringing. Both phones are in this process, so one clock times both.
+    private func answerToVoice(_ base: URL, connectWhileRinging: Bool, logger: Logger) async throws -> AnswerSide {
+        let alice = try phone(base, "bench-ring-alice", hertz: 440, connectWhileRinging: connectWhileRinging, logger: logger)
+        let bob = try phone(base, "bench-ring-bob", hertz: 660, connectWhileRinging: connectWhileRinging, logger: logger)
+        try await alice.start()
+        try await bob.start()
+        try await Task.sleep(for: .seconds(1))
+        var side = AnswerSide(name: connectWhileRinging ? "Parley, connecting while ringing" : "Parley, classic")
+        for index in 0..<calls {
+            let call = await alice.call("bench-ring-bob")
+            let rings = ContinuousClock.now + .seconds(10)
+            while await bob.timeline(of: call) == nil, ContinuousClock.now < rings { try await Task.sleep(for: .milliseconds(2)) }
+            try await Task.sleep(for: .seconds(ring))
+            let answered = ContinuousClock.now
+            await bob.answer(call)
+            let deadline = answered + .seconds(10)
+            var heard: (ContinuousClock.Instant?, ContinuousClock.Instant?) = (nil, nil)
+            while ContinuousClock.now < deadline, heard.0 == nil || heard.1 == nil {
+                heard = (await alice.timeline(of: call)?.firstAudio, await bob.timeline(of: call)?.firstAudio)
+                try await Task.sleep(for: .milliseconds(2))
+            }
+            if let caller = heard.0, let callee = heard.1 {
+                side.callerHears.append((caller - answered).seconds * 1000)
+                side.calleeHears.append((callee - answered).seconds * 1000)
+            } else {
+                side.failures += 1
+            }
+            await alice.hangUp(call)
+            while await alice.timeline(of: call)?.isEnded != true { try await Task.sleep(for: .milliseconds(5)) }
+            try await Task.sleep(for: .milliseconds(200))
+            progress("\(side.name) call \(index + 1)/\(calls)")
+        }
+        await alice.stop()
+        await bob.stop()
+        return side
+    }
+
+    private func answerTable(_ sides: [AnswerSide]) -> String {
+        func p(_ values: [Double], _ fraction: Double) -> Double? {
+            guard !values.isEmpty else { return nil }
+            let sorted = values.sorted()
+            return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * fraction).rounded()))]
+        }
+        let cell = BenchTable.cell
+        var lines = ["", String(format: "answer to voice: %d calls per side, each ringing %.1f s first; from the answer (the tap) to the first audio heard", calls, ring)]
+        lines.append("side                                caller hears p50 / p95     callee hears p50 / p95   failed")
+        for side in sides {
+            let name = side.name.padding(toLength: 34, withPad: " ", startingAt: 0)
+            lines.append("\(name) \(cell(p(side.callerHears, 0.5), "%6.0f ms")) / \(cell(p(side.callerHears, 0.95), "%4.0f ms"))"
+                         + "       \(cell(p(side.calleeHears, 0.5), "%6.0f ms")) / \(cell(p(side.calleeHears, 0.95), "%4.0f ms"))   \(side.failures)")
+        }
+        if sides.count == 2, let early = p(sides[1].callerHears, 0.5), let classic = p(sides[0].callerHears, 0.5), classic > 0,
+           let earlyCallee = p(sides[1].calleeHears, 0.5), let classicCallee = p(sides[0].calleeHears, 0.5), classicCallee > 0 {
+            lines.append(String(format: "connecting while ringing / classic, p50: caller hears %.2f, callee hears %.2f", early / classic, earlyCallee / classicCallee))
+        }
+        return lines.joined(separator: "\n")
     }
 
     // MARK: Parley
 
-    private func phone(_ base: URL, _ user: UserID, hertz: Double, logger: Logger) throws -> Softphone {
+    private func phone(_ base: URL, _ user: UserID, hertz: Double, connectWhileRinging: Bool = true, logger: Logger) throws -> Softphone {
         var media = MediaEngineConfiguration()
         media.input = .tone(hertz: hertz)
         media.output = .null
         media.localAddresses = ["127.0.0.1"]
         var options = SoftphoneOptions(server: base, user: user, media: media)
         options.statsInterval = .seconds(1)
+        options.connectWhileRinging = connectWhileRinging
         return try Softphone(options: options, logger: logger)
     }
 

@@ -17,7 +17,10 @@ final class Bridge: @unchecked Sendable {
     private let lock = NSLock()
     /// Whether the speaker is muted (held, or media not started yet): a receiver made later starts so.
     private var speakerMuted = false
-    private let writer: WAV.Writer?
+    /// The received audio's file, made when media starts (a connection that holds media and never
+    /// starts it, a path to a device that did not answer, makes none).
+    private var writer: WAV.Writer?
+    private let recording: URL?
     private var finished = false
 
     // Negotiation-needed events, as libwebrtc numbers them: an event is stale once a round that
@@ -49,18 +52,25 @@ final class Bridge: @unchecked Sendable {
     private var sentElement: UnsafeMutableRawPointer?
     private var sentProbe: UInt?
 
-    init(pipeline: UnsafeMutableRawPointer, output: AudioOutputSink, recording: URL?, logger: Logger) {
+    init(pipeline: UnsafeMutableRawPointer, output: AudioOutputSink, recording: URL?, mediaHeld: Bool = false, logger: Logger) {
         self.pipeline = pipeline
         self.output = output
         self.logger = logger
+        self.recording = recording
         (events, eventSink) = AsyncStream.makeStream()
         (channels, channelSink) = AsyncStream.makeStream()
-        writer = recording.flatMap { url in
-            do { return try WAV.Writer(url: url, sampleRate: 48_000, channels: 1) } catch {
-                logger.error("cannot record", metadata: ["file": "\(url.path)", "error": "\(error)"])
-                return nil
-            }
+        if !mediaHeld { startRecordingFile() }
+    }
+
+    /// Makes the received audio's file, if there is to be one.
+    func startRecordingFile() {
+        guard let url = recording else { return }
+        let made: WAV.Writer?
+        do { made = try WAV.Writer(url: url, sampleRate: 48_000, channels: 1) } catch {
+            logger.error("cannot record", metadata: ["file": "\(url.path)", "error": "\(error)"])
+            made = nil
         }
+        lock.withLock { if writer == nil, !finished { writer = made } }
     }
 
     var receivedLevel: Double? { lock.withLock { level } }
@@ -276,7 +286,7 @@ final class Bridge: @unchecked Sendable {
             _firstAudioAt = .now
             return true
         }
-        writer?.append(Data(bytes: bytes, count: count))
+        lock.withLock { writer }?.append(Data(bytes: bytes, count: count))
         lock.withLock { recorder }?.remote(bytes, count: count)
         if first { eventSink.yield(.remoteAudioStarted) }
     }
@@ -348,7 +358,7 @@ final class Bridge: @unchecked Sendable {
         if let element = lock.withLock({ () -> UnsafeMutableRawPointer? in defer { sentElement = nil }; return sentElement }) {
             parley_object_unref(element)
         }
-        writer?.close()
+        lock.withLock { writer }?.close()
         eventSink.yield(.iceConnectionState(.closed))
         eventSink.yield(.connectionState(.closed))
         eventSink.finish()

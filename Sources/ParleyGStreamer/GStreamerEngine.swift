@@ -2,6 +2,7 @@ import CParleyGst
 import Foundation
 import Logging
 import ParleyKit
+import ParleyProtocol
 
 /// Why the media engine could not do what was asked.
 public struct MediaEngineError: Error, Hashable, CustomStringConvertible {
@@ -85,8 +86,9 @@ public final class GStreamerEngine: PeerConnectionFactory {
         if connection.media.video { try Self.check(Self.videoElements) }
         var configuration = self.configuration
         if case .file(let url) = configuration.output {
-            // One recording per call: the second and later calls of this engine get a numbered file.
-            let index = counter.next()
+            // One recording per call: the second and later calls of this engine get a numbered file
+            // (a call's connections share its number: only the one whose media starts writes it).
+            let index = counter.next(for: connection.call)
             if index > 1 {
                 let base = url.deletingPathExtension().path
                 configuration.output = .file(URL(fileURLWithPath: "\(base)-\(index).\(url.pathExtension.isEmpty ? "wav" : url.pathExtension)"))
@@ -156,5 +158,16 @@ final class WarmUp: @unchecked Sendable {
 final class Counter: @unchecked Sendable {
     private let lock = NSLock()
     private var value = 0
+    private var numbers: [CallID: Int] = [:]
     func next() -> Int { lock.withLock { value += 1; return value } }
+
+    /// The number of `call` (the next for a call not seen before; the next number if none).
+    func next(for call: CallID?) -> Int {
+        lock.withLock {
+            if let call, let known = numbers[call] { return known }
+            value += 1
+            if let call { numbers[call] = value }
+            return value
+        }
+    }
 }

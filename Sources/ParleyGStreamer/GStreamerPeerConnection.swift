@@ -112,7 +112,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         self.pipeline = pipeline
         self.webrtc = webrtc
         if case .file(let url) = configuration.output { recording = url } else { recording = nil }
-        bridge = Bridge(pipeline: pipeline, output: configuration.output, recording: recording, logger: logger)
+        bridge = Bridge(pipeline: pipeline, output: configuration.output, recording: recording, mediaHeld: connection.holdsMedia, logger: logger)
         retainedBridge = Unmanaged.passRetained(bridge).toOpaque()
         parley_webrtc_attach(pipeline, webrtc, bridgeEventCallback, retainedBridge)
         if configuration.retransmission { parley_webrtc_enable_retransmission(webrtc) }
@@ -353,6 +353,7 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             return heldChains
         }
         guard let chains else { return }
+        bridge.startRecordingFile()
         for chain in chains {
             if parley_send_from_connection(webrtc, chain.bin, chain.end, chain.file) != 1 {
                 logger.error("a held send chain has no \(chain.end)")

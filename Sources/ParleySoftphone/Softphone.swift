@@ -44,6 +44,8 @@ public struct SoftphoneOptions: Sendable {
     public var statsInterval: Duration = .seconds(1)
     /// Media only through the TURN relays the server hands out.
     public var relayOnly = false
+    /// Connect audio calls while they ring (`CallManager.Configuration.connectWhileRinging`).
+    public var connectWhileRinging = true
     /// One signaling connection attempt's limit.
     public var connectTimeout: Duration = .seconds(5)
     /// How long `start()` keeps trying to reach the server, fetch a token and connect, with
@@ -376,6 +378,7 @@ public actor Softphone {
         var managerConfiguration = CallManager<ContinuousClock>.Configuration()
         managerConfiguration.statsInterval = options.statsInterval
         managerConfiguration.relayOnly = options.relayOnly
+        managerConfiguration.connectWhileRinging = options.connectWhileRinging
         let manager = CallManager(signaling: signaling, provider: provider, audio: audio, peers: engine, clock: ContinuousClock(),
                                   logger: logger, configuration: managerConfiguration)
         self.signaling = signaling
