@@ -262,6 +262,12 @@ final class Bridge: @unchecked Sendable {
             logger.error("cannot link the receiver", metadata: ["media": "\(media)"])
             return
         }
+        // Again once it is in the pipeline: the speaker may have been unmuted (media started)
+        // between the first look and now, when `setSpeakerMuted` could not find it yet.
+        if media == "audio", let speaker = parley_bin_get(bin, "speaker") {
+            parley_set_bool(speaker, "mute", lock.withLock { speakerMuted } ? 1 : 0)
+            parley_object_unref(speaker)
+        }
         if media == "audio", output == .device, let playback = parley_bin_get(pipeline, "playback") {
             if parley_link(bin, playback) != 0 { logger.error("cannot reach the speaker") }
             parley_object_unref(playback)

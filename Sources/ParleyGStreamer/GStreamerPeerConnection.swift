@@ -346,22 +346,21 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     }
 
     public func startMedia() async {
-        let chains: [(bin: UnsafeMutableRawPointer, end: String, file: String?)]? = lock.withLock {
-            guard holdingMedia, !closed else { return nil }
+        // Under the lock throughout, as every change to a live pipeline: a close cannot free it meanwhile.
+        lock.withLock {
+            guard holdingMedia, !closed else { return }
             holdingMedia = false
-            defer { heldChains = [] }
-            return heldChains
-        }
-        guard let chains else { return }
-        bridge.startRecordingFile()
-        for chain in chains {
-            if parley_send_from_connection(webrtc, chain.bin, chain.end, chain.file) != 1 {
-                logger.error("a held send chain has no \(chain.end)")
+            bridge.startRecordingFile()
+            for chain in heldChains {
+                if parley_send_from_connection(webrtc, chain.bin, chain.end, chain.file) != 1 {
+                    logger.error("a held send chain has no \(chain.end)")
+                }
+                parley_bin_hold_sources(chain.bin, 0)
+                parley_object_unref(chain.bin)
             }
-            parley_bin_hold_sources(chain.bin, 0)
-            parley_object_unref(chain.bin)
+            heldChains = []
+            bridge.setSpeakerMuted(microphone.held)
         }
-        bridge.setSpeakerMuted(lock.withLock { microphone.held })
     }
 
     /// Whether media is held (`holdsMedia`) and not yet started.

@@ -156,6 +156,7 @@ public actor CallController<C: Clock> where C.Duration == Duration {
     /// The network changed: ICE restarts (or, on the callee, is asked for).
     public func networkChanged() async {
         guard !machine.phase.isEnded else { return }
+        for path in earlyPaths.values { await path.negotiator.restartIce() }
         await negotiator?.restartIce()
     }
 
@@ -467,13 +468,25 @@ public actor CallController<C: Clock> where C.Duration == Duration {
             answeredDevice = device
             peerGeneration += 1
         }
-        await closeEarlyPaths()
         guard let path else {
+            await closeEarlyPaths()
             startChild { await self.makePeerConnection(polite: false, early: false) }
             return
         }
-        await path.peer.startMedia()
+        // A mute or hold set while it rang reaches the path before its media starts; the other
+        // paths close after it, beside the call (closing a pipeline takes time the first packet
+        // should not wait for).
         await perform { $0.peerConnectionReady() }
+        guard !machine.phase.isEnded, peer != nil else { return }
+        await path.peer.startMedia()
+        let others = earlyPaths.values
+        earlyPaths = [:]
+        startChild {
+            for other in others {
+                await other.negotiator.close()
+                await other.peer.close()
+            }
+        }
         if let outcome = path.outcome { await negotiation(outcome) }
     }
 
@@ -554,6 +567,8 @@ public actor CallController<C: Clock> where C.Duration == Duration {
         peer = nil
         negotiator = nil
         qualityLoopFor = nil
+        // Signals that came for no connection belong to none made later.
+        pendingSignals = []
         await closeEarlyPaths()
     }
 

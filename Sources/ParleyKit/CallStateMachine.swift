@@ -133,7 +133,9 @@ public struct CallStateMachine: Sendable {
     public mutating func inviteFailed() -> [Action] {
         guard phase == .dialing else { return [] }
         phase = .ended(EndReason(rawValue: "failed"))
-        return takeStart(fulfilled: false)
+        let paths: [Action] = earlyDevices.isEmpty ? [] : [.closePeerConnection]
+        earlyDevices = []
+        return takeStart(fulfilled: false) + paths
     }
 
     /// A callee device rings (`call.ringing`); one that rings `early` is connected to now.
@@ -168,7 +170,7 @@ public struct CallStateMachine: Sendable {
         guard direction == .incoming, phase == .ringing else { return [.fail(action)] }
         phase = .answering
         answerAction = action
-        return [.configureAudio, .sendAccept] + (earlyPeer ? [] : [.makePeerConnection(polite: true)])
+        return [.configureAudio, .sendAccept] + (earlyPeer ? [] : [.makePeerConnection(polite: true, early: connectsWhileRinging)])
     }
 
     public mutating func acceptAcknowledged() -> [Action] {
@@ -186,7 +188,8 @@ public struct CallStateMachine: Sendable {
         guard phase == .answering, acceptTaken, peerReady, let action = answerAction else { return [] }
         answerAction = nil
         phase = mediaReady ? .connected : .connecting
-        return [.fulfill(action)] + (earlyPeer ? [.startMedia] : [])
+        // (Connecting while ringing, every connection of the call holds its media until now.)
+        return [.fulfill(action)] + (connectsWhileRinging ? [.startMedia] : [])
     }
 
     /// The server refused the accept: someone else answered, or the call is over.
@@ -273,6 +276,14 @@ public struct CallStateMachine: Sendable {
     /// Media could not be recovered: ICE restarts ran out (`ice-failed`), or DTLS failed (`dtls-failed`).
     public mutating func mediaFailed(_ reason: String) -> [Action] {
         guard !phase.isEnded else { return [] }
+        if direction == .incoming, phase == .ringing, earlyPeer {
+            // The connection made while ringing failed (or could not be made): the call rings on,
+            // and answering makes another, which holds its media as well until the accept is taken.
+            earlyPeer = false
+            peerReady = false
+            mediaReady = false
+            return [.closePeerConnection]
+        }
         phase = .ended(EndReason(rawValue: reason))
         return pendingActionsFailed() + [.sendHangup(reason: reason), .closePeerConnection, .reportEnded(.failed)]
     }

@@ -63,6 +63,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         self.name = name
         holding = holdsMedia
         microphoneOpened = !holdsMedia
+        sendingChanges = [!holdsMedia]
         (events, sink) = AsyncStream.makeStream()
         sink.yield(.negotiationNeeded(id: 1))
     }
@@ -84,7 +85,18 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         lock.withLock {
             holding = false
             microphoneOpened = true
+            noteSending()
         }
+    }
+
+    /// Whether the microphone went out, each time that changed (from `false` at the start): a
+    /// `true` in it means something was sent, if only for a moment.
+    public var sendingHistory: [Bool] { lock.withLock { sendingChanges } }
+    private var sendingChanges = [false]
+
+    private func noteSending() {
+        let now = microphone.sends && !holding
+        if sendingChanges.last != now { sendingChanges.append(now) }
     }
     public var currentIceState: IceConnectionState { lock.withLock { iceState } }
     public var remote: SessionDescription? { lock.withLock { remoteDescription } }
@@ -166,8 +178,19 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         }
     }
 
-    public func setMicrophoneMuted(_ muted: Bool) async { lock.withLock { microphone.muted = muted } }
-    public func setOnHold(_ held: Bool) async { lock.withLock { microphone.held = held } }
+    public func setMicrophoneMuted(_ muted: Bool) async {
+        lock.withLock {
+            microphone.muted = muted
+            noteSending()
+        }
+    }
+
+    public func setOnHold(_ held: Bool) async {
+        lock.withLock {
+            microphone.held = held
+            noteSending()
+        }
+    }
     public func setAudioEncoding(_ setting: BitrateController.Setting) async { lock.withLock { encoding = setting } }
 
     /// Tones sent with `sendDTMF`, in order.

@@ -24,6 +24,34 @@ struct ClientCallStateMachineTests {
         #expect(call.phase == .connected)
     }
 
+    /// Connecting while ringing, as a callee: the connection is made on the invite and holds its
+    /// media; an answer that finds it connected is connected at once and starts media only once the
+    /// server took the accept. One that failed while ringing leaves the call ringing, and the
+    /// answer makes another, held as well.
+    @Test func aCalleeConnectsWhileRingingAndStartsMediaOnlyOnceTheAcceptIsTaken() {
+        var (call, _) = CallStateMachine.incoming(id, from: "alice", name: nil, media: .audioOnly, alreadyReported: false,
+                                                  connectWhileRinging: true)
+        #expect(call.signalingInviteArrived() == [.sendRinging(early: true), .makePeerConnection(polite: true, early: true)])
+        #expect(call.signalingInviteArrived() == [.sendRinging(early: true)], "one connection, however often the invite comes")
+        _ = call.peerConnectionReady()
+        #expect(call.mediaConnected() == [] && call.phase == .ringing)
+        let answer = ProviderActionID()
+        #expect(call.answer(answer) == [.configureAudio, .sendAccept])
+        #expect(call.acceptAcknowledged() == [.fulfill(answer), .startMedia])
+        #expect(call.phase == .connected, "its path was ready")
+
+        var (failing, _) = CallStateMachine.incoming(id, from: "alice", name: nil, media: .audioOnly, alreadyReported: false,
+                                                     connectWhileRinging: true)
+        _ = failing.signalingInviteArrived()
+        _ = failing.peerConnectionReady()
+        #expect(failing.mediaFailed("ice-failed") == [.closePeerConnection])
+        #expect(failing.phase == .ringing, "a path that failed while ringing does not decline the call")
+        #expect(failing.answer(answer) == [.configureAudio, .sendAccept, .makePeerConnection(polite: true, early: true)])
+        #expect(failing.acceptAcknowledged() == [])
+        #expect(failing.peerConnectionReady() == [.fulfill(answer), .startMedia])
+        #expect(failing.phase == .connecting)
+    }
+
     @Test func anAnswerThatCannotJoinFails() {
         var (call, _) = CallStateMachine.incoming(id, from: "alice", name: nil, media: .audioOnly, alreadyReported: true)
         let answer = ProviderActionID()

@@ -66,6 +66,9 @@ struct MicrophoneTests {
         try await eventually("alice connects") { await alice.phase(call) == .connected }
         let alicePeer = try #require(alice.peers.connections.first)
         #expect(!alicePeer.sendingAudio, "the microphone stays muted")
+        if connectWhileRinging {
+            #expect(alicePeer.sendingHistory == [false], "not one moment of the microphone went out")
+        }
         await alice.stop(); await bob.stop()
         try await server.stop()
     }
