@@ -61,6 +61,10 @@ struct SoftphoneArguments: ParsableArguments {
     @Option(name: .customLong("quality-log"), help: "Append a JSON line for every quality report and encoder change to this file.")
     var qualityLog: String?
 
+    @Flag(name: .customLong("connect-while-ringing"),
+          help: "Set the media path up while a call rings (nothing sent before the answer), so answering costs one trip. Not yet the default here: see docs/sdk.md.")
+    var connectWhileRinging = false
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error.")
     var logLevel: String = Serve.env("PARLEY_LOG_LEVEL") ?? "error"
 
@@ -135,6 +139,7 @@ struct SoftphoneArguments: ParsableArguments {
         var options = SoftphoneOptions(server: server ?? serverURL, user: UserID(rawValue: user)!, name: name, token: token,
                                        device: device.flatMap(DeviceID.init(rawValue:)), media: media)
         options.qualityLog = qualityLog.map { URL(fileURLWithPath: $0) }
+        options.connectWhileRinging = connectWhileRinging
         return options
     }
 }

@@ -68,7 +68,8 @@ struct ImpairedCallTests {
         var ringing: [String: [String: Any]] = [:]
         let call: ImpairedWireLab.Call
         do {
-            call = try lab.call(seconds: 4, changes: [], play: ("tone:440", "tone:660"), answerAfter: ringFor) { calleeOutput in
+            call = try lab.call(seconds: 4, changes: [], play: ("tone:440", "tone:660"), answerAfter: ringFor,
+                                connectWhileRinging: true) { calleeOutput in
                 var rangAt: ContinuousClock.Instant?
                 let deadline = ContinuousClock.now + .seconds(15)
                 while ContinuousClock.now < deadline {
@@ -414,7 +415,7 @@ struct ImpairedWireLab {
     /// `answerAfter`: the callee lets the call ring that long first; `whileRinging` runs once the
     /// caller started, given the callee's output file.
     func call(seconds: Int, changes: [Change], play: (caller: String, callee: String)? = nil, answerAfter: Double = 0,
-              whileRinging: ((URL) throws -> Void)? = nil) throws -> Call {
+              connectWhileRinging: Bool = false, whileRinging: ((URL) throws -> Void)? = nil) throws -> Call {
         let url = "http://\(b.address):\(port)"
         func arguments(_ name: String, _ addresses: [String]) -> [String] {
             let sound = play.map { name == "alice" ? $0.caller : $0.callee } ?? speech.path
@@ -424,7 +425,8 @@ struct ImpairedWireLab {
         }
         let media = wires.count > 1 ? Array(wires.dropFirst()) : wires
         let calleeOutput = directory.appendingPathComponent("callee.out")
-        let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--answer-after", "\(answerAfter)", "--once"]
+        let early = connectWhileRinging ? ["--connect-while-ringing"] : []
+        let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--answer-after", "\(answerAfter)", "--once"] + early
                                     + arguments("bob", media.map(\.wire.b.address)), output: calleeOutput)
         let deadline = ContinuousClock.now + .seconds(20)
         while !(try String(contentsOf: calleeOutput, encoding: .utf8).contains("listening as")) {
@@ -437,7 +439,8 @@ struct ImpairedWireLab {
         let callerOutput = directory.appendingPathComponent("caller.out")
         let caller: Process
         do {
-            caller = try Self.start(in: a.namespace, ["call", "bob", "--duration", "\(seconds)"] + arguments("alice", media.map(\.wire.a.address)), output: callerOutput)
+            caller = try Self.start(in: a.namespace, ["call", "bob", "--duration", "\(seconds)"] + early
+                                    + arguments("alice", media.map(\.wire.a.address)), output: callerOutput)
         } catch {
             callee.terminate()
             throw error
