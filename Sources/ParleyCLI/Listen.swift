@@ -129,7 +129,8 @@ struct Listen: AsyncParsableCommand {
             Console.say("incoming call from \(name.map { "\($0) (\(caller))" } ?? caller.rawValue)\(address.map { " at \($0)" } ?? "")")
             switch mode {
             case .auto:
-                if answerAfter > 0 { try? await Task.sleep(for: .seconds(answerAfter)) }
+                // Stopped while it rings (Ctrl-C): nobody is answered.
+                if answerAfter > 0 { do { try await Task.sleep(for: .seconds(answerAfter)) } catch { break calls } }
                 await softphone.answer(call)
             case .never:
                 await softphone.hangUp(call)

@@ -62,6 +62,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     public init(name: String, holdsMedia: Bool = false) {
         self.name = name
         holding = holdsMedia
+        mediaFrom = holdsMedia ? nil : .zero
         microphoneOpened = !holdsMedia
         sendingChanges = [!holdsMedia]
         (events, sink) = AsyncStream.makeStream()
@@ -85,6 +86,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         lock.withLock {
             holding = false
             microphoneOpened = true
+            if mediaFrom == nil { mediaFrom = ContinuousClock.now - startedAt }
             noteSending()
         }
     }
@@ -93,6 +95,9 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     /// `true` in it means something was sent, if only for a moment.
     public var sendingHistory: [Bool] { lock.withLock { sendingChanges } }
     private var sendingChanges = [false]
+    /// When media started, from `startedAt` (nil while held): as the engine, a held connection
+    /// sends and receives no packet.
+    private var mediaFrom: Duration?
 
     private func noteSending() {
         let now = microphone.sends && !holding
@@ -233,8 +238,9 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
             }
             let elapsed = ContinuousClock.now - startedAt
             func packets(in time: Duration) -> Int { Int(time.components.seconds * 50 + time.components.attoseconds / 20_000_000_000_000_000) }
-            let sent = packets(in: elapsed)
-            let arriving = packets(in: (arrivalsStoppedAt ?? elapsed) - missed)
+            let since = mediaFrom ?? elapsed
+            let sent = packets(in: elapsed - since)
+            let arriving = packets(in: max(.zero, (arrivalsStoppedAt ?? elapsed) - missed - since))
             let lost = Int(Double(arriving) * simulatedLossPct / 100)
             // A round trip is known from the first RTCP receiver report, about a second in.
             let rtt: Double? = connectedAt.map { ContinuousClock.now - $0 >= .seconds(1) } == true ? 20 : nil
