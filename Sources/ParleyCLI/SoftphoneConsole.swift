@@ -61,9 +61,9 @@ struct SoftphoneArguments: ParsableArguments {
     @Option(name: .customLong("quality-log"), help: "Append a JSON line for every quality report and encoder change to this file.")
     var qualityLog: String?
 
-    @Flag(name: .customLong("connect-while-ringing"),
-          help: "Set the media path up while a call rings (nothing sent before the answer), so answering costs one trip. Not yet the default here: see docs/sdk.md.")
-    var connectWhileRinging = false
+    @Flag(name: .customLong("connect-while-ringing"), inversion: .prefixedNo,
+          help: "Set the media path up while an audio call rings (nothing captured, sent or played before the answer), so answering costs one trip; --no-connect-while-ringing makes it after the answer (the classic flow).")
+    var connectWhileRinging = true
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error.")
     var logLevel: String = Serve.env("PARLEY_LOG_LEVEL") ?? "error"

@@ -222,7 +222,11 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
                 throw MediaEngineError(.pipeline, "the send chain would not start (is the audio file or device missing?)")
             }
         }
-        lock.withLock { sending = true }
+        lock.withLock {
+            sending = true
+            // `startMedia()` came while the chains were being linked: they start now, linked.
+            if !holdingMedia { releaseHeldChains() }
+        }
         // The chain started muted if the microphone was; a switch flipped while it was linked counts too.
         updateMicrophone()
         // Likewise an encoder setting that came while it was being linked.
@@ -351,16 +355,24 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             guard holdingMedia, !closed else { return }
             holdingMedia = false
             bridge.startRecordingFile()
-            for chain in heldChains {
-                if parley_send_from_connection(webrtc, chain.bin, chain.end, chain.file) != 1 {
-                    logger.error("a held send chain has no \(chain.end)")
-                }
-                parley_bin_hold_sources(chain.bin, 0)
-                parley_object_unref(chain.bin)
-            }
-            heldChains = []
+            // Chains still being linked start once they are (`startSending`): a source started
+            // inside a bin that is changing state pushes into pads still flushing, and stops for good.
+            if sending { releaseHeldChains() }
             bridge.setSpeakerMuted(microphone.held)
         }
+    }
+
+    /// Starts the sources of the chains linked while media was held, sending from the connection
+    /// on. Under the lock, with every chain linked into the pipeline.
+    private func releaseHeldChains() {
+        for chain in heldChains {
+            if parley_send_from_connection(webrtc, chain.bin, chain.end, chain.file) != 1 {
+                logger.error("a held send chain has no \(chain.end)")
+            }
+            parley_bin_hold_sources(chain.bin, 0)
+            parley_object_unref(chain.bin)
+        }
+        heldChains = []
     }
 
     /// Whether media is held (`holdsMedia`) and not yet started.
@@ -660,3 +672,4 @@ extension SelectedCandidatePair: CustomStringConvertible {
         return "\(localType) \(endpoint(localAddress, localPort)) → \(remoteType) \(endpoint(remoteAddress, remotePort))"
     }
 }
+

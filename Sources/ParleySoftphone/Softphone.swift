@@ -44,10 +44,8 @@ public struct SoftphoneOptions: Sendable {
     public var statsInterval: Duration = .seconds(1)
     /// Media only through the TURN relays the server hands out.
     public var relayOnly = false
-    /// Connect audio calls while they ring (`CallManager.Configuration.connectWhileRinging`). Off
-    /// by default on Linux for now: with both sides connecting while ringing and an answer at once,
-    /// about one call in 40 of the engine's tests did not connect, for a reason not yet found.
-    public var connectWhileRinging = false
+    /// Connect audio calls while they ring (`CallManager.Configuration.connectWhileRinging`).
+    public var connectWhileRinging = true
     /// One signaling connection attempt's limit.
     public var connectTimeout: Duration = .seconds(5)
     /// How long `start()` keeps trying to reach the server, fetch a token and connect, with

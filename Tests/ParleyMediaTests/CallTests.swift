@@ -11,8 +11,11 @@ import Testing
 /// Two Linux softphones call each other through the real signaling server, with real media over loopback.
 @Suite("Calls between two Linux clients", .serialized, .timeLimit(.minutes(5)))
 struct CallTests {
-    @Test func callConnectsAndEachSideHearsTheOthersTone() async throws {
-        try await withCall { call in
+    /// Both sides connecting while ringing (the default), neither (the classic flow), and each
+    /// against a side that offers or answers only after the accept (an old client).
+    @Test(arguments: [(true, true), (false, false), (false, true), (true, false)])
+    func callConnectsAndEachSideHearsTheOthersTone(connectWhileRinging: (alice: Bool, bob: Bool)) async throws {
+        try await withCall(connectWhileRinging: connectWhileRinging) { call in
             try await call.talk(for: .seconds(2.5))
             let alice = try #require(await call.alice.timeline(of: call.id))
             #expect(alice.timeToIceConnected != nil)

@@ -422,7 +422,7 @@ struct ImpairedWireLab {
     /// `answerAfter`: the callee lets the call ring that long first; `whileRinging` runs once the
     /// caller started, given the callee's output file.
     func call(seconds: Int, changes: [Change], play: (caller: String, callee: String)? = nil, answerAfter: Double = 0,
-              connectWhileRinging: Bool = false, whileRinging: ((URL) throws -> Void)? = nil) throws -> Call {
+              connectWhileRinging: Bool = true, whileRinging: ((URL) throws -> Void)? = nil) throws -> Call {
         let url = "http://\(b.address):\(port)"
         func arguments(_ name: String, _ addresses: [String]) -> [String] {
             let sound = play.map { name == "alice" ? $0.caller : $0.callee } ?? speech.path
@@ -432,7 +432,7 @@ struct ImpairedWireLab {
         }
         let media = wires.count > 1 ? Array(wires.dropFirst()) : wires
         let calleeOutput = directory.appendingPathComponent("callee.out")
-        let early = connectWhileRinging ? ["--connect-while-ringing"] : []
+        let early = connectWhileRinging ? ["--connect-while-ringing"] : ["--no-connect-while-ringing"]
         let callee = try Self.start(in: b.namespace, ["listen", "--answer", "auto", "--answer-after", "\(answerAfter)", "--once"] + early
                                     + arguments("bob", media.map(\.wire.b.address)), output: calleeOutput)
         let deadline = ContinuousClock.now + .seconds(20)

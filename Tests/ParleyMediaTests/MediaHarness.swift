@@ -15,15 +15,17 @@ let testLogger: Logger = {
 }()
 
 func makePhone(_ server: LiveServer, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = [],
-               relayOnly: Bool = false, picture: UInt32? = nil, addresses: [String] = ["127.0.0.1"]) throws -> Softphone {
+               relayOnly: Bool = false, picture: UInt32? = nil, addresses: [String] = ["127.0.0.1"],
+               connectWhileRinging: Bool = true) throws -> Softphone {
     try makePhone(URL(string: server.baseURL)!, user, tone: tone, record: record, dataChannels: dataChannels, relayOnly: relayOnly,
-                  picture: picture, addresses: addresses)
+                  picture: picture, addresses: addresses, connectWhileRinging: connectWhileRinging)
 }
 
 /// `picture`: a video call sends the moving test pattern on this colour (0xRRGGBB). `addresses`:
 /// the local addresses for media (loopback by default: libnice skips it unless told to use it).
 func makePhone(_ server: URL, _ user: UserID, tone: Double, record: URL?, dataChannels: [DataChannelSpec] = [],
-               relayOnly: Bool = false, picture: UInt32? = nil, addresses: [String] = ["127.0.0.1"]) throws -> Softphone {
+               relayOnly: Bool = false, picture: UInt32? = nil, addresses: [String] = ["127.0.0.1"],
+               connectWhileRinging: Bool = true) throws -> Softphone {
     var media = MediaEngineConfiguration()
     media.video.background = picture
     media.input = .tone(hertz: tone)
@@ -33,6 +35,7 @@ func makePhone(_ server: URL, _ user: UserID, tone: Double, record: URL?, dataCh
     var options = SoftphoneOptions(server: server, user: user, media: media)
     options.statsInterval = .milliseconds(500)
     options.relayOnly = relayOnly
+    options.connectWhileRinging = connectWhileRinging
     return try Softphone(options: options, logger: testLogger)
 }
 
@@ -143,8 +146,9 @@ struct ToneCheck: CustomStringConvertible {
 }
 
 /// `video`: a video call, alice's picture the moving pattern on orange (0xE07020), bob's on teal (0x20A0A0).
+/// `connectWhileRinging`: alice's and bob's (both by default, as `parley call` and `parley listen`).
 func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, video: Bool = false, aliceThrough proxy: TCPProxy? = nil,
-              server configure: (inout ServerConfiguration) -> Void = { _ in },
+              connectWhileRinging: (alice: Bool, bob: Bool) = (true, true), server configure: (inout ServerConfiguration) -> Void = { _ in },
               _ body: (LiveCall) async throws -> Void) async throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-call-\(UUID().uuidString.prefix(8))")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -153,8 +157,9 @@ func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, vid
     proxy?.connect(to: server.port)
     let aliceServer = proxy.map { URL(string: $0.url)! } ?? URL(string: server.baseURL)!
     let alice = try makePhone(aliceServer, "alice", tone: 440, record: directory.appendingPathComponent("alice.wav"), dataChannels: dataChannels,
-                              relayOnly: relayOnly, picture: 0xE07020)
-    let bob = try makePhone(server, "bob", tone: 660, record: directory.appendingPathComponent("bob.wav"), relayOnly: relayOnly, picture: 0x20A0A0)
+                              relayOnly: relayOnly, picture: 0xE07020, connectWhileRinging: connectWhileRinging.alice)
+    let bob = try makePhone(server, "bob", tone: 660, record: directory.appendingPathComponent("bob.wav"), relayOnly: relayOnly, picture: 0x20A0A0,
+                            connectWhileRinging: connectWhileRinging.bob)
     try await alice.start()
     try await bob.start()
     let aliceLog = EventCollector(alice.events)
@@ -162,10 +167,19 @@ func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, vid
     let id = await alice.call("bob", video: video)
     try await eventually { bobLog.events.contains { if case .incoming(id, from: "alice", _, _) = $0 { true } else { false } } }
     await bob.answer(id)
-    try await eventually(timeout: .seconds(15), "call connected") {
-        let aliceHears = await alice.timeline(of: id)?.firstAudio != nil
-        let bobHears = await bob.timeline(of: id)?.firstAudio != nil
-        return aliceHears && bobHears
+    do {
+        try await eventually(timeout: .seconds(15), "call connected") {
+            let aliceHears = await alice.timeline(of: id)?.firstAudio != nil
+            let bobHears = await bob.timeline(of: id)?.firstAudio != nil
+            return aliceHears && bobHears
+        }
+    } catch {
+        // What each side reached, for the failure's reader; then everything started here stops.
+        let sides = [("alice", await alice.timeline(of: id), aliceLog.events), ("bob", await bob.timeline(of: id), bobLog.events)]
+        let reached: String = sides.map { "\($0.0): \(String(describing: $0.1)), events \($0.2)" }.joined(separator: "; ")
+        Issue.record("the call did not connect both ways: \(reached)")
+        await alice.stop(); await bob.stop(); try? await server.stop()
+        throw error
     }
     let call = LiveCall(id: id, alice: alice, bob: bob, directory: directory, aliceLog: aliceLog, bobLog: bobLog)
     do {
