@@ -80,6 +80,8 @@ public struct CallTimeline: Sendable {
     public var outgoing: Bool
     public var started: ContinuousClock.Instant
     public var ringing: ContinuousClock.Instant?
+    /// Incoming: when `Softphone.answer` was called (the tap).
+    public var answered: ContinuousClock.Instant?
     public var connected: ContinuousClock.Instant?
     public var iceConnected: ContinuousClock.Instant?
     public var firstAudio: ContinuousClock.Instant?
@@ -441,7 +443,10 @@ public actor Softphone {
         return call
     }
 
-    public func answer(_ call: UUID) { provider.answer(call) }
+    public func answer(_ call: UUID) {
+        if timelines[call]?.answered == nil { timelines[call]?.answered = .now }
+        provider.answer(call)
+    }
     public func hangUp(_ call: UUID) { provider.end(call) }
 
     public func setMuted(_ call: UUID, _ muted: Bool) {
@@ -508,6 +513,7 @@ public actor Softphone {
             case .ended(let reason):
                 timelines[call]?.ended = now
                 timelines[call]?.endReason = reason
+                logTimeline(call)
             default: break
             }
             eventSink.yield(.phase(call, phase))
@@ -540,6 +546,20 @@ public actor Softphone {
         case .incoming, .route, .pausedByInterruption:
             break  // incoming calls are announced by the provider (`HeadlessCallProvider.Notice`)
         }
+    }
+
+    /// The call's moments in Unix milliseconds, once it ended (`timeline`; null where it never came),
+    /// so that a benchmark can set them beside another process's on the same clock.
+    private func logTimeline(_ call: UUID) {
+        guard options.qualityLog != nil, let timeline = timeline(of: call) else { return }
+        let (wall, now) = (Date().timeIntervalSince1970, ContinuousClock.now)
+        func unixMs(_ instant: ContinuousClock.Instant?) -> String {
+            instant.map { String(format: "%.1f", (wall - (now - $0).seconds) * 1000) } ?? "null"
+        }
+        let moments = [("started", timeline.started), ("ringing", timeline.ringing), ("answered", timeline.answered),
+                       ("iceConnected", timeline.iceConnected), ("connected", timeline.connected),
+                       ("firstAudio", timeline.firstAudio), ("ended", timeline.ended)]
+        logQuality(call, #""outgoing":\#(timeline.outgoing),"timeline":{"# + moments.map { #""\#($0.0)":\#(unixMs($0.1))"# }.joined(separator: ",") + "}")
     }
 
     /// Appends `fields` (JSON members) with the call and the seconds since it connected.

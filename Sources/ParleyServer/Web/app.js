@@ -190,12 +190,16 @@ class App {
     switch (frame.type) {
     case 'call.incoming': return this.incoming(frame);
     case 'call.ringing':
-      if (this.call?.id === frame.call && this.call.state === 'outgoing') this.callStatus('Ringing…');
+      if (this.call?.id === frame.call && this.call.state === 'outgoing') {
+        this.callStatus('Ringing…');
+        // A device that rings early gets its path now, silent until it answers.
+        if (frame.early && this.call.connectsWhileRinging) this.call.connectEarly(frame.device, this.signaling.iceServers);
+      }
       return;
     case 'call.accepted':
       if (this.call?.id === frame.call) {
         this.call.peer.device = frame.device;
-        this.call.connect(this.call.stream, this.signaling.iceServers);
+        this.call.connect(this.call.stream, this.signaling.iceServers, frame.device);
       }
       return;
     case 'call.signal':
@@ -272,7 +276,9 @@ class App {
     const name = frame.from.name ? `${frame.from.name} (${frame.from.user})` : frame.from.user;
     const call = new Call({ id: frame.call, direction: 'incoming', peer: { ...frame.from, name }, media: frame.media, signaling: this.signaling });
     this.adopt(call);
-    this.signaling.request('call.ringing', { call: call.id }).catch(() => {});
+    // An audio call connects while it rings: nothing is captured, sent or played before the answer.
+    if (call.connectsWhileRinging) call.prepare(this.signaling.iceServers);
+    this.signaling.request('call.ringing', call.connectsWhileRinging ? { call: call.id, early: true } : { call: call.id }).catch(() => {});
     $('incoming-text').textContent = `${name} is calling you${frame.media.video ? ' (video)' : ''}.`;
     $('incoming').hidden = false;
     $('accept').focus();
@@ -440,7 +446,7 @@ class App {
 
   toggleRecording() {
     const call = this.call;
-    if (!call?.pc) return;
+    if (!call?.live) return;
     if (call.recording.state === 'off') call.requestRecording();
     else if (call.recording.state === 'asking' || call.recording.state === 'on') call.stopRecording();
   }
@@ -454,14 +460,14 @@ class App {
   }
 
   toggleMute() {
-    if (!this.call?.pc) return;
+    if (!this.call?.live) return;
     this.call.setMuted(!this.call.muted);
     $('mute').setAttribute('aria-pressed', String(this.call.muted));
     $('mute').textContent = this.call.muted ? 'Unmute' : 'Mute';
   }
 
   toggleHold() {
-    if (!this.call?.pc) return;
+    if (!this.call?.live) return;
     this.call.setHeld(!this.call.held);
     $('hold').setAttribute('aria-pressed', String(this.call.held));
     $('hold').textContent = this.call.held ? 'Resume' : 'Hold';
@@ -495,7 +501,7 @@ class App {
 
   async chooseMicrophone(deviceId) {
     this.microphone = deviceId || undefined;
-    if (!this.call?.pc) return;
+    if (!this.call?.live) return;
     try {
       const stream = await navigator.mediaDevices.getUserMedia({ audio: { deviceId: { exact: deviceId } } });
       await this.call.replaceTrack(stream.getAudioTracks()[0]);
@@ -708,9 +714,9 @@ $('room-mute').addEventListener('click', () => app.toggleRoomMute());
 document.addEventListener('keydown', (e) => {
   if (e.target.matches('input, textarea, select') || e.ctrlKey || e.metaKey || e.altKey) return;
   if (e.key === 'Escape' && app.call) { e.preventDefault(); app.hangup(); }
-  else if ((e.key === 'm' || e.key === 'M') && app.call?.pc) { e.preventDefault(); app.toggleMute(); }
-  else if ((e.key === 'h' || e.key === 'H') && app.call?.pc) { e.preventDefault(); app.toggleHold(); }
-  else if ((e.key === 'r' || e.key === 'R') && app.call?.pc) { e.preventDefault(); app.toggleRecording(); }
+  else if ((e.key === 'm' || e.key === 'M') && app.call?.live) { e.preventDefault(); app.toggleMute(); }
+  else if ((e.key === 'h' || e.key === 'H') && app.call?.live) { e.preventDefault(); app.toggleHold(); }
+  else if ((e.key === 'r' || e.key === 'R') && app.call?.live) { e.preventDefault(); app.toggleRecording(); }
 });
 window.addEventListener('resize', () => { if (app.call) drawQuality($('quality'), app.call.history); });
 window.addEventListener('beforeunload', () => { if (app.call) app.hangup(); });

@@ -12,6 +12,98 @@ const HISTORY = 180;
 const NO_MEDIA_AFTER_MS = 5000;   // as the SDK's CallManager.Configuration.noMediaAfter
 
 /**
+ * One RTCPeerConnection and its perfect negotiation: the call's, or, while the call rings, a
+ * caller's path to one callee device that rang early (`device`: its signals name it). A path made
+ * while ringing has no track to send: nothing is captured nor sent on it until `Call.connect`
+ * gives it the local tracks, and what it receives is not played before then.
+ */
+class Path {
+  constructor({ iceServers, polite, device, send, onTrack, onIce }) {
+    this.pc = new RTCPeerConnection({ iceServers });
+    this.polite = polite;
+    this.device = device;
+    this.send = send;
+    this.makingOffer = false;
+    this.ignoreOffer = false;
+    this.answered = false;            // the polite side has sent its first answer
+    this.pendingCandidates = [];
+    this.remoteStream = new MediaStream();
+    this.pc.ontrack = (event) => {
+      this.remoteStream.addTrack(event.track);
+      onTrack(this);
+    };
+    this.pc.onicecandidate = (event) => this.signal({ candidate: event.candidate ? event.candidate.toJSON() : null });
+    this.pc.onnegotiationneeded = () => this.negotiate();
+    this.pc.oniceconnectionstatechange = () => onIce(this);
+  }
+
+  get connected() { return ['connected', 'completed'].includes(this.pc.iceConnectionState); }
+
+  signal(fields) {
+    if (!this.closed) this.send(this.device ? { device: this.device, ...fields } : fields);
+  }
+
+  async negotiate() {
+    if (this.closed) return;
+    // The callee answers first; anything it wants to change waits for that answer.
+    if (this.polite && !this.answered) return;
+    try {
+      this.makingOffer = true;
+      await this.pc.setLocalDescription();
+      this.signal({ description: { type: this.pc.localDescription.type, sdp: this.pc.localDescription.sdp } });
+    } catch (error) {
+      console.warn('parley: offer failed', error);
+    } finally {
+      this.makingOffer = false;
+    }
+  }
+
+  /** A description or candidate from the far side. */
+  async received({ description, candidate }) {
+    const pc = this.pc;
+    if (this.closed) return;
+    if (description) {
+      const collision = description.type === 'offer' && (this.makingOffer || pc.signalingState !== 'stable');
+      this.ignoreOffer = !this.polite && collision;
+      if (this.ignoreOffer) return;
+      await pc.setRemoteDescription(description);
+      // A path made while ringing had no track when the offer came: it answers able to send (this
+      // client never means to only receive), so that the track it gets at the answer goes out
+      // without another negotiation. Before any other wait: the track may come meanwhile.
+      if (description.type === 'offer') {
+        for (const transceiver of pc.getTransceivers()) {
+          if (transceiver.direction === 'recvonly' && transceiver.receiver.track.kind === 'audio') transceiver.direction = 'sendrecv';
+        }
+      }
+      for (const buffered of this.pendingCandidates.splice(0)) await this.addCandidate(buffered);
+      if (description.type === 'offer') {
+        await pc.setLocalDescription();
+        this.signal({ description: { type: pc.localDescription.type, sdp: pc.localDescription.sdp } });
+        // Back in stable, the browser fires negotiationneeded again if a change is still pending.
+        if (this.polite) this.answered = true;
+      }
+    } else if (candidate !== undefined) {
+      if (candidate === null) return;   // end of candidates: nothing to do in a browser
+      if (!pc.remoteDescription) this.pendingCandidates.push(candidate);
+      else await this.addCandidate(candidate);
+    }
+  }
+
+  async addCandidate(candidate) {
+    try {
+      await this.pc.addIceCandidate(candidate);
+    } catch (error) {
+      if (!this.ignoreOffer) console.warn('parley: candidate refused', error);
+    }
+  }
+
+  close() {
+    this.closed = true;
+    this.pc.close();
+  }
+}
+
+/**
  * States: outgoing → (ringing) → connecting → active ⇄ reconnecting → ended;
  *         incoming → connecting → active … → ended.
  * Events: `state`, `remote-stream` (MediaStream), `quality` (report), `updated` (far side's mute/hold),
@@ -38,79 +130,106 @@ export class Call extends EventTarget {
     this.history = [];                // quality reports over time, newest last
     this.receiving = true;            // whether the far side's packets arrive (once connected)
     this.iceRestarts = 0;
-    this.makingOffer = false;
-    this.ignoreOffer = false;
-    this.answered = false;            // the polite side has sent its first answer
-    this.pendingCandidates = [];
+    this.path = undefined;            // the call's peer connection and its negotiation
+    this.early = new Map();           // outgoing, while ringing: a path to each device that rang early
     this.recording = { state: 'off', here: false, change: undefined };
   }
 
-  /** Creates the peer connection with the local stream; the caller's offer follows on its own. */
-  connect(stream, iceServers) {
+  get pc() { return this.path?.pc; }
+  /** Answered, with a peer connection of its own: mute, hold, recording and device changes apply. */
+  get live() { return !!this.path && !['incoming', 'outgoing', 'ended'].includes(this.state); }
+  get remoteStream() { return this.path?.remoteStream; }
+
+  /** Whether this call connects while it rings (protocol.md, "Connecting while ringing"): audio calls only. */
+  get connectsWhileRinging() { return !this.media.video; }
+
+  makePath(iceServers, device) {
+    return new Path({
+      iceServers, polite: this.polite, device,
+      send: (fields) => this.signal(fields),
+      onTrack: (path) => this.trackArrived(path),
+      onIce: (path) => { if (path === this.path) this.iceChanged(); },
+    });
+  }
+
+  /**
+   * Incoming, while it rings: the peer connection, made now with nothing to send (the microphone
+   * is asked for at the answer), answers the caller's offer, so that ICE and DTLS are done before
+   * the answer. Nothing it receives is played before `connect`.
+   */
+  prepare(iceServers) {
+    if (this.path || this.state !== 'incoming') return;
+    this.path = this.makePath(iceServers);
+  }
+
+  /** Outgoing: `device` rang early; a path to it, offering to receive and (from the answer on) send audio. */
+  connectEarly(device, iceServers) {
+    if (this.state !== 'outgoing' || !device) return;
+    // Rung early again (its session began anew): the old path leads nowhere.
+    this.early.get(device)?.close();
+    const path = this.makePath(iceServers, device);
+    this.early.set(device, path);
+    path.pc.addTransceiver('audio', { direction: 'sendrecv' });
+  }
+
+  /**
+   * The call's media starts: the callee once the server took its accept, the caller on
+   * `call.accepted` (from `device`, the answering one). A path made while ringing becomes the
+   * call's (the caller closes the others) and gets the local tracks; otherwise one is made now,
+   * with them, and the caller's offer follows on its own.
+   */
+  connect(stream, iceServers, device) {
     this.stream = stream;
-    const pc = new RTCPeerConnection({ iceServers });
-    this.pc = pc;
-    this.remoteStream = new MediaStream();
-    pc.ontrack = (event) => {
-      this.remoteStream.addTrack(event.track);
-      this.dispatchEvent(new CustomEvent('remote-stream', { detail: this.remoteStream }));
-    };
-    pc.onicecandidate = (event) => this.signal({ candidate: event.candidate ? event.candidate.toJSON() : null });
-    pc.onnegotiationneeded = () => this.negotiate();
-    pc.oniceconnectionstatechange = () => this.iceChanged();
-    for (const track of stream.getTracks()) pc.addTrack(track, stream);
-    this.setState('connecting');
+    if (this.direction === 'outgoing') {
+      this.path = this.early.get(device);
+      this.early.delete(device);
+      for (const other of this.early.values()) other.close();
+      this.early.clear();
+    }
+    this.path ??= this.makePath(iceServers);
+    this.startSending(stream);
+    this.setState(this.path.connected ? 'active' : 'connecting');
+    if (this.path.connected) this.connectedAt ??= Date.now();
+    // What arrived while ringing plays from now on.
+    if (this.remoteStream.getTracks().length) this.dispatchEvent(new CustomEvent('remote-stream', { detail: this.remoteStream }));
     this.statsTimer = setInterval(() => this.sample(), QUALITY_INTERVAL_MS);
     this.reportTimer = setInterval(() => this.report(), REPORT_INTERVAL_MS);
     this.monitor = new QualityMonitor();
+    if (this.pc.iceConnectionState === 'failed') this.restartIce();
   }
 
-  async negotiate() {
-    const pc = this.pc;
-    if (!pc || this.state === 'ended') return;
-    // The callee answers first; anything it wants to change waits for that answer.
-    if (this.polite && !this.answered) return;
-    try {
-      this.makingOffer = true;
-      await pc.setLocalDescription();
-      this.signal({ description: { type: pc.localDescription.type, sdp: pc.localDescription.sdp } });
-    } catch (error) {
-      console.warn('parley: offer failed', error);
-    } finally {
-      this.makingOffer = false;
+  /**
+   * The local tracks go out: on the path's senders that have none yet (made while ringing: no new
+   * negotiation), else added (a new path's offer, or the answer to the caller's, carries them).
+   */
+  startSending(stream) {
+    this.applyLocalTracks();
+    for (const track of stream.getTracks()) {
+      const free = this.pc.getTransceivers().find((t) => !t.stopped && !t.sender.track && t.receiver.track.kind === track.kind);
+      if (free) free.sender.replaceTrack(track).catch((error) => console.warn('parley: a track could not be sent', error));
+      else this.pc.addTrack(track, stream);
     }
   }
 
-  /** A `call.signal` from the far side. */
-  async received({ description, candidate, restartIce }) {
-    const pc = this.pc;
-    if (!pc || this.state === 'ended') return;
-    if (description) {
-      const collision = description.type === 'offer' && (this.makingOffer || pc.signalingState !== 'stable');
-      this.ignoreOffer = !this.polite && collision;
-      if (this.ignoreOffer) return;
-      await pc.setRemoteDescription(description);
-      for (const buffered of this.pendingCandidates.splice(0)) await this.addCandidate(buffered);
-      if (description.type === 'offer') {
-        await pc.setLocalDescription();
-        this.signal({ description: { type: pc.localDescription.type, sdp: pc.localDescription.sdp } });
-        // Back in stable, the browser fires negotiationneeded again if a change is still pending.
-        if (this.polite) this.answered = true;
-      }
-    } else if (candidate !== undefined) {
-      if (candidate === null) return;   // end of candidates: nothing to do in a browser
-      if (!pc.remoteDescription) this.pendingCandidates.push(candidate);
-      else await this.addCandidate(candidate);
-    }
-    // The callee asks; the browser runs the restart once any offer in flight is answered.
-    if (restartIce && !this.polite) this.restartIce();
+  trackArrived(path) {
+    // Played once the call is answered, from the path that became the call's.
+    if (path !== this.path || this.state === 'incoming' || this.state === 'outgoing') return;
+    this.dispatchEvent(new CustomEvent('remote-stream', { detail: this.remoteStream }));
   }
 
-  async addCandidate(candidate) {
-    try {
-      await this.pc.addIceCandidate(candidate);
-    } catch (error) {
-      if (!this.ignoreOffer) console.warn('parley: candidate refused', error);
+  /** A `call.signal` from the far side (`from.device`: which callee device, to a caller while it rings). */
+  async received({ description, candidate, restartIce, from }) {
+    if (this.state === 'ended') return;
+    const device = from?.device;
+    const path = this.early.get(device) ?? this.path;
+    // (A late signal from a device whose path was closed at the answer goes nowhere.)
+    if (!path || (path.device && device && path.device !== device)) return;
+    await path.received({ description, candidate });
+    // The callee asks; the browser runs the restart once any offer in flight is answered (on a path
+    // still ringing, at once: the call's restart budget is for the call).
+    if (restartIce && !this.polite) {
+      if (path === this.path) this.restartIce();
+      else path.pc.restartIce();
     }
   }
 
@@ -123,6 +242,8 @@ export class Call extends EventTarget {
 
   iceChanged() {
     const ice = this.pc.iceConnectionState;
+    // While ringing, a callee's path connects without the call: the answer finds it ready.
+    if (this.state === 'incoming') return;
     if (ice === 'connected' || ice === 'completed') {
       this.iceRestarts = 0;
       if (!this.connectedAt) this.connectedAt = Date.now();
@@ -142,7 +263,7 @@ export class Call extends EventTarget {
    */
   restartIce() {
     if (!this.pc || this.state === 'ended') return;
-    if (this.polite && !this.answered) return;
+    if (this.polite && !this.path.answered) return;
     if (this.iceRestarts >= MAX_ICE_RESTARTS) {
       this.dispatchEvent(new CustomEvent('failed', { detail: 'ice-failed' }));
       return;
@@ -170,7 +291,7 @@ export class Call extends EventTarget {
   }
 
   update(fields) {
-    if (this.state === 'ended' || !this.pc) return;
+    if (!this.live) return;
     this.signaling.request('call.update', { call: this.id, ...fields }).catch(() => {});
   }
 
@@ -185,7 +306,7 @@ export class Call extends EventTarget {
 
   /** Asks the far side to let this page record the call. */
   requestRecording() {
-    if (!this.pc || this.recording.state !== 'off') return;
+    if (!this.live || this.recording.state !== 'off') return;
     this.moveRecording('asking', false, 'requested-here');
     this.sendRecording('requested', () => this.recording.state === 'asking' && this.moveRecording('off', false, 'failed'));
   }
@@ -346,8 +467,10 @@ export class Call extends EventTarget {
     }
     clearInterval(this.statsTimer);
     clearInterval(this.reportTimer);
-    this.pc?.close();
-    this.pc = undefined;
+    this.path?.close();
+    this.path = undefined;
+    for (const path of this.early.values()) path.close();
+    this.early.clear();
     for (const track of this.stream?.getTracks() ?? []) track.stop();
     this.endReason = reason;
     this.endDetail = detail;

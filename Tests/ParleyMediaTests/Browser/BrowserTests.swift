@@ -76,6 +76,81 @@ struct BrowserTests {
         }
     }
 
+    /// Two pages connect an audio call while it rings (protocol.md, "Connecting while ringing"):
+    /// ICE and DTLS are done on both sides before the answer, and neither page sends or receives a
+    /// packet of media nor plays anything until then. A declined call closes the paths on both
+    /// sides; an answered one goes on the path made while ringing and each hears the other.
+    @Test func twoBrowsersConnectWhileItRingsAndSendNothingBeforeTheAnswer() async throws {
+        try await BrowserLab.run { lab in
+            let alice = try await lab.browser(tone: 660)
+            let bob = try await lab.browser(tone: 990)
+            try await lab.signIn(alice, as: "alice")
+            try await lab.signIn(bob, as: "bob")
+            // Every peer connection of the page's call (the caller's paths to each device that rang
+            // early, or the call's own): its DTLS state and the media packets it sent and received.
+            let media = """
+                const call = window.parley.call;
+                const paths = [...(call?.early?.values() ?? [])].concat(call?.path ? [call.path] : []);
+                window.paths = (window.paths ?? []).concat(paths.filter((p) => !(window.paths ?? []).includes(p)));
+                let sent = 0, received = 0;
+                for (const path of paths) {
+                  (await path.pc.getStats()).forEach((r) => {
+                    if (r.type === 'outbound-rtp') sent += r.packetsSent ?? 0;
+                    if (r.type === 'inbound-rtp') received += r.packetsReceived ?? 0;
+                  });
+                }
+                return { states: paths.map((p) => p.pc.connectionState), sent, received,
+                         playing: document.getElementById('remote-audio').srcObject !== null };
+                """
+            func ringsConnected(_ page: Browser) async throws -> [String: Any] {
+                var last: [String: Any] = [:]
+                try await eventually(timeout: .seconds(10), "connected while ringing") {
+                    last = try await page.evaluate(media) as? [String: Any] ?? [:]
+                    return (last["states"] as? [String]) == ["connected"]
+                }
+                return last
+            }
+
+            for answered in [false, true] {
+                try await alice.clear("#dial-user")
+                try await alice.type("#dial-user", "bob\u{E007}")
+                try await bob.waitForCall("incoming")
+                _ = try await ringsConnected(alice)
+                _ = try await ringsConnected(bob)
+                // Connected, and ringing on: a second and a half in which nothing may flow.
+                try await Task.sleep(for: .seconds(1.5))
+                for (name, page) in [("alice", alice), ("bob", bob)] {
+                    let seen = try await page.evaluate(media) as? [String: Any] ?? [:]
+                    #expect(seen["sent"] as? Int == 0 && seen["received"] as? Int == 0 && seen["playing"] as? Bool == false,
+                            "\(name) while ringing: \(seen)")
+                }
+                #expect(try await alice.callState() == "outgoing")
+                #expect(try await bob.callState() == "incoming")
+                guard answered else {
+                    try await bob.click("#decline")
+                    try await alice.waitForCall("ended")
+                    for page in [alice, bob] {
+                        try await eventually("every path closed") {
+                            try await page.run("return window.paths.length > 0 && window.paths.every((p) => p.pc.connectionState === 'closed')") as? Bool == true
+                        }
+                        _ = try await page.run("window.paths = []; return null")
+                    }
+                    continue
+                }
+                try await bob.click("#accept")
+                try await alice.waitForCall("active")
+                try await bob.waitForCall("active")
+                try await alice.waitForRemoteTone(990)
+                try await bob.waitForRemoteTone(660)
+                // On the path made while ringing: the caller's is the one to bob's device.
+                #expect(try await alice.run("return window.parley.call.path === window.paths[0] && !!window.parley.call.path.device") as? Bool == true)
+                #expect(try await bob.run("return window.parley.call.path === window.paths[0]") as? Bool == true)
+                try await alice.click("#hangup")
+                try await bob.waitForCall("ended")
+            }
+        }
+    }
+
     @Test func aBrowserCallsParleyListenAndHangsUp() async throws {
         try await BrowserLab.run { lab in
             let recording = lab.directory.appendingPathComponent("linus.wav")
