@@ -85,7 +85,8 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
     /// microphone closed, nothing sent) and the speaker is muted.
     private var holdingMedia: Bool
     /// Send chains linked while media was held, with what `parley_send_from_connection` needs (a reference each).
-    private var heldChains: [(bin: UnsafeMutableRawPointer, end: String, file: String?)] = []
+    private var heldChains: [HeldChain] = []
+    private typealias HeldChain = (bin: UnsafeMutableRawPointer, end: String, file: String?)
     private var microphone = MicrophoneSwitches()
     private var encoding: BitrateController.Setting?
     private var jitterBufferLatencyMs: Int
@@ -195,37 +196,48 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
             let vp8 = offer.flatMap { SDPText.payloadType(of: "VP8", in: $0) } ?? PipelineDescription.vp8PayloadType
             chains.append(PipelineDescription.videoSender(configuration, payloadType: vp8, held: lock.withLock { microphone.held }))
         }
-        for chain in chains {
-            var error: UnsafeMutablePointer<CChar>?
-            guard let bin = parley_bin_new(chain, &error) else {
-                throw MediaEngineError(.pipeline, Self.take(error) ?? "the send chain could not be built")
+        do {
+            for chain in chains {
+                var error: UnsafeMutablePointer<CChar>?
+                guard let bin = parley_bin_new(chain, &error) else {
+                    throw MediaEngineError(.pipeline, Self.take(error) ?? "the send chain could not be built")
+                }
+                if configuration.audioLevelIndication, chain == chains.first,
+                   parley_capsfilter_add_audio_level(bin, PipelineDescription.audioCaps, PipelineDescription.audioLevelExtensionID) != 0 {
+                    throw MediaEngineError(.pipeline, "the audio level extension could not be requested")
+                }
+                if chain == chains.first { bridge.rememberSendChain(bin) }
+                // Nothing goes out before the call connects: it would wait in the chain and go out late.
+                let file: String? = if chain == chains.first, case .file = configuration.input { PipelineDescription.playedFile } else { nil }
+                let end = chain == chains.first ? PipelineDescription.audioCaps : PipelineDescription.videoCaps
+                let held = lock.withLock { () -> Bool in
+                    guard holdingMedia, !closed else { return false }
+                    // Its sources stay stopped until `startMedia()`, which then sends from the connection on.
+                    parley_bin_hold_sources(bin, 1)
+                    heldChains.append((parley_object_ref(bin), end, file))
+                    return true
+                }
+                guard held || parley_send_from_connection(webrtc, bin, end, file) == 1 else {
+                    throw MediaEngineError(.pipeline, "the send chain has no \(end)")
+                }
+                guard parley_bin_add_and_link_to(pipeline, bin, webrtc) == 0 else {
+                    throw MediaEngineError(.pipeline, "the send chain would not start (is the audio file or device missing?)")
+                }
             }
-            if configuration.audioLevelIndication, chain == chains.first,
-               parley_capsfilter_add_audio_level(bin, PipelineDescription.audioCaps, PipelineDescription.audioLevelExtensionID) != 0 {
-                throw MediaEngineError(.pipeline, "the audio level extension could not be requested")
+        } catch {
+            // The call fails with it: the chains held so far are let go, none half started later.
+            let held = lock.withLock { () -> [HeldChain] in
+                defer { heldChains = [] }
+                return heldChains
             }
-            if chain == chains.first { bridge.rememberSendChain(bin) }
-            // Nothing goes out before the call connects: it would wait in the chain and go out late.
-            let file: String? = if chain == chains.first, case .file = configuration.input { PipelineDescription.playedFile } else { nil }
-            let end = chain == chains.first ? PipelineDescription.audioCaps : PipelineDescription.videoCaps
-            let held = lock.withLock { () -> Bool in
-                guard holdingMedia else { return false }
-                // Its sources stay stopped until `startMedia()`, which then sends from the connection on.
-                parley_bin_hold_sources(bin, 1)
-                heldChains.append((parley_object_ref(bin), end, file))
-                return true
-            }
-            guard held || parley_send_from_connection(webrtc, bin, end, file) == 1 else {
-                throw MediaEngineError(.pipeline, "the send chain has no \(end)")
-            }
-            guard parley_bin_add_and_link_to(pipeline, bin, webrtc) == 0 else {
-                throw MediaEngineError(.pipeline, "the send chain would not start (is the audio file or device missing?)")
-            }
+            for chain in held { parley_object_unref(chain.bin) }
+            throw error
         }
         lock.withLock {
             sending = true
-            // `startMedia()` came while the chains were being linked: they start now, linked.
-            if !holdingMedia { releaseHeldChains() }
+            // `startMedia()` came while the chains were being linked: they start now, linked
+            // (unless a close came too: the teardown let them go).
+            if !holdingMedia, !closed { releaseHeldChains() }
         }
         // The chain started muted if the microphone was; a switch flipped while it was linked counts too.
         updateMicrophone()
@@ -521,7 +533,11 @@ public final class GStreamerPeerConnection: PeerConnection, @unchecked Sendable 
         guard first else { return }
         jitterBufferTask?.cancel()
         for channel in lock.withLock({ localChannels }) { channel.detach() }
-        for chain in lock.withLock({ heldChains }) { parley_object_unref(chain.bin) }
+        let held = lock.withLock { () -> [HeldChain] in
+            defer { heldChains = [] }
+            return heldChains
+        }
+        for chain in held { parley_object_unref(chain.bin) }
         parley_element_stop(pipeline)
         parley_webrtc_detach(pipeline, webrtc, retainedBridge)
         bridge.finish()

@@ -303,7 +303,16 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// at most `handoverTimeout`. The session arrives, and is held here, in `hear(.handedOver)`:
     /// before any frame the old node sends on for the device. Without it the hello gets a new session.
     private func fetchSession(_ session: String, of key: DeviceKey, through cluster: any ClusterLink) async {
-        guard let holder = try? await cluster.remoteDevices(of: key.user)[key], holder != cluster.node else { return }
+        let holders: [DeviceKey: NodeID]
+        do {
+            holders = try await cluster.remoteDevices(of: key.user)
+        } catch {
+            // The directory did not answer (the database is away): the device gets a new session.
+            logger.warning("could not ask which node holds a session; starting a new one",
+                           metadata: ["peer.device": "\(key)", "session.id": "\(session)", "error": "\(error)"])
+            return
+        }
+        guard let holder = holders[key], holder != cluster.node else { return }
         let id = routes.wait(.handover, on: holder, until: now() + Self.handoverTimeout)
         await withCheckedContinuation { continuation in
             handovers[id] = continuation

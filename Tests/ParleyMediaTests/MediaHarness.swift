@@ -165,9 +165,9 @@ func withCall(dataChannels: [DataChannelSpec] = [], relayOnly: Bool = false, vid
     let aliceLog = EventCollector(alice.events)
     let bobLog = EventCollector(bob.events)
     let id = await alice.call("bob", video: video)
-    try await eventually { bobLog.events.contains { if case .incoming(id, from: "alice", _, _) = $0 { true } else { false } } }
-    await bob.answer(id)
     do {
+        try await eventually { bobLog.events.contains { if case .incoming(id, from: "alice", _, _) = $0 { true } else { false } } }
+        await bob.answer(id)
         try await eventually(timeout: .seconds(15), "call connected") {
             let aliceHears = await alice.timeline(of: id)?.firstAudio != nil
             let bobHears = await bob.timeline(of: id)?.firstAudio != nil

@@ -227,14 +227,14 @@ def main():
     say(f"== call setup: {len(cells)} cells × {len(pairs)} pairs × {args.calls} calls, each ringing {args.ring} s")
 
     wire = Wire(args.wire, args.seed)
-    peers = Peers(out)
-    origins = ",".join(peers.origin(ns) for ns in (NS_A, NS_B))
-    server = subprocess.Popen(["ip", "netns", "exec", NS_B, args.parley, "serve", "--host", ADDR_B, "--port", str(SERVER_PORT),
-                               "--database", ":memory:", "--dev", "true", "--token-secret", os.urandom(16).hex(),
-                               "--allowed-origins", origins],
-                              stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    results, number = [], 0
+    server, results, number = None, [], 0
     try:
+        peers = Peers(out)
+        origins = ",".join(peers.origin(ns) for ns in (NS_A, NS_B))
+        server = subprocess.Popen(["ip", "netns", "exec", NS_B, args.parley, "serve", "--host", ADDR_B, "--port", str(SERVER_PORT),
+                                   "--database", ":memory:", "--dev", "true", "--token-secret", os.urandom(16).hex(),
+                                   "--allowed-origins", origins],
+                                  stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 30
         while "listening on" not in (out / "server.log").read_text():
             if server.poll() is not None or time.monotonic() > deadline:
@@ -256,9 +256,11 @@ def main():
                     results.append(result)
                     (out / "results.json").write_text(json.dumps(results, indent=1))
     finally:
+        # Interrupted, or failed to start: the server (if any), the wire and its namespaces go anyway.
         try:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=10)
+            if server:
+                os.killpg(server.pid, signal.SIGTERM)
+                server.wait(timeout=10)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
         wire.stop()
