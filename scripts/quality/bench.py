@@ -191,6 +191,38 @@ class Wire:
         self.process.wait(timeout=10)
 
 
+def serve(parley, out, peers):
+    """`parley serve` on side b, in memory, taking the pages of both namespaces; once it listens."""
+    origins = ",".join(peers.origin(ns) for ns in (NS_A, NS_B))
+    server = subprocess.Popen(["ip", "netns", "exec", NS_B, parley, "serve", "--host", ADDR_B, "--port", str(SERVER_PORT),
+                               "--database", ":memory:", "--dev", "true", "--token-secret", os.urandom(16).hex(),
+                               "--allowed-origins", origins],
+                              stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while "listening on" not in (out / "server.log").read_text():
+        if server.poll() is not None or time.monotonic() > deadline:
+            stop_group(server)
+            sys.exit(f"parley serve did not start: {(out / 'server.log').read_text()[-2000:]}")
+        time.sleep(0.1)
+    return server
+
+
+def stop_group(process):
+    """SIGTERM to the process's group, SIGKILL if it is still there 10 s later."""
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 class Peers:
     """The pages' HTTP servers, one in each namespace, and what the pages post back."""
 
@@ -323,17 +355,7 @@ class End:
         return {"talkSeconds": done["talkSeconds"], "trace": done["trace"]}
 
     def stop(self):
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=10)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        stop_group(self.process)
         if self.kind == "chromium":
             subprocess.run(["rm", "-rf", self.profile])
 
@@ -414,19 +436,10 @@ def main():
         f"{len(cells)} cells × {len(pairs)} pairs × {args.runs} runs, {CALL_SECONDS} s calls")
 
     wire = Wire(args.wire, args.seed)
-    peers = Peers(out)
-    origins = ",".join(peers.origin(ns) for ns in (NS_A, NS_B))
-    server = subprocess.Popen(["ip", "netns", "exec", NS_B, args.parley, "serve", "--host", ADDR_B, "--port",
-                               str(SERVER_PORT), "--database", ":memory:", "--dev", "true", "--token-secret", os.urandom(16).hex(),
-                               "--allowed-origins", origins],
-                              stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    results, number = [], 0
+    server, results, number = None, [], 0
     try:
-        deadline = time.monotonic() + 30
-        while "listening on" not in (out / "server.log").read_text():
-            if server.poll() is not None or time.monotonic() > deadline:
-                sys.exit(f"parley serve did not start: {(out / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.1)
+        peers = Peers(out)
+        server = serve(args.parley, out, peers)
         for run in range(args.runs):
             for cell in cells:
                 for pair in pairs:
@@ -446,12 +459,8 @@ def main():
                     results.append(result)
                     (out / "results.json").write_text(json.dumps(results, indent=1))
     finally:
-        # Interrupted (^C, SIGTERM), the server may be gone already: the wire and its namespaces go anyway.
-        try:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
+        # Interrupted (^C, SIGTERM), or failed to start: the server, the wire and its namespaces go anyway.
+        stop_group(server)
         wire.stop()
 
     say("== median PESQ per cell")

@@ -20,7 +20,6 @@ scripts/bench-setup.sh, which installs and builds what this needs.
 
 import argparse
 import json
-import os
 import pathlib
 import signal
 import statistics
@@ -28,9 +27,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
-from bench import ADDR_A, ADDR_B, NS_A, NS_B, ROOT, SERVER_PORT, Peers, Wire, say
+from bench import ADDR_A, ADDR_B, NS_A, NS_B, ROOT, SERVER_PORT, Peers, Wire, say, serve, stop_group
 
 # (name, impairment both ways, seconds the callee rings: None for --ring). The last cell answers at
 # once, on loopback delays: invite → first audio with an auto-answering callee, callee against callee
@@ -112,17 +110,7 @@ class SetupEnd:
         return timelines[-1]
 
     def stop(self):
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=10)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        stop_group(self.process)
         if self.kind == "chromium":
             subprocess.run(["rm", "-rf", self.profile])
 
@@ -230,16 +218,7 @@ def main():
     server, results, number = None, [], 0
     try:
         peers = Peers(out)
-        origins = ",".join(peers.origin(ns) for ns in (NS_A, NS_B))
-        server = subprocess.Popen(["ip", "netns", "exec", NS_B, args.parley, "serve", "--host", ADDR_B, "--port", str(SERVER_PORT),
-                                   "--database", ":memory:", "--dev", "true", "--token-secret", os.urandom(16).hex(),
-                                   "--allowed-origins", origins],
-                                  stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while "listening on" not in (out / "server.log").read_text():
-            if server.poll() is not None or time.monotonic() > deadline:
-                sys.exit(f"parley serve did not start: {(out / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.1)
+        server = serve(args.parley, out, peers)
         # Cells outermost, pairs interleaved call by call: a slow minute of the machine falls on every pair.
         for cell in cells:
             for index in range(args.calls):
@@ -257,12 +236,7 @@ def main():
                     (out / "results.json").write_text(json.dumps(results, indent=1))
     finally:
         # Interrupted, or failed to start: the server (if any), the wire and its namespaces go anyway.
-        try:
-            if server:
-                os.killpg(server.pid, signal.SIGTERM)
-                server.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
+        stop_group(server)
         wire.stop()
 
     names = [c[0] for c in cells]
