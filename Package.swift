@@ -26,12 +26,15 @@ let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
-// A program that runs the GStreamer engine exports its SSL_new, which wraps OpenSSL's for
-// GStreamer's DTLS handshakes (Sources/CParleyGst/parley_dtls_timer.c): the dtls plugin, loaded
-// later, binds to it only if the executable exports it. Set on executables and tests only, so the
-// library products stay free of unsafe flags and usable as versioned dependencies; a program of
-// yours that embeds ParleyGStreamer passes the same flag.
-let exportsSSLNew: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=SSL_new"], .when(platforms: [.linux]))]
+// A program that runs the GStreamer engine exports two functions that wrap a library's own for the
+// plugins GStreamer loads later, which bind to them only if the executable exports them: SSL_new,
+// for the DTLS handshakes' retransmission timer (Sources/CParleyGst/parley_dtls_timer.c), and
+// libnice's nice_agent_new_full, for ICE nomination (parley_ice_nomination.c). Set on executables
+// and tests only, so the library products stay free of unsafe flags and usable as versioned
+// dependencies; a program of yours that embeds ParleyGStreamer passes the same flags.
+let exportsEngineWrappers: [LinkerSetting] = [
+    .unsafeFlags(["-Xlinker", "--export-dynamic-symbol=SSL_new", "-Xlinker", "--export-dynamic-symbol=nice_agent_new_full"], .when(platforms: [.linux])),
+]
 
 // The manifest is evaluated on the machine that builds: `#if os(Linux)` below asks where the build
 // runs, not what it builds for (Xcode on a Mac evaluates it as macOS for an iPhone build too). What is
@@ -283,7 +286,7 @@ let package = Package(
             ] + cliOnLinux.dependencies,
             exclude: cliOnLinux.sources,
             swiftSettings: swiftSettings,
-            linkerSettings: exportsSSLNew
+            linkerSettings: exportsEngineWrappers
         ),
         .testTarget(
             name: "ParleyProtocolTests",
@@ -427,7 +430,7 @@ package.targets += appleStandIns + [
         ] + appleFrameworks,
         exclude: ["Peers"],
         swiftSettings: swiftSettings,
-        linkerSettings: exportsSSLNew
+        linkerSettings: exportsEngineWrappers
     ),
     .testTarget(
         name: "ParleyJanusTests",

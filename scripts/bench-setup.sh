@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Call setup on an impaired wire: from the answer to both people hearing each other, Parley
-# (connecting while ringing, and classic) beside Chromium's classic flow, in one run through one
+# (connecting while ringing, and classic) beside Chromium's classic flow and aiortc, in one run through one
 # Parley server over `parley-wire`. See docs/benchmarks.md, "Call setup on a real path".
 #   scripts/bench-setup.sh                       every cell and pair, 5 calls each
 #   scripts/bench-setup.sh --calls 10 --report   and the table and plot in docs/benchmarks.md
@@ -13,7 +13,7 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "bench-setup.sh needs root (network namespaces and TUN devices)" >&2
   exit 1
 fi
-scripts/setup.sh chromium python3-pip
+scripts/setup.sh --aiortc chromium python3-pip
 python3 -c 'import numpy, matplotlib' 2>/dev/null || {
   echo "== installing numpy and matplotlib (pip)"
   python3 -m pip install -q numpy matplotlib 2>/dev/null || python3 -m pip install -q --break-system-packages numpy matplotlib

@@ -65,6 +65,10 @@ struct SoftphoneArguments: ParsableArguments {
           help: "Set the media path up while an audio call rings (nothing captured, sent or played before the answer), so answering costs one trip; --no-connect-while-ringing makes it after the answer (the classic flow).")
     var connectWhileRinging = true
 
+    @Flag(name: .customLong("aggressive-ice-nomination"), inversion: .prefixedNo,
+          help: "Nominate the first candidate pair that answers a check (ICE connects a round trip sooner); --no-aggressive-ice-nomination checks it again to nominate it, as webrtcbin asks (regular nomination).")
+    var aggressiveICENomination = true
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error.")
     var logLevel: String = Serve.env("PARLEY_LOG_LEVEL") ?? "error"
 
@@ -140,6 +144,8 @@ struct SoftphoneArguments: ParsableArguments {
                                        device: device.flatMap(DeviceID.init(rawValue:)), media: media)
         options.qualityLog = qualityLog.map { URL(fileURLWithPath: $0) }
         options.connectWhileRinging = connectWhileRinging
+        // The process's, taken by each ICE agent as it is made: set before the softphone makes any.
+        GStreamerEngine.iceNomination = aggressiveICENomination ? .aggressive : .regular
         return options
     }
 }

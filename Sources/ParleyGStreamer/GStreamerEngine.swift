@@ -50,6 +50,32 @@ public final class GStreamerEngine: PeerConnectionFactory {
         return .microseconds(Int(parley_dtls_next_timer_us(microseconds)))
     }
 
+    /// How webrtcbin's libnice agents nominate the candidate pair they send on.
+    public enum ICENomination: Sendable {
+        /// Every check carries USE-CANDIDATE, so the first check that succeeds nominates its pair
+        /// (RFC 5245 §8.1.1.2): ICE connects, and DTLS starts, one round trip after the first
+        /// answer to a check. What libwebrtc and aiortc do in effect; Parley's default.
+        case aggressive
+        /// A pair that answered is checked once more with USE-CANDIDATE (RFC 8445 §8.1.1), as
+        /// webrtcbin asks of libnice: one round trip later.
+        case regular
+    }
+
+    /// The nomination of every libnice agent made from now on in this process (libnice takes it
+    /// when an agent is made: set it before the calls whose agents it is for). Parley wraps
+    /// libnice's constructor for it (`parley_ice_nomination.c`), as it wraps `SSL_new`.
+    public static var iceNomination: ICENomination {
+        get { parley_ice_regular_nomination() != 0 ? .regular : .aggressive }
+        set { parley_ice_set_regular_nomination(newValue == .regular ? 1 : 0) }
+    }
+
+    /// How many libnice agents this process made through Parley's wrapper, and how many of them
+    /// nominate aggressively: none made means the executable does not export `nice_agent_new_full`
+    /// and webrtcbin's agents nominate as webrtcbin asks (regular).
+    public static var iceAgents: (made: UInt, nominatingAggressively: UInt) {
+        (UInt(parley_ice_agents_made()), UInt(parley_ice_agents_nominating_aggressively()))
+    }
+
     public static let requiredElements = "webrtcbin nicesrc nicesink dtlssrtpenc dtlssrtpdec sctpenc sctpdec rtpbin opusenc opusdec "
         + "rtpopuspay rtpopusdepay audiotestsrc audioconvert audioresample audiomixer volume identity fakesink filesrc "
         + "multifilesrc wavparse queue appsrc oggmux filesink"

@@ -49,6 +49,7 @@ func tone(_ audio: WAV.Audio, from start: Double = 0.5, length: Double? = nil) -
 struct EngineTests {
     @Test func twoPeersExchangeTonesAndStatistics() async throws {
         let timersBefore = GStreamerEngine.dtlsHandshakesWithShortTimer
+        let agentsBefore = GStreamerEngine.iceAgents
         let call = try await DirectCall()
         try await Task.sleep(for: .seconds(2))
         let stats = try await call.a.statistics()
@@ -64,6 +65,11 @@ struct EngineTests {
         // Both ends' DTLS handshakes ran on Parley's timer: GStreamer's plugin bound to the
         // process's SSL_new, not straight to OpenSSL's.
         #expect(GStreamerEngine.dtlsHandshakesWithShortTimer - timersBefore >= 2)
+        // Both ends' ICE agents were made through Parley's wrapper and nominate aggressively (what
+        // each libnice agent says of itself), where webrtcbin asks for regular nomination.
+        let agents = GStreamerEngine.iceAgents
+        #expect(agents.made - agentsBefore.made >= 2)
+        #expect(agents.nominatingAggressively - agentsBefore.nominatingAggressively >= 2)
     }
 
     /// A lost handshake flight goes again after 150 ms, then 300, 600 ms, 1.2 s and every 2.4 s:

@@ -8,8 +8,12 @@ and 0 ms answered at once) and every pair, `--calls` calls:
 
   parley-parley          `parley call` → `parley listen`, connecting while ringing (the default)
   parley-parley-classic  the same, both with --no-connect-while-ringing (the path made after the answer)
+  parley-parley-classic-regular
+                         the classic flow with webrtcbin's own regular ICE nomination on both ends
+                         (--no-aggressive-ice-nomination): what Parley's classic flow was before
   chromium-chromium      two Chromium pages (scripts/quality/peer.html), the classic flow
   chromium-parley        a Chromium page calling `parley listen` (which rings early; the page ignores it)
+  chromium-aiortc        a Chromium page calling aiortc (scripts/quality/aiortc_peer.py), a third-party stack
 
 Each end writes its timeline in Unix milliseconds (the softphone in its quality log, the page posts
 it), one clock for all: invite → the callee rings, answer → first audio the caller hears, answer →
@@ -40,7 +44,8 @@ CELLS = [
     ("100 ms, 2% loss", "delay=50ms,loss=2%", None),
     ("0 ms, answered at once", "clean", 0),
 ]
-PAIRS = ["parley-parley", "parley-parley-classic", "chromium-chromium", "chromium-parley"]
+PAIRS = ["parley-parley", "parley-parley-classic", "parley-parley-classic-regular", "chromium-chromium", "chromium-parley",
+         "chromium-aiortc"]
 TALK_SECONDS = 2
 # What each call yields, in ms: (key, words).
 MEASURES = [
@@ -53,9 +58,9 @@ MEASURES = [
 
 
 class SetupEnd:
-    """One end of a timed call: a Parley softphone or a Chromium page, in its namespace."""
+    """One end of a timed call: a Parley softphone, a Chromium page or an aiortc callee, in its namespace."""
 
-    def __init__(self, kind, namespace, role, name, user, callee, classic, ring, args, peers, directory):
+    def __init__(self, kind, namespace, role, name, user, callee, flags, ring, args, peers, directory):
         self.kind, self.name, self.peers = kind, name, peers
         self.lines, self.ready = [], threading.Event()
         self.log = directory / f"{name}.jsonl"
@@ -69,11 +74,11 @@ class SetupEnd:
                 command += ["listen", "--answer", "auto", "--answer-after", str(ring), "--once"]
             command += ["--server", server, "--as", user, "--play", "tone:440", "--ice-address", address,
                         "--quality-log", str(self.log)]
-            if classic:
-                command.append("--no-connect-while-ringing")
-            self.process = subprocess.Popen(["ip", "netns", "exec", namespace, *command], stdout=subprocess.PIPE,
-                                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-            threading.Thread(target=self._read, daemon=True).start()
+            command += flags
+            self._start(namespace, command)
+        elif kind == "aiortc":
+            self._start(namespace, [str(args.python), str(ROOT / "scripts/quality/aiortc_peer.py"), "--server", server,
+                                    "--user", user, "--device", name, "--ring", str(ring)])
         else:
             query = f"server={server}&user={user}&role={role}&callee={callee}&duration={TALK_SECONDS}&name={name}"
             if role == "callee":
@@ -86,10 +91,15 @@ class SetupEnd:
             self.process = subprocess.Popen(["ip", "netns", "exec", namespace, *command], stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, start_new_session=True)
 
+    def _start(self, namespace, command):
+        self.process = subprocess.Popen(["ip", "netns", "exec", namespace, *command], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
     def _read(self):
         for line in self.process.stdout:
             self.lines.append(line.rstrip())
-            if line.startswith("listening as"):
+            if line.startswith("listening as") or line.strip() == "ready":
                 self.ready.set()
 
     def wait_ready(self, timeout=30):
@@ -103,7 +113,10 @@ class SetupEnd:
         if self.kind == "chromium":
             return self.peers.wait(self.name, "done", timeout)["timeline"]
         self.process.wait(timeout=timeout)
-        rows = [json.loads(l) for l in self.log.read_text().splitlines()] if self.log.exists() else []
+        if self.kind == "aiortc":
+            rows = [json.loads(l) for l in self.lines if l.startswith("{")]
+        else:
+            rows = [json.loads(l) for l in self.log.read_text().splitlines()] if self.log.exists() else []
         timelines = [r["timeline"] for r in rows if "timeline" in r]
         if not timelines:
             raise RuntimeError(f"{self.name} wrote no timeline: {self.lines[-8:]}")
@@ -118,17 +131,17 @@ class SetupEnd:
 def timed_call(args, wire, peers, directory, cell, pair, number):
     name, spec, ring = cell
     ring = args.ring if ring is None else ring
-    kinds = pair.split("-")
-    classic = pair.endswith("classic")
+    kinds = pair.split("-")[:2]
+    flags = (["--no-connect-while-ringing"] if "-classic" in pair else []) + (["--no-aggressive-ice-nomination"] if pair.endswith("-regular") else [])
     tag = f"s{number}"
     for stale in directory.glob(f"{tag}-*"):
         stale.unlink()
     wire.command(f"set {spec}")
-    callee = SetupEnd(kinds[1], NS_B, "callee", f"{tag}-callee", f"bob{number}", "", classic, ring, args, peers, directory)
+    callee = SetupEnd(kinds[1], NS_B, "callee", f"{tag}-callee", f"bob{number}", "", flags, ring, args, peers, directory)
     caller = None
     try:
         callee.wait_ready()
-        caller = SetupEnd(kinds[0], NS_A, "caller", f"{tag}-caller", f"alice{number}", f"bob{number}", classic, ring,
+        caller = SetupEnd(kinds[0], NS_A, "caller", f"{tag}-caller", f"alice{number}", f"bob{number}", flags, ring,
                           args, peers, directory)
         a = caller.timeline(60)
         b = callee.timeline(30)
@@ -175,17 +188,19 @@ def ratios(table):
     lines = []
     chromium = table.get(("100 ms", "chromium-chromium"))
     for pair, words in (("parley-parley", "Parley connecting while ringing"), ("parley-parley-classic", "Parley classic"),
+                        ("parley-parley-classic-regular", "Parley classic, regular nomination"),
                         ("chromium-parley", "Chromium caller, Parley callee")):
         parley = table.get(("100 ms", pair))
         if chromium and parley:
             lines.append(f"answer → both hear, p50, 100 ms round trip: {words} ÷ Chromium classic = "
                          f"{parley['bothHear'][0]:.0f} / {chromium['bothHear'][0]:.0f} ms = {parley['bothHear'][0] / chromium['bothHear'][0]:.2f}")
-    chromium = table.get(("0 ms, answered at once", "chromium-chromium"))
     parley = table.get(("0 ms, answered at once", "chromium-parley"))
-    if chromium and parley:
-        lines.append(f"invite → caller hears, p50, loopback delays, answered at once, a Chromium caller: Parley callee ÷ Chromium callee = "
-                     f"{parley['inviteToAudio'][0]:.0f} / {chromium['inviteToAudio'][0]:.0f} ms = "
-                     f"{parley['inviteToAudio'][0] / chromium['inviteToAudio'][0]:.2f}")
+    for pair, words in (("chromium-chromium", "Chromium callee"), ("chromium-aiortc", "aiortc callee")):
+        other = table.get(("0 ms, answered at once", pair))
+        if other and parley:
+            lines.append(f"invite → caller hears, p50, loopback delays, answered at once, a Chromium caller: Parley callee ÷ {words} = "
+                         f"{parley['inviteToAudio'][0]:.0f} / {other['inviteToAudio'][0]:.0f} ms = "
+                         f"{parley['inviteToAudio'][0] / other['inviteToAudio'][0]:.2f}")
     return lines
 
 
@@ -194,6 +209,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parley", default=str(ROOT / ".build/release/parley"))
     parser.add_argument("--wire", default=str(ROOT / ".build/release/parley-wire"))
+    parser.add_argument("--python", default=str(ROOT / ".build-python/bin/python"), help="a Python with aiortc and websockets")
     parser.add_argument("--calls", type=int, default=5, help="calls per cell and pair")
     parser.add_argument("--ring", type=float, default=1.0, help="seconds each call rings before the answer")
     parser.add_argument("--cells", default="", help="comma-separated cell names (default: all)")

@@ -30,6 +30,13 @@ const char *parley_dtls_certificate_fingerprint(void);
 /// (parley_dtls_timer.c); and the timer that follows `timer_us` (0: the first).
 unsigned long parley_dtls_timers_set(void);
 unsigned int parley_dtls_next_timer_us(unsigned int timer_us);
+/// ICE nomination of the libnice agents webrtcbin makes from now on (parley_ice_nomination.c):
+/// aggressive (0, the default) or regular (1, as webrtcbin asks). How many agents this process
+/// made through Parley's wrapper, and how many of them nominate aggressively.
+void parley_ice_set_regular_nomination(int regular);
+int parley_ice_regular_nomination(void);
+unsigned long parley_ice_agents_made(void);
+unsigned long parley_ice_agents_nominating_aggressively(void);
 /// Frees GStreamer's global state; only when nothing of GStreamer is alive any more (the leaks
 /// tracer reports what is still alive at this point).
 void parley_gst_deinit(void);

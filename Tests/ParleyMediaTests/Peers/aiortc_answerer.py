@@ -22,7 +22,7 @@ import sys
 
 import aioice.ice
 import av
-from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.contrib.media import MediaRecorder
 from aiortc.sdp import candidate_from_sdp
 
@@ -89,7 +89,9 @@ async def main():
             break
         candidates.append(message)
 
-    pc = RTCPeerConnection()
+    # No ICE servers: aiortc's default is a public STUN server, and the tests and benchmarks send
+    # nothing beyond loopback and their own namespaces.
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     recorder = MediaRecorder(arguments.record)
     connected = asyncio.Event()
 
