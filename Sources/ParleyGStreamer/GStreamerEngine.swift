@@ -44,6 +44,12 @@ public final class GStreamerEngine: PeerConnectionFactory {
     /// doubling to 2.4 s, where GStreamer leaves OpenSSL's 1 s, 2, 4, 8 s (`parley_dtls_timer.c`).
     public static var dtlsHandshakesWithShortTimer: UInt { UInt(parley_dtls_timers_set()) }
 
+    /// How many of GStreamer's placeholder DTLS keys were made 1024-bit: its dtlsdec makes an RSA
+    /// 2048 key on first use (0.2–0.4 s) that Parley never handshakes with, since every transport gets
+    /// Parley's ECDSA certificate (`parley_dtls_placeholder.c`). 0 in a process that does not export
+    /// `RSA_generate_key_ex`: the first call of such a process may wait for the big key.
+    public static var dtlsPlaceholderKeysMadeSmall: UInt { UInt(parley_dtls_placeholder_keys()) }
+
     /// The DTLS retransmission timer that follows `timer` (nil: the first), as the handshake uses it.
     static func dtlsTimer(after timer: Duration?) -> Duration {
         let microseconds = timer.map { UInt32($0.components.seconds * 1_000_000 + $0.components.attoseconds / 1_000_000_000_000) } ?? 0

@@ -18,7 +18,8 @@ and 0 ms answered at once) and every pair, `--calls` calls:
 Each end writes its timeline in Unix milliseconds (the softphone in its quality log, the page posts
 it), one clock for all: invite → the callee rings, answer → first audio the caller hears, answer →
 first audio the callee hears, and invite → first audio less the ring. p50 and p95 per cell and pair,
-the ratios last; results.json; with --report, the table and plot in docs/benchmarks.md. Run through
+the ratios last; results.json, and each softphone's and aiortc's output in <name>.out (PARLEY_LOG_LEVEL=debug
+logs the softphones); with --report, the table and plot in docs/benchmarks.md. Run through
 scripts/bench-setup.sh, which installs and builds what this needs.
 """
 
@@ -41,8 +42,8 @@ CELLS = [
     ("0 ms", "clean", None),
     ("100 ms", "delay=50ms", None),
     ("300 ms", "delay=150ms", None),
-    ("100 ms, 2% loss", "delay=50ms,loss=2%", None),
-    ("0 ms, answered at once", "clean", 0),
+    ("100 ms + 2% loss", "delay=50ms,loss=2%", None),
+    ("0 ms answered at once", "clean", 0),
 ]
 PAIRS = ["parley-parley", "parley-parley-classic", "parley-parley-classic-regular", "chromium-chromium", "chromium-parley",
          "chromium-aiortc"]
@@ -124,6 +125,9 @@ class SetupEnd:
 
     def stop(self):
         stop_group(self.process)
+        if self.kind != "chromium":
+            # What the process said (with PARLEY_LOG_LEVEL=debug, its log), for a slow call's reasons.
+            (self.log.parent / f"{self.name}.out").write_text("\n".join(self.lines) + "\n")
         if self.kind == "chromium":
             subprocess.run(["rm", "-rf", self.profile])
 
@@ -194,9 +198,9 @@ def ratios(table):
         if chromium and parley:
             lines.append(f"answer → both hear, p50, 100 ms round trip: {words} ÷ Chromium classic = "
                          f"{parley['bothHear'][0]:.0f} / {chromium['bothHear'][0]:.0f} ms = {parley['bothHear'][0] / chromium['bothHear'][0]:.2f}")
-    parley = table.get(("0 ms, answered at once", "chromium-parley"))
+    parley = table.get(("0 ms answered at once", "chromium-parley"))
     for pair, words in (("chromium-chromium", "Chromium callee"), ("chromium-aiortc", "aiortc callee")):
-        other = table.get(("0 ms, answered at once", pair))
+        other = table.get(("0 ms answered at once", pair))
         if other and parley:
             lines.append(f"invite → caller hears, p50, loopback delays, answered at once, a Chromium caller: Parley callee ÷ {words} = "
                          f"{parley['inviteToAudio'][0]:.0f} / {other['inviteToAudio'][0]:.0f} ms = "
@@ -212,7 +216,7 @@ def main():
     parser.add_argument("--python", default=str(ROOT / ".build-python/bin/python"), help="a Python with aiortc and websockets")
     parser.add_argument("--calls", type=int, default=5, help="calls per cell and pair")
     parser.add_argument("--ring", type=float, default=1.0, help="seconds each call rings before the answer")
-    parser.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
+    parser.add_argument("--cells", default="", help="comma-separated cell names (default: all): " + ", ".join(c[0] for c in CELLS))
     parser.add_argument("--pairs", default=",".join(PAIRS))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / ".build/setup"))
@@ -224,9 +228,10 @@ def main():
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cells = [c for c in CELLS if not args.cells or c[0] in args.cells.split(",")]
+    asked = [c.strip() for c in args.cells.split(",")] if args.cells else [c[0] for c in CELLS]
+    cells = [c for c in CELLS if c[0] in asked]
     pairs = args.pairs.split(",")
-    if not cells or any(p not in PAIRS for p in pairs):
+    if len(cells) != len(asked) or any(p not in PAIRS for p in pairs):
         sys.exit(f"cells: {', '.join(c[0] for c in CELLS)}; pairs: {', '.join(PAIRS)}")
     say(f"== call setup: {len(cells)} cells × {len(pairs)} pairs × {args.calls} calls, each ringing {args.ring} s")
 
