@@ -26,15 +26,14 @@ let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
-// A program that runs the GStreamer engine exports three functions that wrap a library's own for the
+// A program that runs the GStreamer engine exports two functions that wrap a library's own for the
 // plugins GStreamer loads later, which bind to them only if the executable exports them: SSL_new,
-// for the DTLS handshakes' retransmission timer (Sources/CParleyGst/parley_dtls_timer.c);
-// RSA_generate_key_ex, for GStreamer's placeholder DTLS key (parley_dtls_placeholder.c); and
+// for the DTLS handshakes' retransmission timer (Sources/CParleyGst/parley_dtls_timer.c), and
 // libnice's nice_agent_new_full, for ICE nomination (parley_ice_nomination.c). Set on executables
 // and tests only, so the library products stay free of unsafe flags and usable as versioned
 // dependencies; a program of yours that embeds ParleyGStreamer passes the same flags.
 let exportsEngineWrappers: [LinkerSetting] = [
-    .unsafeFlags(["SSL_new", "RSA_generate_key_ex", "nice_agent_new_full"].flatMap { ["-Xlinker", "--export-dynamic-symbol=\($0)"] },
+    .unsafeFlags(["SSL_new", "nice_agent_new_full"].flatMap { ["-Xlinker", "--export-dynamic-symbol=\($0)"] },
                  .when(platforms: [.linux])),
 ]
 

@@ -66,7 +66,7 @@ struct SoftphoneArguments: ParsableArguments {
     var connectWhileRinging = true
 
     @Flag(name: .customLong("aggressive-ice-nomination"), inversion: .prefixedNo,
-          help: "Nominate the first candidate pair that answers a check (ICE connects a round trip sooner); --no-aggressive-ice-nomination checks it again to nominate it, as webrtcbin asks (regular nomination).")
+          help: "Nominate candidate pairs as they are checked, so media starts on the first that answers (ICE connects a round trip sooner); --no-aggressive-ice-nomination checks a pair again to nominate it, as webrtcbin asks (regular nomination).")
     var aggressiveICENomination = true
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error.")

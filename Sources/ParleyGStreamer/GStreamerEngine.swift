@@ -44,12 +44,6 @@ public final class GStreamerEngine: PeerConnectionFactory {
     /// doubling to 2.4 s, where GStreamer leaves OpenSSL's 1 s, 2, 4, 8 s (`parley_dtls_timer.c`).
     public static var dtlsHandshakesWithShortTimer: UInt { UInt(parley_dtls_timers_set()) }
 
-    /// How many of GStreamer's placeholder DTLS keys were made 1024-bit: its dtlsdec makes an RSA
-    /// 2048 key on first use (0.2–0.4 s) that Parley never handshakes with, since every transport gets
-    /// Parley's ECDSA certificate (`parley_dtls_placeholder.c`). 0 in a process that does not export
-    /// `RSA_generate_key_ex`: the first call of such a process may wait for the big key.
-    public static var dtlsPlaceholderKeysMadeSmall: UInt { UInt(parley_dtls_placeholder_keys()) }
-
     /// The DTLS retransmission timer that follows `timer` (nil: the first), as the handshake uses it.
     static func dtlsTimer(after timer: Duration?) -> Duration {
         let microseconds = timer.map { UInt32($0.components.seconds * 1_000_000 + $0.components.attoseconds / 1_000_000_000_000) } ?? 0
@@ -59,8 +53,8 @@ public final class GStreamerEngine: PeerConnectionFactory {
     /// How webrtcbin's libnice agents nominate the candidate pair they send on.
     public enum ICENomination: Sendable {
         /// Every check carries USE-CANDIDATE, so the first check that succeeds nominates its pair
-        /// (RFC 5245 §8.1.1.2): ICE connects, and DTLS starts, one round trip after the first
-        /// answer to a check. What libwebrtc and aiortc do in effect; Parley's default.
+        /// (RFC 5245 §8.1.1.2; a pair of higher priority that succeeds later may still take over):
+        /// ICE connects, and DTLS starts, one round trip sooner. Parley's default.
         case aggressive
         /// A pair that answered is checked once more with USE-CANDIDATE (RFC 8445 §8.1.1), as
         /// webrtcbin asks of libnice: one round trip later.

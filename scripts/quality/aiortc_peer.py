@@ -143,11 +143,13 @@ async def main():
                     await callee.end()
                     return
 
-        receiving = asyncio.ensure_future(receive())
+        # An error in a message, or no end in time, ends the script with its traceback (and no
+        # timeline): the benchmark shows the last lines of what it printed.
         try:
-            await asyncio.wait_for(callee.ended.wait(), args.timeout)
+            await asyncio.wait_for(receive(), args.timeout)
         finally:
-            receiving.cancel()
+            if not callee.ended.is_set():
+                await callee.end()
     print(json.dumps({"timeline": callee.timeline}), flush=True)
 
 

@@ -95,7 +95,8 @@ class SetupEnd:
     def _start(self, namespace, command):
         self.process = subprocess.Popen(["ip", "netns", "exec", namespace, *command], stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self):
         for line in self.process.stdout:
@@ -114,6 +115,7 @@ class SetupEnd:
         if self.kind == "chromium":
             return self.peers.wait(self.name, "done", timeout)["timeline"]
         self.process.wait(timeout=timeout)
+        self.reader.join(5)  # the last lines (aiortc's timeline) may still be unread
         if self.kind == "aiortc":
             rows = [json.loads(l) for l in self.lines if l.startswith("{")]
         else:
@@ -126,6 +128,7 @@ class SetupEnd:
     def stop(self):
         stop_group(self.process)
         if self.kind != "chromium":
+            self.reader.join(5)
             # What the process said (with PARLEY_LOG_LEVEL=debug, its log), for a slow call's reasons.
             (self.log.parent / f"{self.name}.out").write_text("\n".join(self.lines) + "\n")
         if self.kind == "chromium":
@@ -233,6 +236,8 @@ def main():
     pairs = args.pairs.split(",")
     if len(cells) != len(asked) or any(p not in PAIRS for p in pairs):
         sys.exit(f"cells: {', '.join(c[0] for c in CELLS)}; pairs: {', '.join(PAIRS)}")
+    if any(p.endswith("-aiortc") for p in pairs) and not pathlib.Path(args.python).exists():
+        sys.exit(f"{args.python} is missing: the aiortc pairs need aiortc and websockets (scripts/setup.sh --aiortc)")
     say(f"== call setup: {len(cells)} cells × {len(pairs)} pairs × {args.calls} calls, each ringing {args.ring} s")
 
     wire = Wire(args.wire, args.seed)

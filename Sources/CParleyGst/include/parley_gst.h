@@ -30,9 +30,6 @@ const char *parley_dtls_certificate_fingerprint(void);
 /// (parley_dtls_timer.c); and the timer that follows `timer_us` (0: the first).
 unsigned long parley_dtls_timers_set(void);
 unsigned int parley_dtls_next_timer_us(unsigned int timer_us);
-/// How many of GStreamer's placeholder DTLS keys (its dtlsdec's default certificate, which Parley
-/// never handshakes with) were made 1024-bit instead of 2048 (parley_dtls_placeholder.c).
-unsigned long parley_dtls_placeholder_keys(void);
 /// ICE nomination of the libnice agents webrtcbin makes from now on (parley_ice_nomination.c):
 /// aggressive (0, the default) or regular (1, as webrtcbin asks). How many agents this process
 /// made through Parley's wrapper, and how many of them nominate aggressively.
