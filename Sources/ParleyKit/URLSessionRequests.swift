@@ -17,16 +17,19 @@ extension URLSession {
         let pending = PendingDataTask()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Data, URLResponse), any Error>) in
-                let task = dataTask(with: request) { data, response, error in
-                    if let error {
-                        continuation.resume(throwing: error)
-                    } else if let data, let response {
-                        continuation.resume(returning: (data, response))
-                    } else {
-                        continuation.resume(throwing: URLError(.badServerResponse))
+                let started = pending.start {
+                    dataTask(with: request) { data, response, error in
+                        if let error {
+                            continuation.resume(throwing: error)
+                        } else if let data, let response {
+                            continuation.resume(returning: (data, response))
+                        } else {
+                            continuation.resume(throwing: URLError(.badServerResponse))
+                        }
                     }
                 }
-                pending.start(task)
+                // Cancelled before it began: no task is made, as `data(for:)` would end.
+                if !started { continuation.resume(throwing: URLError(.cancelled)) }
             }
         } onCancel: {
             DispatchQueue.global().async { pending.cancel() }
@@ -39,18 +42,26 @@ extension URLSession {
 
 #if canImport(FoundationNetworking)
 /// A data task and whether it was cancelled, either first.
+///
+/// A request cancelled before it began is never made: corelibs-foundation's `cancel()` right after
+/// `resume()` races the task's own end (a refused connection ends it at once), and a cancel that
+/// comes after the session has let the task go stops the process ("Trying to access a behaviour for
+/// a task that in not in the registry", seen in CI when a sign-out cancelled a registration).
 private final class PendingDataTask: @unchecked Sendable {
     private let lock = NSLock()
     private var task: URLSessionDataTask?
     private var cancelled = false
 
-    func start(_ task: URLSessionDataTask) {
-        let cancelled = lock.withLock {
+    /// Makes the task with `make` and resumes it, unless the request was cancelled first (false).
+    func start(_ make: () -> URLSessionDataTask) -> Bool {
+        // Resumed under the lock, so a cancel never reaches a task that was not resumed yet.
+        lock.withLock {
+            guard !cancelled else { return false }
+            let task = make()
             self.task = task
-            return self.cancelled
+            task.resume()
+            return true
         }
-        task.resume()
-        if cancelled { task.cancel() }
     }
 
     func cancel() {
