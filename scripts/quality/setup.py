@@ -127,19 +127,20 @@ class SetupEnd:
 
     def stop(self):
         stop_group(self.process)
-        if self.kind != "chromium":
+        if self.kind == "chromium":
+            subprocess.run(["rm", "-rf", self.profile])
+        else:
             self.reader.join(5)
             # What the process said (with PARLEY_LOG_LEVEL=debug, its log), for a slow call's reasons.
             (self.log.parent / f"{self.name}.out").write_text("\n".join(self.lines) + "\n")
-        if self.kind == "chromium":
-            subprocess.run(["rm", "-rf", self.profile])
 
 
 def timed_call(args, wire, peers, directory, cell, pair, number):
     name, spec, ring = cell
     ring = args.ring if ring is None else ring
     kinds = pair.split("-")[:2]
-    flags = (["--no-connect-while-ringing"] if "-classic" in pair else []) + (["--no-aggressive-ice-nomination"] if pair.endswith("-regular") else [])
+    flags = ((["--no-connect-while-ringing"] if "-classic" in pair else [])
+             + (["--no-aggressive-ice-nomination"] if pair.endswith("-regular") else []))
     tag = f"s{number}"
     for stale in directory.glob(f"{tag}-*"):
         stale.unlink()
