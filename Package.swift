@@ -166,6 +166,7 @@ let package = Package(
                 "ParleyProtocol",
                 "ParleyJanus",
                 "ParleyAPNs",
+                "ParleyWebSocket",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdAuth", package: "hummingbird-auth"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),

@@ -265,9 +265,9 @@ struct ChildServer {
     /// The per-address and per-connection rate limits are off: a load generator runs every client
     /// from one address, and its pairs send far faster than a person's device (the limits
     /// themselves are tested, in `LimitTests`, not measured).
-    static func start(database: String = ":memory:") throws -> ChildServer {
+    static func start(database: String = ":memory:", arguments: [String] = []) throws -> ChildServer {
         let (process, port) = try launch(["--port", "0", "--database", database, "--log-level", "warning",
-                                          "--http-rate-limit", "0", "--frame-rate-limit", "0"])
+                                          "--http-rate-limit", "0", "--frame-rate-limit", "0"] + arguments)
         return ChildServer(process: process, port: port)
     }
 

@@ -18,7 +18,9 @@ struct BenchNodes: AsyncParsableCommand {
             Starts a private PostgreSQL (unless --database names one), --nodes `parley serve` processes on it, and \
             one load generator process per node holding its share of --connections (authenticated, with heartbeats). \
             Then runs --calls complete call setups, each between a device on one node and a device on the next. \
-            With --nodes 1 --store sqlite, the same run on one node and SQLite, for comparison.
+            With --nodes 1 --store sqlite, the same run on one node and SQLite, for comparison. With --compare, \
+            one run measures one node, then --nodes on each bus (postgres: NOTIFY; direct: node-to-node \
+            WebSockets), each on a new database, and prints the ratios to one node.
             """
     )
 
@@ -42,9 +44,18 @@ struct BenchNodes: AsyncParsableCommand {
     @Option(help: "A PostgreSQL URL to use instead of starting a private server (its database is used as is).")
     var database: String?
 
+    @Option(help: "How the nodes send each other messages: direct (node-to-node WebSockets) or postgres (NOTIFY).")
+    var bus: NodeBus = .direct
+
+    @Flag(help: "Measure one node, then --nodes on each bus, in one run (a private PostgreSQL, a new database each), and print the ratios.")
+    var compare = false
+
     func validate() throws {
         guard nodes >= 1 else { throw ValidationError("--nodes must be at least 1") }
         guard store == .postgres || nodes == 1 else { throw ValidationError("several nodes share PostgreSQL: --store sqlite takes --nodes 1") }
+        guard !compare || (store == .postgres && database == nil && nodes >= 2) else {
+            throw ValidationError("--compare starts its own PostgreSQL (no --database, no --store sqlite) and needs --nodes 2 or more")
+        }
         guard connections >= nodes else { throw ValidationError("--connections must be at least --nodes") }
         guard concurrency >= 1, calls >= 1 else { throw ValidationError("--calls and --concurrency must be at least 1") }
         // One process may open 20,000 files here. A node needs about 26 of its own (up to 8 pooled
@@ -55,7 +66,87 @@ struct BenchNodes: AsyncParsableCommand {
         }
     }
 
+    /// What one deployment measured.
+    struct Figures {
+        var label: String
+        var nodes: Int
+        var held: Int
+        var openSeconds: Double
+        var memoryPerConnection: Double
+        var perNode: String
+        var postgresMemory: String
+        var setups: Int
+        var callSeconds: Double
+        var pairs: Int
+        var setup: [Duration]
+        var ring: [Duration]
+        var relay: [Duration]
+        var cpu: Double
+        var postgresCPU: Double?
+
+        var setupsPerSecond: Double { Double(setups) / callSeconds }
+        var nodeCPUPerSetup: Double { cpu * 1000 / Double(setups) }
+        var postgresCPUPerSetup: Double? { postgresCPU.map { $0 * 1000 / Double(setups) } }
+        /// Nodes and PostgreSQL together: what a setup costs the deployment.
+        var cpuPerSetup: Double { nodeCPUPerSetup + (postgresCPUPerSetup ?? 0) }
+        var relayMedian: Duration { percentile(relay, 0.5) }
+
+        var report: String {
+            """
+
+            Parley nodes benchmark (\(ProcessInfo.processInfo.activeProcessorCount) cores): \(label)
+              connections held       \(held + 2 * pairs) (\(held) by \(nodes) generator process(es), opened in \(format(openSeconds)) s = \(format(Double(held) / openSeconds)) per second)
+              server memory          \(format(memoryPerConnection / 1024)) KiB per connection held (nodes: \(perNode))
+              PostgreSQL memory      \(postgresMemory)
+              call setups            \(setups) in \(format(callSeconds)) s = \(format(setupsPerSecond)) per second (\(pairs) at a time\(nodes > 1 ? ", every one across two nodes" : ""))
+              setup latency          p50 \(ms(percentile(setup, 0.5))) ms, p99 \(ms(percentile(setup, 0.99))) ms (invite → ended)
+              invite → incoming      p50 \(ms(percentile(ring, 0.5))) ms, p99 \(ms(percentile(ring, 0.99))) ms
+              relay latency          p50 \(ms(percentile(relay, 0.5))) ms, p99 \(ms(percentile(relay, 0.99))) ms (call.signal sent → received, \(relay.count) samples)
+              server CPU             \(format(nodeCPUPerSetup)) ms per call setup, all nodes together
+              PostgreSQL CPU         \(postgresCPUPerSetup.map { "\(format($0)) ms per call setup" } ?? "—")
+            """
+        }
+    }
+
     func run() async throws {
+        guard compare else {
+            let label = "\(nodes) node(s) on \(store == .postgres ? "PostgreSQL" : "SQLite")\(store == .postgres && nodes > 1 ? ", bus \(bus.rawValue)" : "")"
+            return print(try await measure(label: label, nodes: nodes, bus: bus, database: database).report)
+        }
+        benchLog("starting a private PostgreSQL")
+        let postgres = try await PostgresServer.start(maxConnections: 20 * nodes + 20)
+        let signals = ChildServer.onSignals { postgres.stop() }
+        defer {
+            signals.forEach { $0.cancel() }
+            postgres.stop()
+        }
+        var runs: [Figures] = []
+        for (count, bus) in [(1, NodeBus.direct), (nodes, .postgres), (nodes, .direct)] {
+            let label = count == 1 ? "1 node on PostgreSQL" : "\(count) nodes on PostgreSQL, bus \(bus.rawValue)"
+            benchLog("— \(label)")
+            let figures = try await measure(label: label, nodes: count, bus: bus, database: postgres.url(database: try postgres.createDatabase()),
+                                            postgresPID: postgres.process.processIdentifier)
+            print(figures.report)
+            runs.append(figures)
+        }
+        let one = runs[0]
+        var lines = ["", "Side by side, one run (\(connections) connections, \(calls) setups, \(concurrency) at a time): each ÷ one node"]
+        lines.append("  " + ["", "setups/s", "CPU per setup (nodes + PostgreSQL)", "PostgreSQL CPU per setup", "relay p50"].map { $0.padding(toLength: 36, withPad: " ", startingAt: 0) }.joined())
+        for figures in runs {
+            let cells = [
+                figures.label,
+                "\(format(figures.setupsPerSecond)) (\(format(figures.setupsPerSecond / one.setupsPerSecond))×)",
+                "\(format(figures.cpuPerSetup)) ms (\(format(figures.cpuPerSetup / one.cpuPerSetup))×)",
+                "\(format(figures.postgresCPUPerSetup ?? 0)) ms",
+                "\(ms(figures.relayMedian)) ms (\(format(seconds(figures.relayMedian) / seconds(one.relayMedian)))×)",
+            ]
+            lines.append("  " + cells.map { $0.padding(toLength: 36, withPad: " ", startingAt: 0) }.joined())
+        }
+        print(lines.joined(separator: "\n"))
+    }
+
+    /// One deployment: `nodes` nodes on `database` (a private PostgreSQL when nil), measured.
+    func measure(label: String, nodes: Int, bus: NodeBus, database: String?, postgresPID: Int32? = nil) async throws -> Figures {
         var postgres: PostgresServer?
         var setting = ":memory:"
         if store == .postgres {
@@ -68,6 +159,7 @@ struct BenchNodes: AsyncParsableCommand {
                 setting = server.url(database: try server.createDatabase())
             }
         }
+        let postgresPID = postgresPID ?? postgres?.process.processIdentifier
         var servers: [ChildServer] = []
         let generators = Children()
         defer {
@@ -77,7 +169,7 @@ struct BenchNodes: AsyncParsableCommand {
         }
 
         for index in 0..<nodes {
-            servers.append(try ChildServer.start(database: setting))
+            servers.append(try ChildServer.start(database: setting, arguments: ["--node-bus", bus.rawValue]))
             benchLog("node \(index + 1) on port \(servers[index].port) (pid \(servers[index].pid))")
         }
         let pids = servers.map(\.pid)
@@ -90,7 +182,7 @@ struct BenchNodes: AsyncParsableCommand {
         defer { signals.forEach { $0.cancel() } }
         try await Task.sleep(for: .seconds(1))
         let idle = servers.map { residentBytes(pid: $0.pid) }
-        let postgresIdle = postgres.map { Self.treeResident($0.process.processIdentifier) } ?? 0
+        let postgresIdle = postgresPID.map(Self.treeResident) ?? 0
 
         // The callers and callees of the setups: pairs across neighbouring nodes, opened here.
         let pairs = min(concurrency, max(1, connections / 4))
@@ -116,7 +208,7 @@ struct BenchNodes: AsyncParsableCommand {
         benchLog("\(held) connections held after \(format(openSeconds)) s")
         try await Task.sleep(for: .seconds(2))
         let holding = servers.map { residentBytes(pid: $0.pid) }
-        let postgresHolding = postgres.map { Self.treeResident($0.process.processIdentifier) } ?? 0
+        let postgresHolding = postgresPID.map(Self.treeResident) ?? 0
 
         let authority = try await TokenAuthority(key: .hs256(secret: ServerConfiguration.developmentSecret))
         var callers: [BenchClient] = [], callees: [BenchClient] = []
@@ -139,7 +231,7 @@ struct BenchNodes: AsyncParsableCommand {
 
         benchLog("running \(calls) call setups\(nodes > 1 ? " across nodes" : ""), \(pairs) at a time")
         let cpuBefore = servers.map { cpuSeconds(pid: $0.pid) }
-        let postgresBefore = postgres.map { Self.treeCPU($0.process.processIdentifier) } ?? 0
+        let postgresBefore = postgresPID.map(Self.treeCPU) ?? 0
         let callStart = ContinuousClock.now
         // A frame that never comes would hold the run forever: past a generous limit, it says so.
         let limit = Duration.seconds(max(120, calls / 5))
@@ -168,7 +260,7 @@ struct BenchNodes: AsyncParsableCommand {
         }
         let callSeconds = seconds(ContinuousClock.now - callStart)
         let cpu = zip(servers, cpuBefore).map { cpuSeconds(pid: $0.pid) - $1 }.reduce(0, +)
-        let postgresCPU = (postgres.map { Self.treeCPU($0.process.processIdentifier) } ?? 0) - postgresBefore
+        let postgresCPU = (postgresPID.map(Self.treeCPU) ?? 0) - postgresBefore
         for client in callers + callees { client.close() }
 
         let setup = results.map(\.setup).sorted()
@@ -176,19 +268,11 @@ struct BenchNodes: AsyncParsableCommand {
         let relay = results.flatMap(\.relays).sorted()
         let grown = zip(holding, idle).map { $0 - $1 }.reduce(0, +)
         let perNode = servers.indices.map { "\(mib(holding[$0])) MiB" }.joined(separator: ", ")
-        print("""
-
-            Parley nodes benchmark (\(ProcessInfo.processInfo.activeProcessorCount) cores): \(nodes) node(s) on \(store == .postgres ? "PostgreSQL" : "SQLite")
-              connections held       \(held + 2 * pairs) (\(held) by \(nodes) generator process(es), opened in \(format(openSeconds)) s = \(format(Double(held) / openSeconds)) per second)
-              server memory          \(format(Double(grown) / Double(held) / 1024)) KiB per connection held (nodes: \(perNode))
-              PostgreSQL memory      \(store == .postgres && postgres != nil ? "\(mib(postgresIdle)) → \(mib(postgresHolding)) MiB (all its processes)" : "—")
-              call setups            \(results.count) in \(format(callSeconds)) s = \(format(Double(results.count) / callSeconds)) per second (\(pairs) at a time\(nodes > 1 ? ", every one across two nodes" : ""))
-              setup latency          p50 \(ms(percentile(setup, 0.5))) ms, p99 \(ms(percentile(setup, 0.99))) ms (invite → ended)
-              invite → incoming      p50 \(ms(percentile(ring, 0.5))) ms, p99 \(ms(percentile(ring, 0.99))) ms
-              relay latency          p50 \(ms(percentile(relay, 0.5))) ms, p99 \(ms(percentile(relay, 0.99))) ms (call.signal sent → received, \(relay.count) samples)
-              server CPU             \(format(cpu * 1000 / Double(results.count))) ms per call setup, all nodes together
-              PostgreSQL CPU         \(postgres != nil ? "\(format(postgresCPU * 1000 / Double(results.count))) ms per call setup" : "—")
-            """)
+        return Figures(label: label, nodes: nodes, held: held, openSeconds: openSeconds,
+                       memoryPerConnection: Double(grown) / Double(held), perNode: perNode,
+                       postgresMemory: store == .postgres && postgresPID != nil ? "\(mib(postgresIdle)) → \(mib(postgresHolding)) MiB (all its processes)" : "—",
+                       setups: results.count, callSeconds: callSeconds, pairs: pairs, setup: setup, ring: ring, relay: relay,
+                       cpu: cpu, postgresCPU: postgresPID != nil ? postgresCPU : nil)
     }
 
     /// A load generator: `parley bench hold` holding `count` connections to one node.

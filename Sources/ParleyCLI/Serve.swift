@@ -62,6 +62,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Addresses of the reverse proxies in front of the server, comma-separated: the per-address limit counts the client their X-Forwarded-For names. [PARLEY_TRUSTED_PROXIES]")
     var trustedProxies: String = env("PARLEY_TRUSTED_PROXIES") ?? ""
 
+    @Option(help: "How this node's messages reach the other nodes on one PostgreSQL: direct (a WebSocket to each, at the address it publishes; NOTIFY to one that publishes none) or postgres (NOTIFY). [PARLEY_NODE_BUS]")
+    var nodeBus: NodeBus = env("PARLEY_NODE_BUS").flatMap(NodeBus.init(rawValue:)) ?? .direct
+
+    @Option(help: "host:port at which the other nodes reach this one directly (not through a load balancer); by default --host and the port listened on, unless --host is a wildcard (0.0.0.0, ::), which names no address. [PARLEY_NODE_ADDRESS]")
+    var nodeAddress: String?
+
     @OptionGroup(title: "Push (APNs)") var apns: APNsOptions
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error. [PARLEY_LOG_LEVEL]")
@@ -74,6 +80,12 @@ struct Serve: AsyncParsableCommand {
         guard httpRateLimit >= 0, httpRateLimit.isFinite else { throw ValidationError("--http-rate-limit must be 0 (no limit) or more") }
         guard frameRateLimit >= 0, frameRateLimit.isFinite else { throw ValidationError("--frame-rate-limit must be 0 (no limit) or more") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level \(logLevel) is not a log level") }
+        if let raw = Self.env("PARLEY_NODE_BUS"), NodeBus(rawValue: raw) == nil {
+            throw ValidationError("PARLEY_NODE_BUS must be direct or postgres, not '\(raw)'")
+        }
+        if let address = nodeAddress ?? Self.env("PARLEY_NODE_ADDRESS"), !ServerConfiguration.isNodeAddress(address) {
+            throw ValidationError("--node-address takes host:port (e.g. 10.0.0.5:8080 or [2001:db8::5]:8080), not '\(address)'")
+        }
         if !turnUrls.isEmpty, turnSecret ?? Self.env("PARLEY_TURN_SECRET") == nil { throw ValidationError("--turn-urls needs --turn-secret") }
     }
 
@@ -104,6 +116,8 @@ struct Serve: AsyncParsableCommand {
         configuration.ringTimeout = .seconds(ringTimeout)
         configuration.heartbeat = heartbeat
         configuration.trustedProxies = Self.list(trustedProxies)
+        configuration.nodeBus = nodeBus
+        configuration.nodeAddress = nodeAddress ?? Self.env("PARLEY_NODE_ADDRESS")
         configuration.limits.httpRequestsPerSecond = httpRateLimit
         configuration.limits.httpBurst = max(1, httpRateLimit * 10)
         configuration.limits.framesPerSecond = frameRateLimit
@@ -151,3 +165,5 @@ struct Serve: AsyncParsableCommand {
 }
 
 private func env(_ name: String) -> String? { Serve.env(name) }
+
+extension NodeBus: ExpressibleByArgument {}

@@ -1,5 +1,7 @@
+import Crypto
 import Foundation
 import Logging
+import NIOCore
 import NIOConcurrencyHelpers
 import NIOSSL
 import ParleyProtocol
@@ -15,7 +17,10 @@ import PostgresNIO
 /// - A message is JSON; one over `NOTIFY`'s limit goes into `cluster_message` and the notification
 ///   carries its row (`@<id>`). One task sends everything a node sends, in order.
 /// - `cluster_device` says which node holds which device; `call.owner_node`, which node runs a call;
-///   `cluster_room`, which node runs a room.
+///   `cluster_room`, which node runs a room; `cluster_node`, where a node takes direct links.
+/// - With `NodeBus.direct`, messages go over `NodeLinks` (a WebSocket to each node sent to) instead
+///   of `NOTIFY`, to every node that published an address; the rest as above. PostgreSQL then
+///   carries none of the hot path's messages, only the directory.
 public final class PostgresCluster: ClusterLink {
     public let node: NodeID
     public let messages: AsyncStream<NodeMessage>
@@ -35,6 +40,13 @@ public final class PostgresCluster: ClusterLink {
     private let hearing: Task<Void, Never>
     /// Writes what the node sends, in order; drained when it leaves (`leave`).
     private let sender: Task<Void, Never>
+    /// The deployment's key for direct links (`NodeBus.direct`); nil on `NOTIFY` alone.
+    private let linkKey: SymmetricKey?
+    /// Messages sent so far over direct links, and by `NOTIFY` (a broadcast counts once per node).
+    public var sent: (direct: Int, notified: Int) { counts.withLockedValue { $0 } }
+    private let counts = NIOLockedValueBox((direct: 0, notified: 0))
+    /// Other nodes' links to this one, closed when it leaves.
+    private let heardLinks = NIOLockedValueBox<(channels: [ObjectIdentifier: any Channel], left: Bool)>(([:], false))
 
     fileprivate enum Outgoing {
         case message(NodeMessage, to: NodeID?)
@@ -58,17 +70,21 @@ public final class PostgresCluster: ClusterLink {
         WHERE application_name LIKE 'parley-node %'
         """
 
-    /// Joins the deployment on the store's database: listens, then answers the node.
-    public static func join(_ store: PostgresStore, logger: Logger) async throws -> PostgresCluster {
+    /// Joins the deployment on the store's database: listens, then answers the node. With
+    /// `.direct`, the node sends over direct links to the nodes that take them (once it has said
+    /// where it takes them itself, `advertise`, the others link to it).
+    public static func join(_ store: PostgresStore, bus: NodeBus = .direct, logger: Logger) async throws -> PostgresCluster {
         let node = "n" + (0..<6).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let linkKey = bus == .direct ? SymmetricKey(data: try await store.deploymentSecret("node-links")) : nil
         let listener = try await PostgresStore.connect(store.location, logger: logger, application: applicationPrefix + node)
-        return try await PostgresCluster(node: node, store: store, listener: listener, logger: logger)
+        return try await PostgresCluster(node: node, store: store, listener: listener, linkKey: linkKey, logger: logger)
     }
 
-    private init(node: NodeID, store: PostgresStore, listener: PostgresConnection, logger: Logger) async throws {
+    private init(node: NodeID, store: PostgresStore, listener: PostgresConnection, linkKey: SymmetricKey?, logger: Logger) async throws {
         self.node = node
         self.store = store
         self.listener = listener
+        self.linkKey = linkKey
         var logger = logger
         logger[metadataKey: "cluster.node"] = "\(node)"
         self.logger = logger
@@ -126,8 +142,13 @@ public final class PostgresCluster: ClusterLink {
             throw failure
         }
         watching.continuation.yield()
-        sender = Task { [store, logger, node] in await Self.send(outbox, node: node, store: store, logger: logger) }
-        logger.notice("joined the cluster")
+        sender = Task { [store, logger, node, inbox, linkKey, counts] in
+            let links = linkKey.map { NodeLinks(node: node, key: $0, logger: logger) }
+            let writer = Writer(node: node, links: links, local: inbox, counts: counts, store: store, logger: logger)
+            await Self.send(outbox, writer: writer, logger: logger)
+            await links?.close()
+        }
+        logger.notice("joined the cluster", metadata: ["cluster.bus": "\(linkKey == nil ? NodeBus.postgres : .direct)"])
     }
 
     /// Leaves the deployment after what was sent: hands this node's unfinished calls and its rooms
@@ -139,6 +160,12 @@ public final class PostgresCluster: ClusterLink {
         // What is queued gets 5 s, and so does the listening side to end: a database that is gone
         // must not hold a shutdown.
         await Self.awaitEnd(of: sender, within: .seconds(5))
+        // What other nodes still send here is for a node that has left.
+        for channel in heardLinks.withLockedValue({ state in
+            state.left = true
+            defer { state.channels = [:] }
+            return Array(state.channels.values)
+        }) { channel.close(promise: nil) }
         hearing.cancel()
         try? await listener.close()
         await Self.awaitEnd(of: hearing, within: .seconds(5))
@@ -165,6 +192,54 @@ public final class PostgresCluster: ClusterLink {
 
     public func holds(_ key: DeviceKey, _ holding: Bool) {
         outbox.add(.holds(key, holding))
+    }
+
+    // MARK: Direct links
+
+    /// Publishes where the other nodes link to this one (`host:port` of its listening socket), once
+    /// it listens and before it says so: the nodes that send here from then on find the address
+    /// (one that finds none sends by `NOTIFY` and looks again a second later). With
+    /// `NodeBus.postgres` it publishes nothing and is sent to by `NOTIFY`.
+    public func advertise(_ address: String) async {
+        guard linkKey != nil else { return }
+        do {
+            try await store.client.query("""
+                INSERT INTO cluster_node (node_id, address) VALUES (\(node), \(address))
+                ON CONFLICT (node_id) DO UPDATE SET address = excluded.address
+                """, logger: logger)
+            logger.notice("takes direct links from the other nodes", metadata: ["cluster.address": "\(address)"])
+        } catch {
+            logger.error("could not publish where the other nodes link to this one; they send here by NOTIFY",
+                         metadata: ["error": "\(PostgresStore.explain(error))"])
+        }
+    }
+
+    /// Whether another node may link to this one: it shows the deployment's key for the pair.
+    func acceptsLink(from other: NodeID, authorization: String) -> Bool {
+        guard let linkKey else { return false }
+        return NodeLinks.accepts(from: other, to: node, authorization: authorization, key: linkKey)
+    }
+
+    /// Hears another node's link until it closes, or until this node leaves (which closes it).
+    /// `frames` are the link's text frames: lines, as `NOTIFY` carries them.
+    func hear(link channel: any Channel, from other: NodeID, frames: some AsyncSequence<String, any Error>) async {
+        let id = ObjectIdentifier(channel)
+        guard heardLinks.withLockedValue({ state in
+            if !state.left { state.channels[id] = channel }
+            return !state.left
+        }) else { return }
+        defer { _ = heardLinks.withLockedValue { $0.channels.removeValue(forKey: id) } }
+        logger.debug("a node linked to this one", metadata: ["cluster.peer": "\(other)"])
+        do {
+            for try await frame in frames {
+                for line in frame.split(separator: "\n") {
+                    guard let message = await Self.decode(String(line), store: store, logger: logger) else { continue }
+                    inbox.yield(message)
+                }
+            }
+        } catch {
+            logger.debug("a node's link ended", metadata: ["cluster.peer": "\(other)", "error": "\(error)"])
+        }
     }
 
     public func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID] {
@@ -224,15 +299,15 @@ public final class PostgresCluster: ClusterLink {
 
     /// Writes what the node sends, in order, in batches: whatever has gathered while the last batch
     /// was written goes in a few statements (a thousand devices saying hello after a node died are a
-    /// handful of round trips, not two thousand).
-    private static func send(_ outbox: Outbox, node: NodeID, store: PostgresStore, logger: Logger) async {
+    /// handful of round trips, not two thousand), and its messages in one frame per node linked.
+    private static func send(_ outbox: Outbox, writer: Writer, logger: Logger) async {
         for await _ in outbox.wakes {
             while !Task.isCancelled {
                 let batch = outbox.take()
                 if batch.isEmpty { break }
                 for run in Outbox.runs(of: batch) {
                     do {
-                        try await write(run, node: node, store: store, logger: logger)
+                        try await writer.write(run)
                     } catch {
                         logger.error("could not reach the other nodes", metadata: ["error": "\(PostgresStore.explain(error))",
                                                                                    "cluster.items": "\(run.count)"])
@@ -242,10 +317,52 @@ public final class PostgresCluster: ClusterLink {
         }
     }
 
-    /// One run of items of one kind, in one statement (a few more for messages too big to notify).
-    private static func write(_ run: [Outgoing], node: NodeID, store: PostgresStore, logger: Logger) async throws {
-        switch run.first {
-        case .holds(_, true)?:
+    /// Writes runs of what the node sends; the sending task's own.
+    private final class Writer {
+        let node: NodeID
+        let links: NodeLinks?
+        /// This node's own inbox, for what it sends to every node when its links carry it.
+        let local: AsyncStream<NodeMessage>.Continuation
+        let counts: NIOLockedValueBox<(direct: Int, notified: Int)>
+        let store: PostgresStore
+        let logger: Logger
+        let encoder = JSONEncoder()
+
+        init(node: NodeID, links: NodeLinks?, local: AsyncStream<NodeMessage>.Continuation,
+             counts: NIOLockedValueBox<(direct: Int, notified: Int)>, store: PostgresStore, logger: Logger) {
+            self.node = node
+            self.links = links
+            self.local = local
+            self.counts = counts
+            self.store = store
+            self.logger = logger
+        }
+
+        /// One run of items of one kind, in one statement (a few more for messages too big to notify).
+        func write(_ run: [Outgoing]) async throws {
+            switch run.first {
+            case .holds(_, true)?:
+                try await claim(run)
+            case .holds(_, false)?:
+                let keys = run.compactMap { if case .holds(let key, _) = $0 { key } else { nil } }
+                try await store.client.query("""
+                    DELETE FROM cluster_device USING unnest(\(keys.map(\.user.rawValue))::TEXT[], \(keys.map(\.device.rawValue))::TEXT[]) AS t(u, d)
+                    WHERE user_id = t.u AND device_id = t.d AND node_id = \(node)
+                    """, logger: logger)
+            case .release?:
+                try await store.client.query("UPDATE call SET owner_node = NULL WHERE owner_node = \(node) AND ended_at IS NULL",
+                                             logger: logger)
+                try await store.client.query("DELETE FROM cluster_room WHERE node_id = \(node)", logger: logger)
+                try await store.client.query("DELETE FROM cluster_device WHERE node_id = \(node)", logger: logger)
+                try await store.client.query("DELETE FROM cluster_node WHERE node_id = \(node)", logger: logger)
+            case .message?:
+                try await send(run.compactMap { if case .message(let message, let to) = $0 { (message, to) } else { nil } })
+            case nil:
+                return
+            }
+        }
+
+        private func claim(_ run: [Outgoing]) async throws {
             // The last word on each device (one statement may not update a row twice).
             var latest: [DeviceKey: Int] = [:]
             for case (let index, .holds(let key, _)) in run.enumerated() { latest[key] = index }
@@ -277,45 +394,60 @@ public final class PostgresCluster: ClusterLink {
             for try await (user, owner) in calling.decode((String, String).self) {
                 for key in keys where key.user.rawValue == user { told.append((key, owner)) }
             }
-            if !told.isEmpty {
-                try await write(told.map { .message(.claimed($0.0, by: node), to: $0.1) }, node: node, store: store, logger: logger)
-            }
-        case .holds(_, false)?:
-            let keys = run.compactMap { if case .holds(let key, _) = $0 { key } else { nil } }
-            try await store.client.query("""
-                DELETE FROM cluster_device USING unnest(\(keys.map(\.user.rawValue))::TEXT[], \(keys.map(\.device.rawValue))::TEXT[]) AS t(u, d)
-                WHERE user_id = t.u AND device_id = t.d AND node_id = \(node)
-                """, logger: logger)
-        case .release?:
-            try await store.client.query("UPDATE call SET owner_node = NULL WHERE owner_node = \(node) AND ended_at IS NULL",
-                                         logger: logger)
-            try await store.client.query("DELETE FROM cluster_room WHERE node_id = \(node)", logger: logger)
-            try await store.client.query("DELETE FROM cluster_device WHERE node_id = \(node)", logger: logger)
-        case .message?:
-            let encoder = JSONEncoder()
-            var targets: [String] = [], payloads: [String] = []
-            for case .message(let message, let to) in run {
+            if !told.isEmpty { try await send(told.map { (.claimed($0.0, by: node), $0.1) }) }
+        }
+
+        /// Messages, each to its node or to every live node (this one too: it ignores its own news),
+        /// in the order sent: over the direct links where they reach, by `NOTIFY` elsewhere.
+        private func send(_ messages: [(NodeMessage, to: NodeID?)]) async throws {
+            var lines: [(to: NodeID?, line: String)] = []
+            for (message, to) in messages {
                 var payload = String(decoding: try encoder.encode(message), as: UTF8.self)
                 if payload.utf8.count > inlineLimit {
                     let rows = try await store.client.query("INSERT INTO cluster_message (payload) VALUES (\(payload)) RETURNING id",
                                                             logger: logger)
                     for try await id in rows.decode(Int64.self) { payload = "@\(id)" }
                 }
-                targets.append(to ?? "")
                 // Numbered: PostgreSQL delivers identical notifications of one transaction only once.
-                payloads.append("\(Self.nextNumber()) \(payload)")
+                lines.append((to, "\(PostgresCluster.nextNumber()) \(payload)"))
             }
-            // Each to its node, or to every live node (this one too: it ignores its own news), in the
-            // order sent: the subquery's order is the order the notifications are made in.
+            var notified = lines
+            if let links {
+                var everyNode: [NodeID] = []
+                if lines.contains(where: { $0.to == nil }) {
+                    for try await live in try await store.client.query(PostgresQuery(unsafeSQL: liveNodes), logger: logger).decode(String.self) {
+                        everyNode.append(live)
+                    }
+                }
+                var direct: [(to: NodeID, line: String)] = []
+                for (index, (to, line)) in lines.enumerated() {
+                    if let to {
+                        direct.append((to, line))
+                    } else {
+                        direct += everyNode.filter { $0 != node }.map { ($0, line) }
+                        local.yield(messages[index].0)
+                    }
+                }
+                notified = await links.send(direct) { [store, logger] nodes in
+                    var found: [NodeID: String] = [:]
+                    let rows = try await store.client.query("SELECT node_id, address FROM cluster_node WHERE node_id = ANY(\(nodes)::TEXT[])",
+                                                            logger: logger)
+                    for try await (node, address) in rows.decode((String, String).self) { found[node] = address }
+                    return found
+                }.map { (Optional($0.to), $0.line) }
+                counts.withLockedValue { $0.direct += direct.count - notified.count }
+            }
+            guard !notified.isEmpty else { return }
+            counts.withLockedValue { $0.notified += notified.count }
+            // Each to its node, or to every live node, in the order sent: the subquery's order is the
+            // order the notifications are made in.
             try await store.client.query("""
                 SELECT pg_notify(channel, payload) FROM (
                   SELECT 'parley_' || live.node AS channel, t.payload
-                  FROM unnest(\(targets)::TEXT[], \(payloads)::TEXT[]) WITH ORDINALITY AS t(target, payload, i)
+                  FROM unnest(\(notified.map { $0.to ?? "" })::TEXT[], \(notified.map(\.line))::TEXT[]) WITH ORDINALITY AS t(target, payload, i)
                   JOIN (\(unescaped: liveNodes)) AS live(node) ON t.target = '' OR t.target = live.node
                   ORDER BY t.i) AS ordered
                 """, logger: logger)
-        case nil:
-            return
         }
     }
 
@@ -358,6 +490,7 @@ public final class PostgresCluster: ClusterLink {
                 if round % 60 == 0 {
                     try await store.client.query("DELETE FROM cluster_device WHERE node_id NOT IN (\(unescaped: liveNodes))", logger: logger)
                     try await store.client.query("DELETE FROM cluster_room WHERE node_id NOT IN (\(unescaped: liveNodes))", logger: logger)
+                    try await store.client.query("DELETE FROM cluster_node WHERE node_id NOT IN (\(unescaped: liveNodes))", logger: logger)
                     try await store.client.query("DELETE FROM cluster_message WHERE created_at < now() - INTERVAL '5 minutes'", logger: logger)
                 }
                 round += 1

@@ -148,6 +148,9 @@ public final class PostgresStore: SignalingStore {
         Migration(version: 4, description: "secrets of the deployment", statements: [
             "CREATE TABLE deployment_secret (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
         ]),
+        Migration(version: 5, description: "several nodes: where each takes direct links", statements: [
+            "CREATE TABLE cluster_node (node_id TEXT PRIMARY KEY, address TEXT NOT NULL)",
+        ]),
     ]
 
     /// The schema version this build migrates to.

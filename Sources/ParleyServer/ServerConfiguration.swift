@@ -51,6 +51,12 @@ public struct ServerConfiguration: Sendable {
     public var janus: JanusSettings?
     /// With APNs settings, pushes go to Apple's push service (else nowhere).
     public var apns: APNsSettings?
+    /// How this node's messages reach the other nodes of a PostgreSQL deployment (`NodeBus`).
+    public var nodeBus: NodeBus = .direct
+    /// `host:port` at which the other nodes reach this one's listening socket for node links (not
+    /// through a load balancer). Nil: `host` and the port listened on, when `host` names one
+    /// address; a wildcard (`0.0.0.0`, `::`) names none, and the node's messages go by `NOTIFY`.
+    public var nodeAddress: String?
     public var limits = Limits()
 
     public struct Limits: Sendable {
@@ -86,6 +92,18 @@ public struct ServerConfiguration: Sendable {
 
     public init() {}
 
+    /// Where the other nodes link to this one, listening on `port`: `nodeAddress`, or `host` and
+    /// `port` when `host` names one address (not a wildcard).
+    public func nodeLinkAddress(port: Int) -> String? {
+        if let nodeAddress { return nodeAddress }
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        guard !["0.0.0.0", "::", ""].contains(bare) else { return nil }
+        return bare.contains(":") ? "[\(bare)]:\(port)" : "\(bare):\(port)"
+    }
+
+    /// Whether `address` is a `host:port` other nodes can link to (an IPv6 host in brackets).
+    public static func isNodeAddress(_ address: String) -> Bool { NodeLinks.url(address: address) != nil }
+
     /// Whether the server listens on loopback only.
     public var isLoopback: Bool { Self.isLoopback(host: host) }
 
@@ -104,6 +122,9 @@ public struct ServerConfiguration: Sendable {
             throw ConfigurationError("a LAN PIN is 4 to 64 characters")
         }
         if let database = databasePath, PostgresLocation.isURL(database) { _ = try PostgresLocation(url: database) }
+        if let nodeAddress, !Self.isNodeAddress(nodeAddress) {
+            throw ConfigurationError("a node address is host:port (10.0.0.5:8080, [2001:db8::5]:8080), not '\(nodeAddress)'")
+        }
         guard !isLoopback else { return }
         if case .hs256(let secret) = tokenKey {
             if secret == Self.developmentSecret {
@@ -133,6 +154,17 @@ public struct LANSettings: Sendable {
         self.host = host
         self.pin = pin
     }
+}
+
+/// How the nodes of one deployment send each other messages (frames for devices, forwarded
+/// requests and their answers). PostgreSQL stays their directory either way: who holds which device
+/// and runs which call, and which nodes are live.
+public enum NodeBus: String, Sendable, CaseIterable {
+    /// A WebSocket from each node to each other it sends to (`/v1/cluster`), at the address the
+    /// other published in the database; to a node that published none, or cannot be reached, `NOTIFY`.
+    case direct
+    /// PostgreSQL's `NOTIFY`, batched outside every transaction that writes rows.
+    case postgres
 }
 
 /// A configuration the server refuses to run with, and why.

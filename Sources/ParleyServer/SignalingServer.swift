@@ -55,7 +55,7 @@ public final class SignalingServer: Sendable {
         var unfinished: [StoredCall] = []
         do {
             if let postgres = store as? PostgresStore {
-                cluster = try await PostgresCluster.join(postgres, logger: logger)
+                cluster = try await PostgresCluster.join(postgres, bus: configuration.nodeBus, logger: logger)
             } else {
                 cluster = nil
                 unfinished = try await store.unfinishedCalls()
@@ -121,7 +121,8 @@ public final class SignalingServer: Sendable {
                    isPresent: { [hub] user in await hub.isPresent(user) },
                    lanGate: configuration.lan.map { LANGate(settings: $0, logger: logger) }).register(on: router)
         let openConnections = OpenConnections()
-        let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, metrics: metrics, open: openConnections, limiter: limiter, logger: logger)
+        let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, metrics: metrics, open: openConnections, limiter: limiter,
+                                         cluster: cluster, logger: logger)
         let onRunning = self.onRunning
         let app = Application(
             router: router,
@@ -131,7 +132,17 @@ public final class SignalingServer: Sendable {
                 shouldUpgrade: { request, channel, _ in await endpoint.shouldUpgrade(request, channel: channel) }
             ),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "parley"),
-            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
+            onServerRunning: { [cluster, configuration, logger] channel in
+                let port = channel.localAddress?.port ?? 0
+                if let cluster, configuration.nodeBus == .direct {
+                    if let address = configuration.nodeLinkAddress(port: port) {
+                        await cluster.advertise(address)
+                    } else {
+                        logger.notice("no address for direct links from the other nodes (a wildcard --host and no --node-address): they send here by NOTIFY")
+                    }
+                }
+                await onRunning(port)
+            },
             logger: Self.quietingRefusedUpgrades(logger)
         )
         // Graceful shutdown runs in reverse: the hub first (1001 to clients, calls stored), then

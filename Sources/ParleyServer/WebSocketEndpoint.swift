@@ -25,11 +25,14 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     /// Connections whose reader or writer still runs; shutdown waits for them to drain.
     let open: OpenConnections
     let limiter: AddressRateLimiter
+    /// With several nodes on direct links, the other nodes' links arrive here (`NodeLinks.path`).
+    let cluster: PostgresCluster?
     private let connectionIDs = NIOLockedValueBox<UInt64>(0)
 
     init(hub: SignalingHub<C>, tokens: TokenAuthority, metrics: ServerMetrics, open: OpenConnections,
-         limiter: AddressRateLimiter, logger: Logger) {
+         limiter: AddressRateLimiter, cluster: PostgresCluster? = nil, logger: Logger) {
         self.hub = hub
+        self.cluster = cluster
         self.limiter = limiter
         self.tokens = tokens
         self.originPolicy = OriginPolicy(configuration: hub.configuration)
@@ -50,6 +53,7 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     /// Decides on an upgrade: 401 for a missing, forged or expired token, 403 for a page whose
     /// origin may not connect, 503 while shutting down (protocol v1: answered before the upgrade).
     func shouldUpgrade(_ request: HTTPRequest, channel: any Channel) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
+        if let cluster, request.path == NodeLinks.path { return await linkUpgrade(request, channel: channel, cluster: cluster) }
         guard let path = request.path, path.split(separator: "?", maxSplits: 1).first == Substring(Self.path) else {
             return await refuse(.notFound, .notFound, "WebSocket is served at \(Self.path) only", on: channel)
         }
@@ -80,6 +84,23 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         }
         return .upgrade(headers) { inbound, outbound, _ in
             await serve(id: id, identity: identity, channel: channel, inbound: inbound, outbound: outbound)
+        }
+    }
+
+    /// Another node's link: it shows the deployment's key for the pair of nodes (`NodeLinks`); then
+    /// its frames are heard as the cluster's messages until it closes or this node leaves.
+    private func linkUpgrade(_ request: HTTPRequest, channel: any Channel,
+                             cluster: PostgresCluster) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
+        guard let other = request.headerFields[NodeLinks.nodeHeader],
+              let authorization = Self.bearerToken(headers: request.headerFields, path: nil, allowQuery: false),
+              cluster.acceptsLink(from: other, authorization: authorization) else {
+            return await refuse(.unauthorized, .unauthorized, "a node link needs this deployment's key", on: channel)
+        }
+        return .upgrade([:]) { inbound, _, _ in
+            let frames = inbound.messages(maxSize: NodeLinks.frameLimit + 8 * 1024).compactMap { message -> String? in
+                if case .text(let text) = message { text } else { nil }
+            }
+            await cluster.hear(link: channel, from: other, frames: frames)
         }
     }
 

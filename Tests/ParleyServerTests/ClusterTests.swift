@@ -12,15 +12,21 @@ import Testing
 struct ClusterTests {
     let call: CallID = "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
 
-    /// Two nodes on a fresh database; stopped, and the database removed, after `body`.
-    func withNodes(_ count: Int = 2, configure: (inout ServerConfiguration) -> Void = { _ in },
+    /// Two nodes on a fresh database; stopped, and the database removed, after `body`. Node `i`
+    /// sends by `buses[i]` (direct links by default, as `parley serve`).
+    func withNodes(_ count: Int = 2, buses: [NodeBus] = [.direct], configure: (inout ServerConfiguration) -> Void = { _ in },
                    _ body: ([LiveServer], TestDatabase) async throws -> Void) async throws {
         guard TestDatabase.canRun(.postgres, "cluster tests") else { return }
         let database = try await TestDatabase(.postgres)
         defer { database.close() }
         var nodes: [LiveServer] = []
         do {
-            for _ in 0..<count { nodes.append(try await LiveServer.start(databasePath: database.setting, configure: configure)) }
+            for index in 0..<count {
+                nodes.append(try await LiveServer.start(databasePath: database.setting) {
+                    configure(&$0)
+                    $0.nodeBus = buses[index % buses.count]
+                })
+            }
             try await body(nodes, database)
         } catch {
             for node in nodes { try? await node.stop() }
@@ -57,8 +63,13 @@ struct ClusterTests {
         }
     }
 
-    @Test func aCallAcrossNodesRingsEveryDeviceAndTheFirstAcceptWins() async throws {
-        try await withNodes { nodes, database in
+    /// Node a's bus, then b's: direct links both ways, `NOTIFY` both ways, and one of each (a node
+    /// on `NOTIFY` publishes no address, so the direct node sends to it by `NOTIFY` too).
+    static let buses: [[NodeBus]] = [[.direct, .direct], [.postgres, .postgres], [.direct, .postgres]]
+
+    @Test(arguments: buses)
+    func aCallAcrossNodesRingsEveryDeviceAndTheFirstAcceptWins(buses: [NodeBus]) async throws {
+        try await withNodes(buses: buses) { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
             let alice = try await a.device("alice", "a1", name: "Alice")
             let bobPhone = try await b.device("bob", "b1")
@@ -102,6 +113,39 @@ struct ClusterTests {
             #expect(history.map(\.call) == [call])
             #expect(history.first?.calleeDevice == "b1")
             #expect(history.first?.reason == .hangup)
+
+            // Every message went the way the buses say, and none of them the other way.
+            let sentByA = try #require(a.server.cluster?.sent), sentByB = try #require(b.server.cluster?.sent)
+            if buses == [.direct, .direct] {
+                #expect(sentByA.direct > 0 && sentByB.direct > 0, "a: \(sentByA), b: \(sentByB)")
+                #expect(sentByA.notified == 0 && sentByB.notified == 0, "a: \(sentByA), b: \(sentByB)")
+            } else {
+                #expect(sentByA.direct == 0 && sentByB.direct == 0, "a: \(sentByA), b: \(sentByB)")
+                #expect(sentByA.notified > 0 && sentByB.notified > 0, "a: \(sentByA), b: \(sentByB)")
+            }
+        }
+    }
+
+    /// A node link is another node of the deployment only: one without the deployment's key (or
+    /// with another pair's) is refused before the upgrade, and a server with no cluster has no such path.
+    @Test func aNodeLinkWithoutTheDeploymentsKeyIsRefused() async throws {
+        try await withNodes(buses: [.direct]) { nodes, database in
+            let (a, b) = (nodes[0], nodes[1])
+            let nodeA = try #require(a.server.cluster?.node), nodeB = try #require(b.server.cluster?.node)
+            #expect(try await RawWebSocket.upgrade(port: b.port, path: "/v1/cluster", headers: ["Parley-Node": nodeA]).status == 401)
+            let forged = String(repeating: "ab", count: 32)
+            #expect(try await RawWebSocket.upgrade(port: b.port, path: "/v1/cluster",
+                                                   headers: ["Parley-Node": nodeA, "Authorization": "Bearer \(forged)"]).status == 401)
+            // A client's access token is not a node's key.
+            let token = try await b.token("mallory")
+            #expect(try await RawWebSocket.upgrade(port: b.port, path: "/v1/cluster",
+                                                   headers: ["Parley-Node": nodeA, "Authorization": "Bearer \(token)"]).status == 401)
+            #expect(try database.postgres?.psql("SELECT count(*) FROM cluster_node WHERE node_id IN ('\(nodeA)', '\(nodeB)')",
+                                                database: database.name) == "2", "both nodes published where they take links")
+            let alone = try await LiveServer.start()
+            let status = try await RawWebSocket.upgrade(port: alone.port, path: "/v1/cluster", headers: ["Parley-Node": nodeA]).status
+            try await alone.stop()
+            #expect(status == 404)
         }
     }
 
