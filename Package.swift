@@ -218,6 +218,7 @@ let package = Package(
             name: "ParleyWebSocket",
             dependencies: [
                 .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),

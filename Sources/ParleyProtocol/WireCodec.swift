@@ -78,7 +78,15 @@ public struct WireCodec: Sendable {
     // MARK: Server frames
 
     public func encode(_ frame: ServerFrame) -> Data {
-        try! Self.encoder.encode(frame)
+        if let text = FrameWriter.encode(frame) { return Data(text.utf8) }
+        return try! Self.encoder.encode(frame)
+    }
+
+    /// The frame as text, as a server writes it: the frames a relay writes most (an ack with nothing
+    /// to add, a relayed `call.signal`) by hand (`FrameWriter`), the rest by `JSONEncoder`; the
+    /// same bytes either way.
+    public func encodeText(_ frame: ServerFrame) -> String {
+        FrameWriter.encode(frame) ?? String(decoding: try! Self.encoder.encode(frame), as: UTF8.self)
     }
 
     public func decodeServerFrame(_ data: Data) throws(ProtocolError) -> ServerFrame {

@@ -34,12 +34,22 @@ extension ConnectionSink {
 /// Frames go out as they are, unmasked and unextended: a server masks nothing, and Parley
 /// negotiates no WebSocket extension. The close goes through `closeHandshake`, which owns the
 /// WebSocket's close handshake.
+///
+/// Frames written while the channel's event loop is busy wait for its next turn and go out
+/// together, with one flush (one `writev`): a busy relay writes many frames to one connection
+/// between two turns, and a flush per frame was a fifth of its time.
 final class ChannelOutbound: ConnectionSink {
     private let channel: any Channel
     private let limit: Int
     private let onOverflow: @Sendable () -> Void
     private let closeHandshake: @Sendable (CloseCode, String) -> Void
-    private let state = NIOLockedValueBox((queuedBytes: 0, closing: false))
+    private struct State {
+        var queuedBytes = 0
+        var closing = false
+        /// Frames for the event loop's next turn, with the bytes each counts (0: a replayed frame).
+        var pending: [(text: String, counted: Int)] = []
+    }
+    private let state = NIOLockedValueBox(State())
 
     init(channel: any Channel, limit: Int, onOverflow: @escaping @Sendable () -> Void,
          closeHandshake: @escaping @Sendable (CloseCode, String) -> Void) {
@@ -77,15 +87,38 @@ final class ChannelOutbound: ConnectionSink {
 
     func replay(_ text: String) {
         guard !state.withLockedValue({ $0.closing }) else { return }
-        send(text, counted: nil)
+        send(text, counted: 0)
     }
 
     func finish() { state.withLockedValue { $0.closing = true } }
 
-    private func send(_ text: String, counted size: Int?) {
-        let frame = WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: text))
-        guard let size else { return channel.writeAndFlush(frame, promise: nil) }
-        channel.writeAndFlush(frame).whenComplete { [state] _ in state.withLockedValue { $0.queuedBytes -= size } }
+    private func send(_ text: String, counted size: Int) {
+        let first = state.withLockedValue { state in
+            state.pending.append((text, size))
+            return state.pending.count == 1
+        }
+        if first { channel.eventLoop.execute { self.writePending() } }
+    }
+
+    /// On the event loop: every frame gathered since its last turn, in order, and one flush.
+    private func writePending() {
+        let frames = state.withLockedValue { state in
+            defer { state.pending = [] }
+            return state.pending
+        }
+        guard let last = frames.last else { return }
+        var counted = 0
+        for (text, size) in frames.dropLast() {
+            channel.write(WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(string: text)), promise: nil)
+            counted += size
+        }
+        counted += last.counted
+        // Writes complete in order: the last one's completion says the bytes of all have left.
+        let written = channel.eventLoop.makePromise(of: Void.self)
+        channel.write(WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(string: last.text)), promise: written)
+        channel.flush()
+        guard counted > 0 else { return }
+        written.futureResult.whenComplete { [state, counted] _ in state.withLockedValue { $0.queuedBytes -= counted } }
     }
 }
 

@@ -13,9 +13,12 @@ import ParleyWebSocket
 /// `NOTIFY` carries them (`<number> <json>`, or `<number> @<row>` for one kept in `cluster_message`),
 /// separated by newlines (JSON text holds none).
 ///
-/// A node that published no address (a wildcard `--host` without `--node-address`, or an older
-/// build) is sent to by `NOTIFY`, and so is one that cannot be reached within `connectTimeout` while
-/// the directory counts it live: a link that fails costs the latency, not the message.
+/// A node that published no address (`--node-bus postgres`, a wildcard `--host` without
+/// `--node-address`, an older build) is sent to by `NOTIFY`, and so is one whose link cannot be made
+/// within `connectTimeout` while the directory counts it live (tried again after a backoff). The two
+/// paths are not ordered with each other: messages around such a switch may arrive out of order.
+/// A link pings every `pingInterval`: one whose path died silently closes within two, and what
+/// was written on it meanwhile is lost, as it is when its node dies.
 ///
 /// Used by the cluster's one sending task only (`PostgresCluster.send`), which owns it.
 final class NodeLinks {
@@ -25,16 +28,24 @@ final class NodeLinks {
     /// node's WebSocket server holds it.
     static let frameLimit = 60_000
     static let connectTimeout = Duration.seconds(2)
-    /// How long a node found without an address is sent to by `NOTIFY` before it is looked up again
-    /// (a node publishes its address once it listens, a moment after it joins).
-    static let unknownFor = Duration.seconds(1)
+    static let pingInterval = Duration.seconds(5)
+    /// How far a link's time may be from the receiving node's (the clocks of a deployment's hosts
+    /// agree far better): a link's authorization is good for this long either way.
+    static let clockSkew: Int64 = 60
 
     let node: NodeID
     private let key: SymmetricKey
     private let logger: Logger
     private var links: [NodeID: TextWebSocket] = [:]
-    /// What the directory said of each node's address, and when.
-    private var addresses: [NodeID: (address: String?, at: ContinuousClock.Instant)] = [:]
+    /// What the directory said of a node's address, and when to ask again (a node publishes its
+    /// address once it listens; one whose link failed is tried again after a backoff).
+    private var addresses: [NodeID: Address] = [:]
+
+    private struct Address {
+        var address: String?
+        var askAgain: ContinuousClock.Instant
+        var failures = 0
+    }
 
     init(node: NodeID, key: SymmetricKey, logger: Logger) {
         self.node = node
@@ -44,19 +55,30 @@ final class NodeLinks {
 
     // MARK: Who may link
 
-    /// What a node linking `from` → `to` shows: an HMAC of both ids with the deployment's key,
-    /// which every node reads from the database (`deployment_secret`) and nobody configures.
-    static func authorization(from: NodeID, to: NodeID, key: SymmetricKey) -> String {
-        HMAC<SHA256>.authenticationCode(for: Data("parley-node-link \(from) \(to)".utf8), using: key)
+    /// What a node linking `from` → `to` at `time` (Unix seconds) shows: an HMAC of the two ids and
+    /// the time with the deployment's key, which every node reads from the database
+    /// (`deployment_secret`) and nobody configures. Good for `clockSkew` either side of `time`.
+    static func authorization(from: NodeID, to: NodeID, time: Int64, key: SymmetricKey) -> String {
+        HMAC<SHA256>.authenticationCode(for: Data(signed(from: from, to: to, time: time).utf8), using: key)
             .map { String(format: "%02x", $0) }.joined()
     }
 
-    /// Whether a link that says it comes from `from` holds this deployment's key (compared in
-    /// constant time).
-    static func accepts(from: NodeID, to: NodeID, authorization: String, key: SymmetricKey) -> Bool {
-        guard let code = bytes(hex: authorization) else { return false }
-        return HMAC<SHA256>.isValidAuthenticationCode(code, authenticating: Data("parley-node-link \(from) \(to)".utf8), using: key)
+    /// The `Parley-Node` header of a link: the linking node and its time.
+    static func nodeHeaderValue(from: NodeID, time: Int64) -> String { "\(from) \(time)" }
+
+    /// The node a link says it comes from, when it holds this deployment's key for the pair and its
+    /// time is within `clockSkew` of `now` (compared in constant time).
+    static func linkingNode(header: String, to: NodeID, authorization: String, now: Int64, key: SymmetricKey) -> NodeID? {
+        let parts = header.split(separator: " ")
+        guard parts.count == 2, let time = Int64(parts[1]), abs(now - time) <= clockSkew,
+              let code = bytes(hex: authorization) else { return nil }
+        let from = String(parts[0])
+        guard HMAC<SHA256>.isValidAuthenticationCode(code, authenticating: Data(signed(from: from, to: to, time: time).utf8),
+                                                      using: key) else { return nil }
+        return from
     }
+
+    private static func signed(from: NodeID, to: NodeID, time: Int64) -> String { "parley-node-link \(from) \(to) \(time)" }
 
     private static func bytes(hex: String) -> [UInt8]? {
         let digits = Array(hex.utf8)
@@ -83,24 +105,37 @@ final class NodeLinks {
     // MARK: Sending
 
     /// Sends each line to its node over that node's link; answers the lines it could not (the node
-    /// published no address, or its link cannot be made or has closed), for `NOTIFY`.
-    /// `lookup` reads the directory's addresses of the nodes asked about.
-    func send(_ lines: [(to: NodeID, line: String)],
+    /// published no address, or its link cannot be made), for `NOTIFY`. `lookup` reads the
+    /// directory's addresses of the nodes asked about. A node that news for every node (`broadcast`)
+    /// finds without a link is not looked up for it: a node that has just joined publishes its
+    /// address once it listens, and what is sent to it after that must not wait on a second's miss.
+    func send(_ lines: [(to: NodeID, line: String, broadcast: Bool)],
               lookup: ([NodeID]) async throws -> [NodeID: String]) async -> [(to: NodeID, line: String)] {
+        // Links whose connection ended (their node stopped, or their path died) are made anew.
+        for (node, link) in links where link.isClosed { links[node] = nil }
         var byNode: [NodeID: [String]] = [:]
         var order: [NodeID] = []
-        for (to, line) in lines {
+        var targeted: Set<NodeID> = []
+        for (to, line, broadcast) in lines {
             if byNode[to] == nil { order.append(to) }
             byNode[to, default: []].append(line)
+            if !broadcast { targeted.insert(to) }
         }
         let now = ContinuousClock.now
         let unknown = order.filter { to in
-            links[to] == nil && addresses[to].map { $0.address == nil && now - $0.at >= Self.unknownFor } ?? true
+            targeted.contains(to) && links[to] == nil && (addresses[to].map { now >= $0.askAgain } ?? true)
         }
         if !unknown.isEmpty {
             do {
                 let found = try await lookup(unknown)
-                for to in unknown { addresses[to] = (found[to], now) }
+                for to in unknown {
+                    var entry = addresses[to] ?? Address(address: nil, askAgain: now)
+                    entry.address = found[to]
+                    // Found: tried at once. Not found: the node has not listened yet (or never
+                    // publishes), asked again in a second.
+                    entry.askAgain = found[to] == nil ? now + .seconds(1) : now
+                    addresses[to] = entry
+                }
             } catch {
                 logger.warning("could not read the other nodes' addresses", metadata: ["error": "\(PostgresStore.explain(error))"])
             }
@@ -128,25 +163,40 @@ final class NodeLinks {
 
     private func link(to: NodeID, fresh: Bool) async -> TextWebSocket? {
         if !fresh, let link = links[to] { return link }
-        guard let address = addresses[to]?.address, let url = Self.url(address: address) else { return nil }
-        let headers: HTTPFields = [.authorization: "Bearer \(Self.authorization(from: node, to: to, key: key))", Self.nodeHeader: node]
+        let now = ContinuousClock.now
+        guard let entry = addresses[to], now >= entry.askAgain, let address = entry.address, let url = Self.url(address: address) else {
+            return nil
+        }
+        let time = Int64(Date().timeIntervalSince1970)
+        let headers: HTTPFields = [.authorization: "Bearer \(Self.authorization(from: node, to: to, time: time, key: key))",
+                                   Self.nodeHeader: Self.nodeHeaderValue(from: node, time: time)]
         do {
             let link = try await withThrowingTaskGroup(of: TextWebSocket?.self) { group in
-                group.addTask { try await TextWebSocket.connect(to: url, headers: headers, maxFrameSize: 1 << 16) }
+                group.addTask {
+                    try await TextWebSocket.connect(to: url, headers: headers, maxFrameSize: 1 << 16, autoPing: Self.pingInterval)
+                }
                 group.addTask {
                     try await Task.sleep(for: Self.connectTimeout)
                     return nil
                 }
-                defer { group.cancelAll() }
-                return try await group.next() ?? nil
+                let first = try await group.next() ?? nil
+                group.cancelAll()
+                // A connection made as the time ran out is not kept open for nothing.
+                while !group.isEmpty {
+                    if case let late?? = try? await group.next() { late.close() }
+                }
+                return first
             }
             guard let link else { throw LinkError("no answer within \(Self.connectTimeout)") }
             links[to] = link
-            logger.debug("linked to a node", metadata: ["cluster.peer": "\(to)", "cluster.address": "\(address)"])
+            addresses[to]?.failures = 0
+            logger.info("linked to a node", metadata: ["cluster.peer": "\(to)", "cluster.address": "\(address)"])
             return link
         } catch {
-            // Looked up again after a while: the node may have moved, or be gone.
-            addresses[to] = nil
+            // Looked up and tried again after a backoff (1, 2, 4 … 30 s): a node the directory counts
+            // live whose link cannot be made must not hold every batch for `connectTimeout`.
+            let failures = entry.failures + 1
+            addresses[to] = Address(address: nil, askAgain: now + .seconds(min(30, 1 << min(failures - 1, 5))), failures: failures)
             logger.warning("could not link to a node; its messages go by NOTIFY",
                            metadata: ["cluster.peer": "\(to)", "cluster.address": "\(address)", "error": "\(error)"])
             return nil
@@ -172,12 +222,11 @@ final class NodeLinks {
         return frames
     }
 
-    /// Closes every link, once what was queued on them is written.
-    func close() async {
-        let all = Array(links.values)
+    /// Closes every link once what is queued on it is written (each within its close timeout;
+    /// not awaited: a peer that stopped reading must not hold this node's stop).
+    func close() {
+        for link in links.values { link.close() }
         links = [:]
-        for link in all { link.close() }
-        for link in all { await link.closed() }
     }
 
     private struct LinkError: Error, CustomStringConvertible {

@@ -146,7 +146,7 @@ public final class PostgresCluster: ClusterLink {
             let links = linkKey.map { NodeLinks(node: node, key: $0, logger: logger) }
             let writer = Writer(node: node, links: links, local: inbox, counts: counts, store: store, logger: logger)
             await Self.send(outbox, writer: writer, logger: logger)
-            await links?.close()
+            links?.close()
         }
         logger.notice("joined the cluster", metadata: ["cluster.bus": "\(linkKey == nil ? NodeBus.postgres : .direct)"])
     }
@@ -214,10 +214,12 @@ public final class PostgresCluster: ClusterLink {
         }
     }
 
-    /// Whether another node may link to this one: it shows the deployment's key for the pair.
-    func acceptsLink(from other: NodeID, authorization: String) -> Bool {
-        guard let linkKey else { return false }
-        return NodeLinks.accepts(from: other, to: node, authorization: authorization, key: linkKey)
+    /// The node a link to this one comes from, when it shows the deployment's key for the pair and
+    /// its time (`NodeLinks.linkingNode`); nil for anyone else.
+    func linkingNode(header: String, authorization: String) -> NodeID? {
+        guard let linkKey else { return nil }
+        return NodeLinks.linkingNode(header: header, to: node, authorization: authorization,
+                                     now: Int64(Date().timeIntervalSince1970), key: linkKey)
     }
 
     /// Hears another node's link until it closes, or until this node leaves (which closes it).
@@ -419,12 +421,12 @@ public final class PostgresCluster: ClusterLink {
                         everyNode.append(live)
                     }
                 }
-                var direct: [(to: NodeID, line: String)] = []
+                var direct: [(to: NodeID, line: String, broadcast: Bool)] = []
                 for (index, (to, line)) in lines.enumerated() {
                     if let to {
-                        direct.append((to, line))
+                        direct.append((to, line, false))
                     } else {
-                        direct += everyNode.filter { $0 != node }.map { ($0, line) }
+                        direct += everyNode.filter { $0 != node }.map { ($0, line, true) }
                         local.yield(messages[index].0)
                     }
                 }

@@ -998,7 +998,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     private func encode(_ frame: ServerFrame) -> String {
-        String(decoding: codec.encode(frame), as: UTF8.self)
+        codec.encodeText(frame)
     }
 
     // MARK: Time

@@ -53,8 +53,8 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
     /// Decides on an upgrade: 401 for a missing, forged or expired token, 403 for a page whose
     /// origin may not connect, 503 while shutting down (protocol v1: answered before the upgrade).
     func shouldUpgrade(_ request: HTTPRequest, channel: any Channel) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
-        if let cluster, request.path == NodeLinks.path { return await linkUpgrade(request, channel: channel, cluster: cluster) }
-        guard let path = request.path, path.split(separator: "?", maxSplits: 1).first == Substring(Self.path) else {
+        let isLink = cluster != nil && request.path == NodeLinks.path
+        guard let path = request.path, isLink || path.split(separator: "?", maxSplits: 1).first == Substring(Self.path) else {
             return await refuse(.notFound, .notFound, "WebSocket is served at \(Self.path) only", on: channel)
         }
         if let peer = channel.remoteAddress?.ipAddress,
@@ -64,6 +64,7 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
             return await refuse(.tooManyRequests, .rateLimited, "too many requests from this address; retry in \(seconds) s",
                                 retryAfter: seconds, on: channel)
         }
+        if isLink, let cluster { return await linkUpgrade(request, channel: channel, cluster: cluster) }
         if await hub.isShuttingDown {
             return await refuse(.serviceUnavailable, .unavailable, "the server is shutting down; reconnect in a moment", on: channel)
         }
@@ -87,13 +88,14 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         }
     }
 
-    /// Another node's link: it shows the deployment's key for the pair of nodes (`NodeLinks`); then
-    /// its frames are heard as the cluster's messages until it closes or this node leaves.
+    /// Another node's link: it shows the deployment's key for the pair of nodes and its time
+    /// (`NodeLinks`); then its frames are heard as the cluster's messages until it closes or this
+    /// node leaves.
     private func linkUpgrade(_ request: HTTPRequest, channel: any Channel,
                              cluster: PostgresCluster) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
-        guard let other = request.headerFields[NodeLinks.nodeHeader],
+        guard let header = request.headerFields[NodeLinks.nodeHeader],
               let authorization = Self.bearerToken(headers: request.headerFields, path: nil, allowQuery: false),
-              cluster.acceptsLink(from: other, authorization: authorization) else {
+              let other = cluster.linkingNode(header: header, authorization: authorization) else {
             return await refuse(.unauthorized, .unauthorized, "a node link needs this deployment's key", on: channel)
         }
         return .upgrade([:]) { inbound, _, _ in

@@ -1,5 +1,6 @@
 import HTTPTypes
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import NIOWebSocket
@@ -26,15 +27,21 @@ public final class TextWebSocket: Sendable {
     public let events: AsyncStream<Event>
     private let outbound: AsyncStream<String?>.Continuation
     private let task: Task<Void, Never>
+    private let ended: NIOLockedValueBox<Bool>
 
     /// Opens a connection to `url` (`ws:`; `wss:` with the TLS swift-websocket brings), with
     /// `headers` on the upgrade request (a subprotocol, a bearer token). Throws swift-websocket's
     /// or NIO's error when it cannot: the caller decides what each means (refused, not found, …).
+    /// `autoPing`: a ping that often, and the connection closed when the peer's pong has not come
+    /// by the next (for a peer that sends nothing, so that a dead path is noticed at all).
     public static func connect(to url: String, headers: HTTPFields = [:], maxFrameSize: Int, closeTimeout: Duration = .seconds(2),
+                               autoPing: Duration? = nil,
                                eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
                                logger: Logger = Logger(label: "parley.websocket", factory: { _ in SwiftLogNoOpLogHandler() }))
         async throws -> TextWebSocket {
-        let configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameSize, additionalHeaders: headers, closeTimeout: closeTimeout)
+        let configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameSize, additionalHeaders: headers, closeTimeout: closeTimeout,
+                                                         autoPing: autoPing.map { .enabled(timePeriod: $0) } ?? .disabled)
+        let ended = NIOLockedValueBox(false)
         let (outbound, outboundSink) = AsyncStream<String?>.makeStream()
         let (events, eventSink) = AsyncStream<Event>.makeStream()
         let (ready, readySink) = AsyncStream<(any Error)?>.makeStream()
@@ -65,6 +72,7 @@ public final class TextWebSocket: Sendable {
             } catch {
                 readySink.yield(error)
             }
+            ended.withLockedValue { $0 = true }
             eventSink.yield(.closed(code: code))
             eventSink.finish()
             readySink.finish()
@@ -73,7 +81,7 @@ public final class TextWebSocket: Sendable {
         var iterator = ready.makeAsyncIterator()
         switch await withTaskCancellationHandler(operation: { await iterator.next() }, onCancel: { task.cancel() }) {
         case .some(nil):
-            return TextWebSocket(events: events, outbound: outboundSink, task: task)
+            return TextWebSocket(events: events, outbound: outboundSink, task: task, ended: ended)
         case .some(.some(let error)):
             throw error
         case .none:
@@ -81,11 +89,16 @@ public final class TextWebSocket: Sendable {
         }
     }
 
-    private init(events: AsyncStream<Event>, outbound: AsyncStream<String?>.Continuation, task: Task<Void, Never>) {
+    private init(events: AsyncStream<Event>, outbound: AsyncStream<String?>.Continuation, task: Task<Void, Never>,
+                 ended: NIOLockedValueBox<Bool>) {
         self.events = events
         self.outbound = outbound
         self.task = task
+        self.ended = ended
     }
+
+    /// Whether the connection is down (`events` has its `.closed`, or is about to).
+    public var isClosed: Bool { ended.withLockedValue { $0 } }
 
     /// `events` as another type (a transport's own event, or only the texts): `transform` answers
     /// nil to drop one. It reads `events`, which has one reader: use one or the other.

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import ParleyJanus
 import ParleyLocalServices
@@ -126,24 +127,39 @@ struct ClusterTests {
         }
     }
 
-    /// A node link is another node of the deployment only: one without the deployment's key (or
-    /// with another pair's) is refused before the upgrade, and a server with no cluster has no such path.
-    @Test func aNodeLinkWithoutTheDeploymentsKeyIsRefused() async throws {
+    /// A node link is another node of the deployment only: it shows an HMAC, with the key the
+    /// nodes keep in the database, of the two nodes and its time. One without it, with another pair's,
+    /// with a client's token, or from minutes ago (a link seen on the wire, replayed) is refused
+    /// before the upgrade; one made with the key now is taken. A server with no cluster has no such path.
+    @Test func aNodeLinkNeedsTheDeploymentsKeyForThePairAndTheTime() async throws {
         try await withNodes(buses: [.direct]) { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
             let nodeA = try #require(a.server.cluster?.node), nodeB = try #require(b.server.cluster?.node)
-            #expect(try await RawWebSocket.upgrade(port: b.port, path: "/v1/cluster", headers: ["Parley-Node": nodeA]).status == 401)
-            let forged = String(repeating: "ab", count: 32)
-            #expect(try await RawWebSocket.upgrade(port: b.port, path: "/v1/cluster",
-                                                   headers: ["Parley-Node": nodeA, "Authorization": "Bearer \(forged)"]).status == 401)
+            #expect(try database.postgres?.psql("SELECT count(*) FROM cluster_node WHERE node_id IN ('\(nodeA)', '\(nodeB)')",
+                                                database: database.name) == "2", "both nodes published where they take links")
+            let hex = try #require(try database.postgres?.psql("SELECT value FROM deployment_secret WHERE name = 'node-links'",
+                                                              database: database.name))
+            let key = SymmetricKey(data: stride(from: 0, to: 64, by: 2).map { index in
+                UInt8(hex[hex.index(hex.startIndex, offsetBy: index)...].prefix(2), radix: 16)!
+            })
+            func link(from: String, to: String, time: Int64, key: SymmetricKey = key) async throws -> Int {
+                let code = HMAC<SHA256>.authenticationCode(for: Data("parley-node-link \(from) \(to) \(time)".utf8), using: key)
+                let authorization = code.map { String(format: "%02x", $0) }.joined()
+                return try await RawWebSocket.upgrade(port: b.port, path: "/v1/cluster",
+                                                      headers: ["Parley-Node": "\(from) \(time)", "Authorization": "Bearer \(authorization)"]).status
+            }
+            let now = Int64(Date().timeIntervalSince1970)
+            #expect(try await link(from: nodeA, to: nodeB, time: now) == 101, "the deployment's key, now: a node")
+            #expect(try await link(from: nodeA, to: nodeB, time: now - 300) == 401, "the same, five minutes old")
+            #expect(try await link(from: nodeA, to: nodeA, time: now) == 401, "another pair's")
+            #expect(try await link(from: nodeA, to: nodeB, time: now, key: SymmetricKey(size: .bits256)) == 401, "another key")
+            #expect(try await RawWebSocket.upgrade(port: b.port, path: "/v1/cluster", headers: ["Parley-Node": "\(nodeA) \(now)"]).status == 401)
             // A client's access token is not a node's key.
             let token = try await b.token("mallory")
             #expect(try await RawWebSocket.upgrade(port: b.port, path: "/v1/cluster",
-                                                   headers: ["Parley-Node": nodeA, "Authorization": "Bearer \(token)"]).status == 401)
-            #expect(try database.postgres?.psql("SELECT count(*) FROM cluster_node WHERE node_id IN ('\(nodeA)', '\(nodeB)')",
-                                                database: database.name) == "2", "both nodes published where they take links")
+                                                   headers: ["Parley-Node": "\(nodeA) \(now)", "Authorization": "Bearer \(token)"]).status == 401)
             let alone = try await LiveServer.start()
-            let status = try await RawWebSocket.upgrade(port: alone.port, path: "/v1/cluster", headers: ["Parley-Node": nodeA]).status
+            let status = try await RawWebSocket.upgrade(port: alone.port, path: "/v1/cluster", headers: ["Parley-Node": "\(nodeA) \(now)"]).status
             try await alone.stop()
             #expect(status == 404)
         }
