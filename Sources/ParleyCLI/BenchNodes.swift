@@ -381,9 +381,15 @@ final class Children: @unchecked Sendable {
 
     func add(_ process: Process) { lock.withLock { processes.append(process) } }
 
+    /// SIGTERM, then SIGKILL to those still running 3 s later: a child started after
+    /// `ChildServer.onSignals` ignores SIGTERM (an ignored signal stays ignored across exec), and
+    /// a run that waited for it never ended.
     func stop() {
         let all = lock.withLock { processes }
         for process in all where process.isRunning { process.terminate() }
+        let deadline = Date().addingTimeInterval(3)
+        while all.contains(where: \.isRunning), Date() < deadline { usleep(20_000) }
+        for process in all where process.isRunning { kill(process.processIdentifier, SIGKILL) }
         for process in all { process.waitUntilExit() }
     }
 }
