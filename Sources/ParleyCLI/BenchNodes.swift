@@ -330,6 +330,15 @@ struct BenchHold: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // Started by `bench nodes` after it took SIGTERM and SIGINT for itself (ignored, for its
+        // dispatch sources), which a child inherits across exec: stopped by SIGTERM again here.
+        var stopSignals = sigset_t()
+        sigemptyset(&stopSignals)
+        for number in [SIGTERM, SIGINT] {
+            signal(number, SIG_DFL)
+            sigaddset(&stopSignals, number)
+        }
+        sigprocmask(SIG_UNBLOCK, &stopSignals, nil)
         raiseFileLimit(needing: count + 50)
         let authority = try await TokenAuthority(key: .hs256(secret: ServerConfiguration.developmentSecret))
         var tokens: [String] = []
@@ -381,9 +390,9 @@ final class Children: @unchecked Sendable {
 
     func add(_ process: Process) { lock.withLock { processes.append(process) } }
 
-    /// SIGTERM, then SIGKILL to those still running 3 s later: a child started after
-    /// `ChildServer.onSignals` ignores SIGTERM (an ignored signal stays ignored across exec), and
-    /// a run that waited for it never ended.
+    /// SIGTERM, then SIGKILL to those still running 3 s later: a child that does not stop must not
+    /// hold the run (a generator once ignored SIGTERM it inherited ignored, and `--compare` waited
+    /// for it forever).
     func stop() {
         let all = lock.withLock { processes }
         for process in all where process.isRunning { process.terminate() }

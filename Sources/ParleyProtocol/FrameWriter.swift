@@ -1,7 +1,8 @@
 /// The frames a relay writes most, written by hand: an ack with nothing more to say, and a
 /// `call.signal` relayed to the far side. Byte for byte what `WireCodec`'s `JSONEncoder` writes
 /// (sorted keys, slashes as they are), at a fraction of its cost: the relay path writes two frames
-/// for every one it reads (`WireCodecTests` compare the two on many values, awkward strings among them).
+/// for every one it reads (`FrameWriterTests` compare the two, byte for byte, on many values, awkward
+/// strings among them).
 enum FrameWriter {
     /// The frame as `JSONEncoder` would write it, when it is one of the shapes written here.
     static func encode(_ frame: ServerFrame) -> String? {

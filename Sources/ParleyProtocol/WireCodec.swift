@@ -46,7 +46,7 @@ public struct WireCodec: Sendable {
 
     /// One encoder and one decoder for every frame: their options never change, and each call
     /// keeps its own state (Foundation's coders are safe to share between threads).
-    private static let encoder: JSONEncoder = {
+    static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return encoder

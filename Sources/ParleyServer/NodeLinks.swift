@@ -15,10 +15,12 @@ import ParleyWebSocket
 ///
 /// A node that published no address (`--node-bus postgres`, a wildcard `--host` without
 /// `--node-address`, an older build) is sent to by `NOTIFY`, and so is one whose link cannot be made
-/// within `connectTimeout` while the directory counts it live (tried again after a backoff). The two
-/// paths are not ordered with each other: messages around such a switch may arrive out of order.
-/// A link pings every `pingInterval`: one whose path died silently closes within two, and what
-/// was written on it meanwhile is lost, as it is when its node dies.
+/// within `connectTimeout` while the directory counts it live, or closes within `steadyAfter`
+/// (tried again after a backoff), and one this node sends only news for every node before it has
+/// learnt its address. The two paths are not ordered with each other: messages around such a
+/// switch may arrive out of order. A link pings every `pingInterval` (the receiving node reads its
+/// frames apart from handling them, so it answers however busy): one whose path died silently
+/// closes within two, and what was written on it meanwhile is lost, as it is when its node dies.
 ///
 /// Used by the cluster's one sending task only (`PostgresCluster.send`), which owns it.
 final class NodeLinks {
@@ -33,10 +35,14 @@ final class NodeLinks {
     /// agree far better): a link's authorization is good for this long either way.
     static let clockSkew: Int64 = 60
 
+    /// A link that closes sooner than this after it was made counts as one that could not be made
+    /// (a node that takes links and drops them must not be linked to again on every batch).
+    static let steadyAfter = Duration.seconds(10)
+
     let node: NodeID
     private let key: SymmetricKey
     private let logger: Logger
-    private var links: [NodeID: TextWebSocket] = [:]
+    private var links: [NodeID: (link: TextWebSocket, since: ContinuousClock.Instant)] = [:]
     /// What the directory said of a node's address, and when to ask again (a node publishes its
     /// address once it listens; one whose link failed is tried again after a backoff).
     private var addresses: [NodeID: Address] = [:]
@@ -112,7 +118,7 @@ final class NodeLinks {
     func send(_ lines: [(to: NodeID, line: String, broadcast: Bool)],
               lookup: ([NodeID]) async throws -> [NodeID: String]) async -> [(to: NodeID, line: String)] {
         // Links whose connection ended (their node stopped, or their path died) are made anew.
-        for (node, link) in links where link.isClosed { links[node] = nil }
+        for (node, entry) in links where entry.link.isClosed { dropLink(to: node) }
         var byNode: [NodeID: [String]] = [:]
         var order: [NodeID] = []
         var targeted: Set<NodeID> = []
@@ -137,6 +143,8 @@ final class NodeLinks {
                     addresses[to] = entry
                 }
             } catch {
+                // Asked again in a second, not on every batch.
+                for to in unknown { addresses[to, default: Address(address: nil, askAgain: now)].askAgain = now + .seconds(1) }
                 logger.warning("could not read the other nodes' addresses", metadata: ["error": "\(PostgresStore.explain(error))"])
             }
         }
@@ -155,14 +163,35 @@ final class NodeLinks {
             guard let link = await link(to: to, fresh: attempt > 0) else { break }
             while let frame = frames.first, link.send(frame.joined(separator: "\n")) { frames.removeFirst() }
             if frames.isEmpty { return [] }
-            links[to] = nil
-            link.close()
+            dropLink(to: to)
         }
         return frames.flatMap { $0 }
     }
 
+    /// Forgets a node's link (closed, or found closing): one that lived less than `steadyAfter`
+    /// counts as a failure, and the node is linked to again after the backoff.
+    private func dropLink(to: NodeID) {
+        guard let (link, since) = links.removeValue(forKey: to) else { return }
+        link.close()
+        let now = ContinuousClock.now
+        if now - since < Self.steadyAfter {
+            backOff(to, now: now)
+        } else {
+            addresses[to]?.failures = 0
+        }
+    }
+
+    /// The next try at a node's link after 1, 2, 4 … 30 s; its address is kept (and looked up
+    /// again then for a node sent its own messages).
+    private func backOff(_ to: NodeID, now: ContinuousClock.Instant) {
+        var entry = addresses[to] ?? Address(address: nil, askAgain: now)
+        entry.failures += 1
+        entry.askAgain = now + .seconds(min(30, 1 << min(entry.failures - 1, 5)))
+        addresses[to] = entry
+    }
+
     private func link(to: NodeID, fresh: Bool) async -> TextWebSocket? {
-        if !fresh, let link = links[to] { return link }
+        if !fresh, let link = links[to]?.link { return link }
         let now = ContinuousClock.now
         guard let entry = addresses[to], now >= entry.askAgain, let address = entry.address, let url = Self.url(address: address) else {
             return nil
@@ -188,15 +217,13 @@ final class NodeLinks {
                 return first
             }
             guard let link else { throw LinkError("no answer within \(Self.connectTimeout)") }
-            links[to] = link
-            addresses[to]?.failures = 0
+            links[to] = (link, ContinuousClock.now)
             logger.info("linked to a node", metadata: ["cluster.peer": "\(to)", "cluster.address": "\(address)"])
             return link
         } catch {
-            // Looked up and tried again after a backoff (1, 2, 4 … 30 s): a node the directory counts
-            // live whose link cannot be made must not hold every batch for `connectTimeout`.
-            let failures = entry.failures + 1
-            addresses[to] = Address(address: nil, askAgain: now + .seconds(min(30, 1 << min(failures - 1, 5))), failures: failures)
+            // Tried again after a backoff: a node the directory counts live whose link cannot be
+            // made must not hold every batch for `connectTimeout`.
+            backOff(to, now: now)
             logger.warning("could not link to a node; its messages go by NOTIFY",
                            metadata: ["cluster.peer": "\(to)", "cluster.address": "\(address)", "error": "\(error)"])
             return nil
@@ -225,7 +252,7 @@ final class NodeLinks {
     /// Closes every link once what is queued on it is written (each within its close timeout;
     /// not awaited: a peer that stopped reading must not hold this node's stop).
     func close() {
-        for link in links.values { link.close() }
+        for entry in links.values { entry.link.close() }
         links = [:]
     }
 

@@ -223,8 +223,10 @@ public final class PostgresCluster: ClusterLink {
     }
 
     /// Hears another node's link until it closes, or until this node leaves (which closes it).
-    /// `frames` are the link's text frames: lines, as `NOTIFY` carries them.
-    func hear(link channel: any Channel, from other: NodeID, frames: some AsyncSequence<String, any Error>) async {
+    /// `frames` are the link's text frames (lines, as `NOTIFY` carries them), read by the caller
+    /// apart from this: a line's `@row` is read from the database meanwhile, and a link whose frames
+    /// are not read does not answer its node's pings either.
+    func hear(link channel: any Channel, from other: NodeID, frames: AsyncStream<String>) async {
         let id = ObjectIdentifier(channel)
         guard heardLinks.withLockedValue({ state in
             if !state.left { state.channels[id] = channel }
@@ -232,16 +234,13 @@ public final class PostgresCluster: ClusterLink {
         }) else { return }
         defer { _ = heardLinks.withLockedValue { $0.channels.removeValue(forKey: id) } }
         logger.debug("a node linked to this one", metadata: ["cluster.peer": "\(other)"])
-        do {
-            for try await frame in frames {
-                for line in frame.split(separator: "\n") {
-                    guard let message = await Self.decode(String(line), store: store, logger: logger) else { continue }
-                    inbox.yield(message)
-                }
+        for await frame in frames {
+            for line in frame.split(separator: "\n") {
+                guard let message = await Self.decode(String(line), store: store, logger: logger) else { continue }
+                inbox.yield(message)
             }
-        } catch {
-            logger.debug("a node's link ended", metadata: ["cluster.peer": "\(other)", "error": "\(error)"])
         }
+        logger.debug("a node's link ended", metadata: ["cluster.peer": "\(other)"])
     }
 
     public func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID] {
