@@ -65,8 +65,7 @@ final class NodeLinks {
     /// the time with the deployment's key, which every node reads from the database
     /// (`deployment_secret`) and nobody configures. Good for `clockSkew` either side of `time`.
     static func authorization(from: NodeID, to: NodeID, time: Int64, key: SymmetricKey) -> String {
-        HMAC<SHA256>.authenticationCode(for: Data(signed(from: from, to: to, time: time).utf8), using: key)
-            .map { String(format: "%02x", $0) }.joined()
+        DeploymentSecret.hex(HMAC<SHA256>.authenticationCode(for: Data(signed(from: from, to: to, time: time).utf8), using: key))
     }
 
     /// The `Parley-Node` header of a link: the linking node and its time.
@@ -77,7 +76,7 @@ final class NodeLinks {
     static func linkingNode(header: String, to: NodeID, authorization: String, now: Int64, key: SymmetricKey) -> NodeID? {
         let parts = header.split(separator: " ")
         guard parts.count == 2, let time = Int64(parts[1]), abs(now - time) <= clockSkew,
-              let code = bytes(hex: authorization) else { return nil }
+              let code = DeploymentSecret.bytes(hex: authorization) else { return nil }
         let from = String(parts[0])
         guard HMAC<SHA256>.isValidAuthenticationCode(code, authenticating: Data(signed(from: from, to: to, time: time).utf8),
                                                       using: key) else { return nil }
@@ -85,18 +84,6 @@ final class NodeLinks {
     }
 
     private static func signed(from: NodeID, to: NodeID, time: Int64) -> String { "parley-node-link \(from) \(to) \(time)" }
-
-    private static func bytes(hex: String) -> [UInt8]? {
-        let digits = Array(hex.utf8)
-        guard digits.count == 64 else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(32)
-        for index in stride(from: 0, to: 64, by: 2) {
-            guard let byte = UInt8(String(decoding: digits[index...index + 1], as: UTF8.self), radix: 16) else { return nil }
-            bytes.append(byte)
-        }
-        return bytes
-    }
 
     /// The WebSocket URL of a node's links from its published `host:port` (an IPv6 host in brackets).
     static func url(address: String) -> String? {

@@ -306,10 +306,21 @@ enum DeploymentSecret {
 
     static func make() -> String {
         var generator = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        return hex((0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) })
     }
 
     static func read(_ text: String?, name: String) throws -> [UInt8] {
+        guard let text, let bytes = bytes(hex: text) else { throw Unreadable(name: name) }
+        return bytes
+    }
+
+    /// 32 bytes as 64 lower-case hex digits (a secret, a node link's HMAC).
+    static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        bytes.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The 32 bytes of 64 lower-case hex digits; nil for anything else.
+    static func bytes(hex text: String) -> [UInt8]? {
         func digit(_ char: UInt8) -> UInt8? {
             switch char {
             case UInt8(ascii: "0")...UInt8(ascii: "9"): char - UInt8(ascii: "0")
@@ -317,12 +328,14 @@ enum DeploymentSecret {
             default: nil
             }
         }
-        guard let text else { throw Unreadable(name: name) }
         let chars = Array(text.utf8)
-        guard chars.count == 64 else { throw Unreadable(name: name) }
-        return try stride(from: 0, to: 64, by: 2).map { index in
-            guard let high = digit(chars[index]), let low = digit(chars[index + 1]) else { throw Unreadable(name: name) }
-            return high << 4 | low
+        guard chars.count == 64 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32)
+        for index in stride(from: 0, to: 64, by: 2) {
+            guard let high = digit(chars[index]), let low = digit(chars[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
         }
+        return bytes
     }
 }
