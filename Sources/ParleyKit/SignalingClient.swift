@@ -173,6 +173,18 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
     /// The current session, while connected.
     public var session: Welcome? { connection == nil ? nil : welcome }
 
+    /// Every session that starts from now on (its `welcome`), for a part of the app that must act on
+    /// a new one (a voice room joins again) while the client's owner reads `events`. The stream ends
+    /// when the client stops.
+    public func sessionStarts() -> AsyncStream<Welcome> {
+        let (stream, continuation) = AsyncStream<Welcome>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        if stopped { continuation.finish() } else { sessionWatchers.append(continuation) }
+        return stream
+    }
+
+    /// The streams `sessionStarts()` gave, while their readers keep them.
+    private var sessionWatchers: [AsyncStream<Welcome>.Continuation] = []
+
     /// The last failed attempt since the last session, as `.connectFailed` told it; nil once a
     /// session starts. For an owner that waits for the first connection while another reads `events`.
     public private(set) var lastConnectFailure: SignalingConnectFailure?
@@ -269,6 +281,8 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         }
         eventSink.yield(.stopped(reason: reason))
         eventSink.finish()
+        for watcher in sessionWatchers { watcher.finish() }
+        sessionWatchers = []
     }
 
     // MARK: The connection loop
@@ -426,6 +440,9 @@ public actor SignalingClient<C: Clock> where C.Duration == Duration {
         self.welcome = welcome
         lastConnectFailure = nil
         eventSink.yield(.connected(welcome))
+        sessionWatchers.removeAll { watcher in
+            if case .terminated = watcher.yield(welcome) { true } else { false }
+        }
         for id in order {
             guard let request = pending[id] else { continue }
             if request.continuation.isResolved {

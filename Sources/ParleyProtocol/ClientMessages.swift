@@ -186,11 +186,16 @@ public struct RoomJoin: Hashable, Sendable, Codable {
     public var id: String
     public var room: RoomID
     public var display: String?
+    /// In an AudioBridge room: the Janus participant this device already is there (the
+    /// `participant` of an earlier ack). The server keeps that admission when it can, instead of
+    /// making a new one and kicking this one; the ack says which it did.
+    public var participant: Int64?
 
-    public init(id: String, room: RoomID, display: String? = nil) {
+    public init(id: String, room: RoomID, display: String? = nil, participant: Int64? = nil) {
         self.id = id
         self.room = room
         self.display = display
+        self.participant = participant
     }
 }
 

@@ -189,6 +189,9 @@ public struct WireCodec: Sendable {
             if let display = join.display, display.count > maxDisplayLength {
                 throw invalid("'display' must be at most \(maxDisplayLength) characters")
             }
+            if let participant = join.participant, !(1..<(1 << 53)).contains(participant) {
+                throw invalid("'participant' must be a Janus participant id, 1 to 2^53 - 1")
+            }
         default:
             break
         }

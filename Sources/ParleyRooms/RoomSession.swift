@@ -60,6 +60,14 @@ public actor RoomSession {
     private var muted = false
     /// Left, or ended (kicked, the room destroyed): the session does not join again.
     private var leaving = false
+    /// The ticket a `room.join` on a new signaling session brought when the server could not keep
+    /// this device's admission: the session joins Janus again with it (`rejoinServer`).
+    private var replacement: RoomMedia.Janus?
+    /// Tells the connection to Janus that runs (`serve`) that its admission was replaced.
+    private var replaced: AsyncStream<Void>.Continuation?
+    /// A `room.join` on a new signaling session is in flight: a kick of this device meanwhile is the
+    /// server replacing its admission, not removing it from the room.
+    private var rejoining = false
 
     /// How a room reaches Janus at the URL its ticket names: SwiftNIO's WebSocket client by default;
     /// URLSession on an iPhone (`URLSessionJanusTransport`).
@@ -87,9 +95,19 @@ public actor RoomSession {
     /// joined, the session joins again by itself when Janus goes away, until `leave()`.
     public func join() async throws {
         guard running == nil, !leaving else { return }
+        // From before the first join: a session that starts anew from then on is one to join again in.
+        let sessions = await signaling.sessionStarts()
         let ticket = try await admission()
         let (outcomes, outcome) = AsyncStream.makeStream(of: (any Error)?.self)
-        let session = Task { await self.run(first: ticket, joined: outcome) }
+        let session = Task {
+            await withDiscardingTaskGroup { group in
+                group.addTask {
+                    for await welcome in sessions where !welcome.resumed { await self.rejoinServer() }
+                }
+                await self.run(first: ticket, joined: outcome)
+                group.cancelAll()
+            }
+        }
         running = session
         // A caller that stops waiting (cancelled) takes the session with it.
         let joined: (any Error)?? = await withTaskCancellationHandler {
@@ -107,12 +125,13 @@ public actor RoomSession {
     }
 
     /// `room.join` on the server: the ticket to the room's AudioBridge (a new token each time, and
-    /// the room created again when Janus lost it).
-    private func admission() async throws -> RoomMedia.Janus {
+    /// the room created again when Janus lost it). `keeping`: the participant this device is in
+    /// Janus now, for the server to keep (the ticket then names it again).
+    private func admission(keeping participant: Int64? = nil) async throws -> RoomMedia.Janus {
         let ack: Ack
         let room = self.room, display = self.display
         do {
-            ack = try await signaling.request { .roomJoin(RoomJoin(id: $0, room: room, display: display)) }
+            ack = try await signaling.request { .roomJoin(RoomJoin(id: $0, room: room, display: display, participant: participant)) }
         } catch {
             throw RoomError("the server refused to join room \(room): \(error)")
         }
@@ -122,6 +141,34 @@ public actor RoomSession {
         }
         return janus
     }
+
+    /// The server started a new signaling session for this device (it restarted, or the node that
+    /// ran the room went away), which lists the room's members anew: `room.join` again, naming the
+    /// Janus participant this device is, so it is listed as before. The server keeps that admission
+    /// while Janus has the participant, and the media goes on untouched; otherwise its new ticket
+    /// replaces the old one, and the session joins Janus again with it.
+    private func rejoinServer() async {
+        guard !leaving, let participant = participantID, client != nil else {
+            // Not in Janus now: the session's loop joins the server again itself when it next joins Janus.
+            return
+        }
+        rejoining = true
+        kickedWhileRejoining = false
+        defer { rejoining = false }
+        do {
+            let ticket = try await admission(keeping: participant)
+            guard ticket.participant != participant else { return }
+            logger.notice("the server made a new room admission; joining Janus again with it")
+            replacement = ticket
+        } catch {
+            // Still in Janus, and talking; the server will list this device once Janus next makes it join.
+            logger.notice("joining the room again on a new signaling session failed", metadata: ["error": "\(error)"])
+            guard kickedWhileRejoining else { return }
+        }
+        replaced?.yield()
+    }
+
+    private var kickedWhileRejoining = false
 
     /// The session: Janus with the first ticket, then, each time Janus goes away or the connection
     /// drops, a new ticket and Janus again, with backoff. `joined` hears how the first join went.
@@ -150,6 +197,11 @@ public actor RoomSession {
                     joined.finish()
                 }
                 await teardownMedia()
+                if !leaving, let next = replacement {
+                    // The server replaced this admission: straight on to Janus with the new ticket.
+                    ticket = next
+                    replacement = nil
+                }
                 guard let lost, !leaving else { break }
                 sink.yield(.reconnecting(reason: lost))
             } catch {
@@ -170,6 +222,9 @@ public actor RoomSession {
     /// the connection's loops running from the start; `connected` is told once media is negotiated.
     /// Answers why the connection was lost, or nil when it ended (left, kicked, cancelled).
     private func serve(_ ticket: RoomMedia.Janus, connected: () -> Void) async throws -> String? {
+        let (replacements, replaced) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        self.replaced = replaced
+        defer { replaced.finish() }
         let transport = try await connectJanus(ticket.url)
         let client = JanusClient(transport: transport)
         self.client = client
@@ -190,6 +245,10 @@ public actor RoomSession {
         self.peer = peer
         let sink = self.sink
         return try await withThrowingTaskGroup(of: String?.self) { group in
+            group.addTask {
+                for await _ in replacements { return "the server replaced this device's room admission" }
+                return nil
+            }
             // Mixer events from the attach on wait in their stream until here (those of the join among them).
             group.addTask {
                 for await event in bridge.events { await self.handle(event) }
@@ -248,6 +307,9 @@ public actor RoomSession {
             if let member = members.removeValue(forKey: id) { sink.yield(.memberLeft(member)) }
         case .kicked(_, let id?) where id != participantID:
             if let member = members.removeValue(forKey: id) { sink.yield(.memberLeft(member)) }
+        case .kicked where rejoining || replacement != nil:
+            // The server replacing this device's admission (`rejoinServer`), which joins Janus again.
+            kickedWhileRejoining = true
         case .kicked:
             await end("removed from the room")
         case .talking(_, let id, let talking):

@@ -15,7 +15,9 @@ import ParleyProtocol
 /// the one that made it left it: a room whose node went away goes on in the same Janus room, and
 /// its members on Janus are not split from those who join after.
 actor AudioBridgeRooms {
-    private struct Member {
+    /// A device's admission to a room: its participant id and its token, both derived from the
+    /// room key (`newMember`), so any node of the deployment can check and revoke them.
+    private struct Member: Equatable {
         var token: String
         var participant: Int64
     }
@@ -74,13 +76,24 @@ actor AudioBridgeRooms {
         }
     }
 
-    /// Admits `device` to room `name`, creating the Janus room if needed; answers what the client joins with.
-    func admit(room name: RoomID, device: DeviceKey) async throws -> RoomMedia.Janus {
+    /// Admits `device` to room `name`, creating the Janus room if needed; answers what the client
+    /// joins with.
+    ///
+    /// `keeping`: the Janus participant the device says it already is in the room (its session
+    /// started anew: this server restarted, or the room's node went away). That admission is kept —
+    /// the same participant and token, nothing revoked — when this deployment issued that id to this
+    /// device for this room (`isIssued`) and Janus has the participant in the room. Otherwise the
+    /// device gets a new admission, and the participant it named is revoked with its previous one.
+    func admit(room name: RoomID, device: DeviceKey, keeping claimed: Int64? = nil) async throws -> RoomMedia.Janus {
         let bridge = try await connected()
+        let named = claimed.flatMap { issuedMember($0, room: name, device: device) }
+        if let named, try await kept(named, room: name, device: device, on: bridge) {
+            return ticket(for: named, in: rooms[name] ?? newRoom(name))
+        }
         var room = rooms[name] ?? newRoom(name)
         room.emptied = nil
         let previous = room.members[device]
-        let member = Member(token: Self.randomToken(), participant: Self.randomID())
+        let member = newMember(room: name, device: device)
         room.members[device] = member
         rooms[name] = room
         do {
@@ -95,7 +108,34 @@ actor AudioBridgeRooms {
             throw error
         }
         if let previous { _ = await revokeOrRetry(previous, in: room) }
-        return RoomMedia.Janus(url: settings.clientURL, room: room.number, token: member.token, participant: member.participant)
+        if let named, named != previous { _ = await revokeOrRetry(named, in: room) }
+        return ticket(for: member, in: room)
+    }
+
+    /// Whether the device's admission as `member` holds in Janus, which lists its participant in
+    /// the room: then it is the device's admission here from now on (taken over from the node that
+    /// made it, or kept), and the room is known to be in this Janus session.
+    private func kept(_ member: Member, room name: RoomID, device: DeviceKey, on bridge: AudioBridge) async throws -> Bool {
+        let number = (rooms[name] ?? newRoom(name)).number
+        let participants: [AudioBridgeParticipant]
+        do {
+            participants = try await bridge.listParticipants(room: number)
+        } catch JanusError.audioBridge(.noSuchRoom, _) {
+            return false
+        }
+        guard participants.contains(where: { $0.id == member.participant }) else { return false }
+        var room = rooms[name] ?? newRoom(name)
+        let previous = room.members[device]
+        room.emptied = nil
+        room.members[device] = member
+        room.createdIn = generation
+        rooms[name] = room
+        if let previous, previous != member { _ = await revokeOrRetry(previous, in: room) }
+        return true
+    }
+
+    private func ticket(for member: Member, in room: Room) -> RoomMedia.Janus {
+        RoomMedia.Janus(url: settings.clientURL, room: room.number, token: member.token, participant: member.participant)
     }
 
     /// The device left (or its session expired): its token no longer admits, its participant is
@@ -300,10 +340,45 @@ actor AudioBridgeRooms {
         return (max(1, Int64(number)), secret)
     }
 
-    static func randomID() -> Int64 { Int64.random(in: 1...((1 << 53) - 1)) }
+    /// A new admission of `device` to room `name`: a random nonce and a tag of it (`participant`),
+    /// and the token that goes with that participant.
+    private func newMember(room name: RoomID, device: DeviceKey) -> Member {
+        let participant = Self.participant(room: name, device: device, nonce: UInt32.random(in: 1..<(1 << 21)), key: key)
+        return Member(token: Self.token(room: name, device: device, participant: participant, key: key), participant: participant)
+    }
 
-    static func randomToken() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<3).map { _ in String(generator.next() as UInt64, radix: 36) }.joined()
+    /// The admission `participant` stands for, if this deployment (its room key) issued it to
+    /// `device` for room `name`.
+    private func issuedMember(_ participant: Int64, room name: RoomID, device: DeviceKey) -> Member? {
+        guard Self.isIssued(participant, room: name, device: device, key: key) else { return nil }
+        return Member(token: Self.token(room: name, device: device, participant: participant, key: key), participant: participant)
+    }
+
+    /// A participant id Janus takes (1 … 2^53 − 1) that proves who it was issued to: a 21-bit
+    /// nonce, then 32 bits of HMAC-SHA256 over the nonce, the room and the device under the room key.
+    /// A device cannot name another's participant as its own (the tag would not match), nor make one up.
+    static func participant(room name: RoomID, device: DeviceKey, nonce: UInt32, key: SymmetricKey) -> Int64 {
+        let tag = mac(["audiobridge participant", name.rawValue, device.user.rawValue, device.device.rawValue, "\(nonce)"], key: key)
+            .prefix(4).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        return Int64(UInt64(nonce) << 32 | tag)
+    }
+
+    static func isIssued(_ participant: Int64, room name: RoomID, device: DeviceKey, key: SymmetricKey) -> Bool {
+        guard (1..<(1 << 53)).contains(participant) else { return false }
+        let nonce = UInt32(participant >> 32)
+        return nonce > 0 && Self.participant(room: name, device: device, nonce: nonce, key: key) == participant
+    }
+
+    /// The token that admits `participant` (128 bits of HMAC, in hex): known to every node of the
+    /// deployment, so the node that runs the room next can revoke it.
+    static func token(room name: RoomID, device: DeviceKey, participant: Int64, key: SymmetricKey) -> String {
+        mac(["audiobridge token", name.rawValue, device.user.rawValue, device.device.rawValue, "\(participant)"], key: key)
+            .prefix(16).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// HMAC-SHA256 of fields, each length-prefixed so that no two lists read alike.
+    private static func mac(_ fields: [String], key: SymmetricKey) -> HashedAuthenticationCode<SHA256> {
+        let message = fields.map { "\($0.utf8.count):\($0)" }.joined()
+        return HMAC<SHA256>.authenticationCode(for: Data(message.utf8), using: key)
     }
 }

@@ -19,6 +19,7 @@ struct ClusterRoutes {
     private var holders = RemoteHolders()
     private var callOwners: [CallID: NodeID] = [:]
     private var movedTo: [DeviceKey: NodeID] = [:]
+    private var roomsElsewhere: [DeviceKey: [RoomID: (node: NodeID, join: RoomJoin)]] = [:]
     private var waits: [UInt64: (wait: Wait, node: NodeID, deadline: Duration)] = [:]
     private var lastWait: UInt64 = 0
 
@@ -87,6 +88,25 @@ struct ClusterRoutes {
         callOwners[call] = nil
     }
 
+    // MARK: Rooms
+
+    /// A device held here joined a room that `node` runs: `join` is how it joins again (its
+    /// display, and the Janus participant its ack gave) if that node goes away.
+    mutating func joined(_ join: RoomJoin, by key: DeviceKey, on node: NodeID) {
+        roomsElsewhere[key, default: [:]][join.room] = (node, join)
+    }
+
+    /// The device left the room, or joins it anew.
+    mutating func left(_ room: RoomID, by key: DeviceKey) {
+        roomsElsewhere[key]?[room] = nil
+        if roomsElsewhere[key]?.isEmpty == true { roomsElsewhere[key] = nil }
+    }
+
+    /// The device's session here ended, or went to another node: its rooms are no longer this node's business.
+    mutating func forgetRooms(of key: DeviceKey) {
+        roomsElsewhere[key] = nil
+    }
+
     // MARK: Waits
 
     /// Starts waiting on `node` until `deadline`; answers the id the other node's answer carries.
@@ -113,14 +133,23 @@ struct ClusterRoutes {
     // MARK: Nodes
 
     /// A node is gone: the devices it held (whose part in calls and rooms here is as if they had
-    /// disconnected now), and the waits on it, which will not be answered.
-    mutating func nodeLeft(_ node: NodeID) -> (devices: [DeviceKey], waits: [(id: UInt64, wait: Wait)]) {
+    /// disconnected now), the waits on it, which will not be answered, and the joins of devices
+    /// held here to rooms it ran, to be made again where those rooms run next.
+    mutating func nodeLeft(_ node: NodeID) -> (devices: [DeviceKey], waits: [(id: UInt64, wait: Wait)], rejoins: [(key: DeviceKey, join: RoomJoin)]) {
+        var rejoins: [(key: DeviceKey, join: RoomJoin)] = []
+        for (key, rooms) in roomsElsewhere {
+            for (room, entry) in rooms where entry.node == node {
+                rejoins.append((key, entry.join))
+                left(room, by: key)
+            }
+        }
         callOwners = callOwners.filter { $0.value != node }
         movedTo = movedTo.filter { $0.value != node }
         let devices = holders.keys(on: node)
         for key in devices { holders[key] = nil }
         let abandoned = waits.filter { $0.value.node == node }
         for id in abandoned.keys { waits[id] = nil }
-        return (devices, abandoned.map { ($0.key, $0.value.wait) }.sorted { $0.id < $1.id })
+        return (devices, abandoned.map { ($0.key, $0.value.wait) }.sorted { $0.id < $1.id },
+                rejoins.sorted { ($0.key.description, $0.join.room.rawValue) < ($1.key.description, $1.join.room.rawValue) })
     }
 }

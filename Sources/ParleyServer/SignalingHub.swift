@@ -322,6 +322,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     private func expire(_ key: DeviceKey) {
         guard let session = sessions.remove(key) else { return }
+        routes.forgetRooms(of: key)
         metrics.sessions.decrement()
         logger.debug("session expired", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)"])
         if let cluster {
@@ -354,9 +355,17 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 return try await forward(message, from: key, to: next)
             }
         }
-        if cluster != nil, let room = message.aboutRoom, !(await runsHere(room, claiming: message.isRoomJoin)),
-           let runner = try? await cluster?.roomOwner(room, claim: false) {
-            return try await forward(message, from: key, to: runner)
+        if cluster != nil, let room = message.aboutRoom {
+            if case .roomSignal = message {} else { routes.left(room, by: key) }
+            if !(await runsHere(room, claiming: message.isRoomJoin)), let runner = try? await cluster?.roomOwner(room, claim: false) {
+                let result = try await forward(message, from: key, to: runner)
+                if case .roomJoin(var join) = message, sessions[key] != nil {
+                    // Read off the other node's reply, the result is fields until given its type.
+                    join.participant = (try? Ack(re: requestID, result: result).decodeResult(RoomJoinResult.self))?.media.janus?.participant
+                    routes.joined(join, by: key, on: runner)
+                }
+                return result
+            }
         }
         return try await execute(message, from: sender)
     }
@@ -406,7 +415,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         case .callState(let request):
             return try await callState(request.call, asker: key.user)
         case .roomJoin(let join):
-            return try joinRoom(join, key: key)
+            return try await joinRoom(join, key: key)
         case .roomLeave(let leave):
             guard rooms.contains(key, in: leave.room) else {
                 throw ErrorMessage(code: .notInRoom, message: "this device is not in room \(leave.room)")
@@ -670,10 +679,20 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     // MARK: Rooms
 
-    private func joinRoom(_ join: RoomJoin, key: DeviceKey) throws(ErrorMessage) -> AckResult {
-        try checkJoin(join, key: key, limit: configuration.meshRoomLimit)
-        let others = admit(join, key: key)
-        return .roomJoin(RoomJoinResult(room: join.room, participants: others, media: .mesh))
+    /// `room.join` run to its end before answering: a mesh room's, or an AudioBridge room's for a
+    /// device on another node (a device's own join here goes through `beginAudioBridgeJoin`).
+    private func joinRoom(_ join: RoomJoin, key: DeviceKey) async throws(ErrorMessage) -> AckResult {
+        guard let audioBridge else {
+            try checkJoin(join, key: key, limit: configuration.meshRoomLimit)
+            return .roomJoin(RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .mesh))
+        }
+        try checkJoin(join, key: key, limit: configuration.janus?.roomLimit ?? 0)
+        let janus: RoomMedia.Janus
+        do { janus = try await audioBridge.admit(room: join.room, device: key, keeping: join.participant) } catch {
+            logger.warning("AudioBridge admission failed", metadata: ["room": "\(join.room)", "error": "\(error)"])
+            throw ErrorMessage(code: .unavailable, message: "the voice room server (Janus) cannot be reached right now")
+        }
+        return .roomJoin(RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .audioBridge(janus)))
     }
 
     /// Rooms need a server (not a LAN listener); then the room table's rules (`RoomTable.checkJoin`).
@@ -726,9 +745,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             return
         }
         guard sessions.modify(key, ifSession: sessionID, { _ = $0.inFlight.insert(requestID) }) != nil else { return }
+        routes.left(join.room, by: key)
         hand {
             let result: Result<RoomMedia.Janus, any Error>
-            do { result = .success(try await bridge.admit(room: join.room, device: key)) } catch { result = .failure(error) }
+            do { result = .success(try await bridge.admit(room: join.room, device: key, keeping: join.participant)) } catch { result = .failure(error) }
             await self.finishAudioBridgeJoin(join, requestID: requestID, in: sessionID, of: key, result: result)
         }
     }
@@ -837,7 +857,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                     throw ErrorMessage(code: .badRequest, message: "a node forwarded what this one cannot read")
                 }
                 if sessions[sender] == nil { routes.heard(sender, isOn: from) }
-                result = .success(try await executeForwarded(request, from: sender))
+                // Run here as if its device were connected here (an invite never is: the node a
+                // caller is connected to runs its call).
+                result = .success(try await execute(request, from: Party(user: sender.user, device: sender.device)))
             } catch {
                 result = .failure(error)
             }
@@ -908,21 +930,6 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         pushes.yield(Push(user: key.user, device: key.device, registration: voip, content: .incomingCall(payload)))
     }
 
-    /// A forwarded request, run here as if its device were connected here (an invite never is: the
-    /// node a caller is connected to runs its call).
-    private func executeForwarded(_ message: ClientMessage, from key: DeviceKey) async throws(ErrorMessage) -> AckResult {
-        if case .roomJoin(let join) = message, let audioBridge {
-            try checkJoin(join, key: key, limit: configuration.janus?.roomLimit ?? 0)
-            let janus: RoomMedia.Janus
-            do { janus = try await audioBridge.admit(room: join.room, device: key) } catch {
-                logger.warning("AudioBridge admission failed", metadata: ["room": "\(join.room)", "error": "\(error)"])
-                throw ErrorMessage(code: .unavailable, message: "the voice room server (Janus) cannot be reached right now")
-            }
-            let joined = RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .audioBridge(janus))
-            return .roomJoin(joined)
-        }
-        return try await execute(message, from: Party(user: key.user, device: key.device))
-    }
 
     /// Whether a room runs on this node: it has members here, or its row names this node (a join
     /// claims a room no live node runs). Always, with one node.
@@ -940,7 +947,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// A node is gone: devices it held that take part in calls or rooms here are as if disconnected
     /// now (the resume window to come back on any node), and its unfinished calls are taken over.
     private func nodeLeft(_ node: NodeID) async {
-        let (devices, waits) = routes.nodeLeft(node)
+        let (devices, waits, rejoins) = routes.nodeLeft(node)
         // What was forwarded there will not be answered: it is asked again of whoever runs it now.
         for (id, wait) in waits {
             end(wait, id, .failure(ErrorMessage(code: .unavailable, message: "the server running this call went away; try again")))
@@ -950,6 +957,22 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             metrics.sessions.increment()
         }
         await adopt()
+        for (key, join) in rejoins {
+            hand { await self.rejoin(join, by: key) }
+        }
+    }
+
+    /// A device held here was in a room whose node is gone: it joins again where the room runs now
+    /// (here, claiming it, or on the node that claimed it first), naming its Janus participant so
+    /// that admission is kept. The room lists it as before; the device hears nothing of it.
+    private func rejoin(_ join: RoomJoin, by key: DeviceKey) async {
+        guard sessions[key] != nil else { return }
+        do throws(ErrorMessage) {
+            _ = try await execute(.roomJoin(join), requestID: join.id, from: Party(user: key.user, device: key.device))
+        } catch {
+            logger.warning("a room member could not be joined again where the room runs now",
+                           metadata: ["room": "\(join.room)", "peer.device": "\(key)", "error": "\(error.message)"])
+        }
     }
 
     /// Lets a session go that another node holds now. The device keeps its place in calls and rooms
@@ -957,6 +980,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// (`routes`), and it leaves them when that node says its session ended (`released`).
     private func forget(_ key: DeviceKey) {
         guard let session = sessions.remove(key) else { return }
+        routes.forgetRooms(of: key)
         if let connectionID = session.connectionID {
             // 1001, not 4009: if this connection is the device's newest after all, it comes back.
             close(connectionID, code: .goingAway, reason: "this device connected to another server")

@@ -211,6 +211,82 @@ struct AudioBridgeRoomTests {
         try await second.stop()
     }
 
+    /// The server restarts under a room (on SQLite, which keeps the room key). Alice's session
+    /// starts anew and her `room.join` names the participant she is in Janus: the server keeps that
+    /// admission — the same participant and token, no kick — and lists her to newcomers again. Bob
+    /// cannot name her participant as his own, nor keep one Janus no longer has; and the restarted
+    /// server still takes her token back when she leaves.
+    @Test func aMemberWhoNamesItsParticipantAfterARestartKeepsItsAdmissionAndIsListedAgain() async throws {
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        let database = try await TestDatabase(.sqlite)
+        defer { database.close() }
+        let configure: (inout ServerConfiguration) -> Void = { $0.janus = JanusSettings(url: janus.url) }
+        let first = try await LiveServer.start(databasePath: database.setting, configure: configure)
+        let alice = try await first.device("alice", "a1")
+        let aliceTicket = try #require(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Alice")) }.get()
+            .decodeResult(RoomJoinResult.self).media.janus)
+        let aliceJanus = try await Self.enter(janus, with: aliceTicket, as: "Alice")
+        try await first.stop()
+
+        let second = try await LiveServer.start(databasePath: database.setting, configure: configure)
+        let aliceAgain = try await second.device("alice", "a1")
+        let rejoined = try await aliceAgain.request {
+            .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Alice", participant: aliceTicket.participant))
+        }.get().decodeResult(RoomJoinResult.self)
+        #expect(rejoined.media.janus == aliceTicket, "the same admission: participant and token")
+
+        let bob = try await second.device("bob", "b1")
+        let bobJoined = try await bob.request {
+            .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Bob", participant: aliceTicket.participant))
+        }.get().decodeResult(RoomJoinResult.self)
+        #expect(bobJoined.participants.map(\.device) == ["a1"], "alice is listed to a newcomer again")
+        let bobTicket = try #require(bobJoined.media.janus)
+        #expect(bobTicket.participant != aliceTicket.participant, "alice's participant is not bob's to name")
+        let bobJanus = try await Self.enter(janus, with: bobTicket, as: "Bob")
+        #expect(bobJanus.others.map(\.id) == [aliceTicket.participant])
+        // Bob leaves Janus and joins again naming his participant: Janus no longer has it, so it is a new admission.
+        try await bobJanus.bridge.leave()
+        let bobAgain = try #require(try await bob.request {
+            .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Bob", participant: bobTicket.participant))
+        }.get().decodeResult(RoomJoinResult.self).media.janus)
+        #expect(bobAgain.participant != bobTicket.participant && bobAgain.token != bobTicket.token)
+        #expect(!aliceJanus.hears.contains(.kicked(room: aliceTicket.room, id: aliceTicket.participant)))
+
+        // She leaves: the restarted server knew her token and participant, and takes both back.
+        #expect(try await aliceAgain.request { .roomLeave(RoomLeave(id: $0, room: "lobby")) }.isSuccess)
+        try await eventually("alice kicked once she leaves") { aliceJanus.hears.contains(.kicked(room: aliceTicket.room, id: aliceTicket.participant)) }
+        let probe = try await AudioBridge.attach(try await Self.client(janus))
+        await #expect(throws: JanusError.audioBridge(.unauthorized, reason: "Unauthorized (not in the allowed list)")) {
+            _ = try await probe.join(room: aliceTicket.room, display: "Alice", token: aliceTicket.token)
+        }
+        try? await aliceJanus.bridge.client.destroy()
+        try? await bobJanus.bridge.client.destroy()
+        try await second.stop()
+    }
+
+    /// A participant id proves whom it was issued to: it checks for its room and device under its
+    /// key, and for no other room, device or key; every id is one Janus takes.
+    @Test func aParticipantIdIsCheckedAgainstItsRoomDeviceAndKey() {
+        let key = SymmetricKey(data: [UInt8](repeating: 7, count: 32)), otherKey = SymmetricKey(data: [UInt8](repeating: 8, count: 32))
+        let alice = DeviceKey(user: "alice", device: "a1")
+        for nonce: UInt32 in [1, 2, 77, (1 << 21) - 1] {
+            let id = AudioBridgeRooms.participant(room: "lobby", device: alice, nonce: nonce, key: key)
+            #expect((1..<(1 << 53)).contains(id))
+            #expect(AudioBridgeRooms.isIssued(id, room: "lobby", device: alice, key: key))
+            #expect(!AudioBridgeRooms.isIssued(id, room: "standup", device: alice, key: key))
+            #expect(!AudioBridgeRooms.isIssued(id, room: "lobby", device: DeviceKey(user: "alice", device: "a2"), key: key))
+            #expect(!AudioBridgeRooms.isIssued(id, room: "lobby", device: DeviceKey(user: "bob", device: "a1"), key: key))
+            #expect(!AudioBridgeRooms.isIssued(id, room: "lobby", device: alice, key: otherKey))
+            #expect(!AudioBridgeRooms.isIssued(id ^ 1, room: "lobby", device: alice, key: key))
+        }
+        #expect(!AudioBridgeRooms.isIssued(12345, room: "lobby", device: alice, key: key), "an id with no nonce")
+        let id = AudioBridgeRooms.participant(room: "lobby", device: alice, nonce: 5, key: key)
+        #expect(AudioBridgeRooms.token(room: "lobby", device: alice, participant: id, key: key)
+                != AudioBridgeRooms.token(room: "lobby", device: alice, participant: id, key: otherKey))
+    }
+
     /// A room's Janus number and secret come from the room key alone: the same on every node and
     /// after a restart, different for another room or another deployment, in JSON's exact range.
     @Test func roomNumbersAndSecretsAreDerivedFromTheRoomKey() {

@@ -391,6 +391,81 @@ struct ClusterTests {
         }
     }
 
+    /// The node that runs a room goes away. Bob, on the other node, never lost his session: his
+    /// node joins him again where the room runs now. Alice, whose session was on the node that went,
+    /// comes back through the other and joins again. A newcomer finds both, and they signal each other.
+    @Test func aRoomKeepsItsMembersWhenTheNodeThatRanItGoesAway() async throws {
+        try await withNodes { nodes, _ in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let bob = try await b.device("bob", "b1")
+            #expect(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Alice")) }.isSuccess)
+            #expect(try await bob.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Bob")) }.isSuccess)
+            _ = try await alice.expect { if case .roomParticipantJoined(let m) = $0.message { m } else { nil } }
+
+            try await a.stop()
+            let aliceBack = try await b.device("alice", "a1")
+            let back = try await aliceBack.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Alice")) }.get()
+                .decodeResult(RoomJoinResult.self)
+            if !back.participants.contains(where: { $0.device == "b1" }) {
+                // Bob's node joined him again after alice's join: she is told, as of any member who joins.
+                let joined = try await aliceBack.expect { if case .roomParticipantJoined(let m) = $0.message { m } else { nil } }
+                #expect(joined.device == "b1")
+            }
+            let carol = try await b.device("carol", "c1")
+            let found = try await carol.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "Carol")) }.get()
+                .decodeResult(RoomJoinResult.self)
+            #expect(Set(found.participants.map(\.device)) == ["a1", "b1"], "both members from before the node went away")
+            let offer = SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0 bob"))
+            #expect(try await bob.request { .roomSignal(RoomSignal(id: $0, room: "lobby", to: "a1", signal: offer)) }.isSuccess)
+            let heard = try await aliceBack.expect { if case .roomSignal(let m) = $0.message { m } else { nil } }
+            #expect(heard.from == Party(user: "bob", device: "b1"))
+        }
+    }
+
+    /// The same with an AudioBridge room: alice names her Janus participant when she joins again,
+    /// bob's node names his, and the node that runs the room now keeps both admissions: a newcomer
+    /// finds both, nobody is kicked from Janus, and each one's token is still taken back on leave.
+    @Test func anAudioBridgeRoomKeepsItsMembersAndTheirAdmissionsWhenItsNodeGoesAway() async throws {
+        try await withJanusNodes { nodes, janus in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let bob = try await b.device("bob", "b1")
+            let aliceTicket = try #require(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Alice")) }.get()
+                .decodeResult(RoomJoinResult.self).media.janus)
+            let bobTicket = try #require(try await bob.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Bob")) }.get()
+                .decodeResult(RoomJoinResult.self).media.janus)
+            let aliceJanus = try await AudioBridgeRoomTests.enter(janus, with: aliceTicket, as: "Alice")
+            let bobJanus = try await AudioBridgeRoomTests.enter(janus, with: bobTicket, as: "Bob")
+
+            try await a.stop()
+            let aliceBack = try await b.device("alice", "a1")
+            let back = try await aliceBack.request {
+                .roomJoin(RoomJoin(id: $0, room: "standup", display: "Alice", participant: aliceTicket.participant))
+            }.get().decodeResult(RoomJoinResult.self)
+            #expect(back.media.janus == aliceTicket, "her admission kept by the node that runs the room now")
+            if !back.participants.contains(where: { $0.device == "b1" }) {
+                _ = try await aliceBack.expect { if case .roomParticipantJoined(let m) = $0.message { m.device == "b1" ? m : nil } else { nil } }
+            }
+            let carol = try await b.device("carol", "c1")
+            let found = try await carol.request { .roomJoin(RoomJoin(id: $0, room: "standup", display: "Carol")) }.get()
+                .decodeResult(RoomJoinResult.self)
+            #expect(Set(found.participants.map(\.device)) == ["a1", "b1"])
+            #expect(!aliceJanus.hears.contains(.kicked(room: aliceTicket.room, id: aliceTicket.participant)))
+            #expect(!bobJanus.hears.contains(.kicked(room: bobTicket.room, id: bobTicket.participant)))
+
+            // Bob leaves: the node that runs the room now kicks his participant and takes his token back.
+            #expect(try await bob.request { .roomLeave(RoomLeave(id: $0, room: "standup")) }.isSuccess)
+            try await eventually("bob kicked once he leaves") { bobJanus.hears.contains(.kicked(room: bobTicket.room, id: bobTicket.participant)) }
+            let probe = try await AudioBridge.attach(try await AudioBridgeRoomTests.client(janus))
+            await #expect(throws: JanusError.audioBridge(.unauthorized, reason: "Unauthorized (not in the allowed list)")) {
+                _ = try await probe.join(room: bobTicket.room, display: "Bob", token: bobTicket.token)
+            }
+            try? await aliceJanus.bridge.client.destroy()
+            try? await bobJanus.bridge.client.destroy()
+        }
+    }
+
     /// The node running an AudioBridge room stops (a deploy; a crash leaves Janus the same): the
     /// members keep talking in the Janus room, and whoever joins through another node joins that
     /// same room, with them in it — not a new room of the same name.
