@@ -207,3 +207,55 @@ struct RoomRestartTests {
         #expect(recording.audio.duration >= 6 && quiet.isEmpty, "no burst of alice in the 3 s from \(quiet) s of \(recording.audio.duration) s")
     }
 }
+
+@Suite("Voice rooms through a restart of the Parley server", .serialized, .enabled(if: RoomLab.enabled), .timeLimit(.minutes(5)))
+struct RoomServerRestartTests {
+    /// The Parley server restarts under a voice room (on SQLite, which keeps the room key; Janus
+    /// goes on). Each member's signaling session starts anew, and its `RoomSession` joins the room
+    /// again naming its Janus participant: the restarted server lists both to a newcomer, and their
+    /// media never stops — no reconnect, no end, and bob goes on seeing alice talk.
+    @Test func membersAreListedAgainAndTheirMediaGoesOn() async throws {
+        try TestNetwork.janusLink()
+        let janus = try await JanusServer.start()
+        defer { janus.stop() }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-room-restart-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = directory.appendingPathComponent("parley.sqlite").path
+        let first = try await LiveServer.start(databasePath: database) { $0.janus = JanusSettings(url: janus.url) }
+        let pattern = directory.appendingPathComponent("bursts.wav")
+        try RoomLab.writeBursts(to: pattern)
+        let alice = try await RoomLab.phone(first, "alice", input: .file(pattern, loop: true), record: nil)
+        let bob = try await RoomLab.phone(first, "bob", input: .silence, record: nil)
+        let (aliceRoom, aliceHears) = try await RoomLab.join(alice)
+        let (bobRoom, bobHears) = try await RoomLab.join(bob)
+        try await bobHears.wait("bob sees alice talk") { if case .talking(let member, true) = $0 { member.display == "alice" } else { false } }
+
+        let restartedAt = ContinuousClock.now
+        try await first.stop()
+        let second = try await LiveServer.start(databasePath: database) {
+            $0.janus = JanusSettings(url: janus.url)
+            $0.port = first.port
+        }
+        let carol = try await RoomLab.phone(second, "carol", input: .silence, record: nil)
+        let carolSignaling = try #require(await carol.signalingClient)
+        try await eventually(timeout: .seconds(20), "the restarted server lists alice and bob to carol") {
+            let joined = try await carolSignaling.request { .roomJoin(RoomJoin(id: $0, room: "lobby", display: "carol")) }
+                .decodeResult(RoomJoinResult.self)
+            return Set(joined.participants.map(\.user)) == ["alice", "bob"]
+        }
+        let listedAt = ContinuousClock.now
+        try await eventually(timeout: .seconds(10), "bob sees alice talk and stop after the restart") {
+            bobHears.talking(of: "alice", since: listedAt).count >= 2
+        }
+        for (name, hears) in [("alice", aliceHears), ("bob", bobHears)] as [(String, RoomEvents)] {
+            let broken = hears.count(since: restartedAt) { if case .reconnecting = $0 { true } else if case .ended = $0 { true } else { false } }
+            #expect(broken == 0, "\(name)'s media went on: \(hears.all)")
+        }
+        _ = try? await carolSignaling.request { .roomLeave(RoomLeave(id: $0, room: "lobby")) }
+        await aliceRoom.leave()
+        await bobRoom.leave()
+        for phone in [alice, bob, carol] { await phone.stop() }
+        try await second.stop()
+    }
+}
