@@ -111,7 +111,7 @@ class App {
     this.signaling = new Signaling({ base, device: this.device, token: (fresh) => this.freshToken(fresh, mode) });
     this.signaling.addEventListener('state', (e) => this.connectionChanged(e.detail));
     this.signaling.addEventListener('frame', (e) => this.frame(e.detail).catch((error) => console.warn('parley:', error)));
-    this.signaling.addEventListener('reset', () => this.sessionLost());
+    this.signaling.addEventListener('reset', () => { this.sessionLost(); this.roomSessionLost(); });
     this.signaling.start();
     $('whoami').textContent = `${user} · ${this.device}`;
     $('signin').hidden = true;
@@ -232,6 +232,35 @@ class App {
       if (error.code === 'call_not_found') this.ended(call, 'server-lost-call');
       // Anything else (no answer in time) is asked again at the next new session.
     }
+  }
+
+  /**
+   * A new session: the server's member list of the room may have started again (it restarted, or
+   * the room's node went away). Joins again, naming the Janus participant this page is, which the
+   * server keeps while Janus has it; a new admission means joining Janus again with it.
+   */
+  async roomSessionLost() {
+    const room = this.room;
+    if (!room) return;
+    const fields = { room: room.name, display: this.user };
+    if (room instanceof AudioBridgeRoom && room.id) fields.participant = room.id;
+    let ack;
+    room.rejoining = true;
+    try {
+      ack = await this.signaling.request('room.join', fields);
+    } catch {
+      // Still talking (unless the server took the admission back meanwhile): listed again at the next new session.
+    } finally {
+      room.rejoining = false;
+    }
+    if (this.room !== room || !(room instanceof AudioBridgeRoom)) return;
+    if (ack ? ack.media?.janus?.participant === room.id : !room.kicked) return;
+    // The server could not keep this page's admission: Janus again, with a new one.
+    room.pc?.close();
+    room.janus?.close();
+    for (const track of room.stream.getTracks()) track.stop();
+    this.room = undefined;
+    await this.joinRoom(room.name);
   }
 
   // Calls

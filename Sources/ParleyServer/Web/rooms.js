@@ -196,7 +196,12 @@ export class AudioBridgeRoom extends EventTarget {
       if (data.participants) this.update(data.participants);
       if (data.leaving !== undefined) { this.participants.delete(data.leaving); this.changed(); }
       if (data.kicked !== undefined) {
-        if (data.kicked === this.id) this.dispatchEvent(new CustomEvent('ended', { detail: 'You were removed from the room.' }));
+        // A kick of this page while it joins again on a new session is the server replacing its
+        // admission (`roomSessionLost` joins Janus again), not a removal.
+        if (data.kicked === this.id) {
+          if (this.rejoining) this.kicked = true;
+          else this.dispatchEvent(new CustomEvent('ended', { detail: 'You were removed from the room.' }));
+        }
         else { this.participants.delete(data.kicked); this.changed(); }
       }
       break;
