@@ -44,6 +44,16 @@ struct DecodingTests {
         #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"}"#)?.message == "a signal needs 'description', 'candidate' or 'restartIce'")
         #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","restartIce":false}"#)?.message == "a signal needs 'description', 'candidate' or 'restartIce'")
         #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","candidate":"x"}"#)?.kind == .invalidField)
+        for participant in ["0", "-3", "9007199254740992"] {
+            #expect(failure(#"{"type":"room.join","id":"j","room":"lobby","participant":\#(participant)}"#)?.message
+                    == "'participant' must be a Janus participant id, 1 to 2^53 - 1")
+        }
+        #expect(failure(#"{"type":"room.join","id":"j","room":"lobby","participant":"7"}"#)?.kind == .invalidField)
+    }
+
+    @Test func aRoomJoinMayNameItsParticipant() throws {
+        let join = try codec.decodeClientMessage(#"{"type":"room.join","id":"j","room":"lobby","participant":9007199254740991}"#)
+        #expect(join == .roomJoin(RoomJoin(id: "j", room: "lobby", participant: (1 << 53) - 1)))
     }
 
     @Test func unknownFieldsAreIgnoredAndCallIDsNormalised() throws {

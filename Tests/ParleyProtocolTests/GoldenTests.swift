@@ -53,6 +53,7 @@ struct GoldenTests {
         ("call-report", .callReport(CallReport(id: "r8", call: call, quality: CallQuality(mos: 4.3, rttMs: 12, jitterMs: 3, lossPct: 0.1, bitrateKbps: 32)))),
         ("call-state", .callState(CallRequest(id: "r9", call: call))),
         ("room-join", .roomJoin(RoomJoin(id: "r10", room: "standup", display: "Alice"))),
+        ("room-join-again", .roomJoin(RoomJoin(id: "r14", room: "standup", display: "Alice", participant: 4_503_600_164_322_303))),
         ("room-leave", .roomLeave(RoomLeave(id: "r11", room: "standup"))),
         ("room-signal-request", .roomSignal(RoomSignal(id: "r12", room: "standup", to: "b1", signal: SignalPayload(candidate: .candidate(candidate))))),
     ]

@@ -361,4 +361,26 @@ struct ClusterRoutesTests {
         let rest = routes.due(at: nil)
         #expect(rest.isEmpty)
     }
+
+    /// The joins to make again when a node goes away: those of devices held here in rooms that
+    /// node ran, once each, with what the last join said; none for a room left, joined anew, or of a
+    /// device whose session here ended or moved.
+    @Test func roomsElsewhereAreJoinedAgainOnlyWhenTheirNodeLeaves() {
+        var routes = ClusterRoutes()
+        let tablet = DeviceKey(user: "alice", device: "a2"), laptop = DeviceKey(user: "bob", device: "b1")
+        routes.joined(RoomJoin(id: "1", room: "lobby", display: "Alice", participant: 7), by: phone, on: "n1")
+        routes.joined(RoomJoin(id: "2", room: "lobby", display: "Alice!", participant: 8), by: phone, on: "n1")
+        routes.joined(RoomJoin(id: "3", room: "standup", display: "Alice"), by: phone, on: "n2")
+        routes.joined(RoomJoin(id: "4", room: "lobby"), by: tablet, on: "n1")
+        routes.joined(RoomJoin(id: "5", room: "lobby"), by: laptop, on: "n1")
+        routes.joined(RoomJoin(id: "6", room: "yard"), by: laptop, on: "n1")
+        routes.left("yard", by: laptop)
+        routes.forgetRooms(of: tablet)
+        let left = routes.nodeLeft("n1")
+        #expect(left.rejoins.map(\.key) == [laptop, phone], "in the order of the devices")
+        #expect(left.rejoins.map(\.join.id) == ["5", "2"], "the last join of each room, and not a room left")
+        #expect(left.rejoins.last?.join.participant == 8)
+        #expect(routes.nodeLeft("n1").rejoins.isEmpty, "once")
+        #expect(routes.nodeLeft("n2").rejoins.map(\.join.room) == ["standup"])
+    }
 }
