@@ -50,11 +50,17 @@ struct BenchNodes: AsyncParsableCommand {
     @Flag(help: "Measure one node, then --nodes on each bus, in one run (a private PostgreSQL each), and print the ratios.")
     var compare = false
 
+    @Flag(help: "Print the statements that took the private PostgreSQL's time during the setups (pg_stat_statements).")
+    var statements = false
+
     func validate() throws {
         guard nodes >= 1 else { throw ValidationError("--nodes must be at least 1") }
         guard store == .postgres || nodes == 1 else { throw ValidationError("several nodes share PostgreSQL: --store sqlite takes --nodes 1") }
         guard !compare || (store == .postgres && database == nil && nodes >= 2) else {
             throw ValidationError("--compare starts its own PostgreSQL (no --database, no --store sqlite) and needs --nodes 2 or more")
+        }
+        guard !statements || (store == .postgres && database == nil) else {
+            throw ValidationError("--statements reads the private PostgreSQL the bench starts (no --database, no --store sqlite)")
         }
         guard connections >= nodes else { throw ValidationError("--connections must be at least --nodes") }
         guard concurrency >= 1, calls >= 1 else { throw ValidationError("--calls and --concurrency must be at least 1") }
@@ -143,14 +149,18 @@ struct BenchNodes: AsyncParsableCommand {
     func measure(label: String, nodes: Int, bus: NodeBus, database: String?) async throws -> Figures {
         var postgres: PostgresServer?
         var setting = ":memory:"
+        var statementsDatabase = ""
         if store == .postgres {
             if let database {
                 setting = database
             } else {
                 benchLog("starting a private PostgreSQL")
-                let server = try await PostgresServer.start(maxConnections: 20 * nodes + 20)
+                let server = try await PostgresServer.start(
+                    maxConnections: 20 * nodes + 20,
+                    settings: statements ? ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track_planning=on"] : [])
                 postgres = server
-                setting = server.url(database: try server.createDatabase())
+                statementsDatabase = try server.createDatabase()
+                setting = server.url(database: statementsDatabase)
             }
         }
         let postgresPID = postgres?.process.processIdentifier
@@ -224,6 +234,10 @@ struct BenchNodes: AsyncParsableCommand {
         defer { heartbeat.cancel() }
 
         benchLog("running \(calls) call setups\(nodes > 1 ? " across nodes" : ""), \(pairs) at a time")
+        if statements, let postgres {
+            _ = try postgres.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()",
+                                  database: statementsDatabase)
+        }
         let cpuBefore = servers.map { cpuSeconds(pid: $0.pid) }
         let postgresBefore = postgresPID.map(Self.treeCPU) ?? 0
         let callStart = ContinuousClock.now
@@ -256,6 +270,9 @@ struct BenchNodes: AsyncParsableCommand {
         let cpu = zip(servers, cpuBefore).map { cpuSeconds(pid: $0.pid) - $1 }.reduce(0, +)
         let postgresCPU = (postgresPID.map(Self.treeCPU) ?? 0) - postgresBefore
         for client in callers + callees { client.close() }
+        if statements, let postgres {
+            try Self.printStatements(of: postgres, database: statementsDatabase, setups: results.count, label: label)
+        }
 
         let setup = results.map(\.setup).sorted()
         let ring = results.map(\.invitedToIncoming).sorted()
@@ -267,6 +284,24 @@ struct BenchNodes: AsyncParsableCommand {
                        postgresMemory: store == .postgres && postgresPID != nil ? "\(mib(postgresIdle)) → \(mib(postgresHolding)) MiB (all its processes)" : "—",
                        setups: results.count, callSeconds: callSeconds, pairs: pairs, setup: setup, ring: ring, relay: relay,
                        cpu: cpu, postgresCPU: postgresPID != nil ? postgresCPU : nil)
+    }
+
+    /// The statements PostgreSQL spent the setups on, most time first: how many ran a setup, and
+    /// the planning and execution time they took a setup (pg_stat_statements, reset before them).
+    static func printStatements(of postgres: PostgresServer, database: String, setups: Int, label: String) throws {
+        let rows = try postgres.psql("""
+            SELECT calls, total_plan_time, total_exec_time, regexp_replace(query, '\\s+', ' ', 'g')
+            FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'
+            ORDER BY total_plan_time + total_exec_time DESC LIMIT 12
+            """, database: database)
+        var lines = ["PostgreSQL's statements during the setups, \(label) (per setup: runs, plan + exec ms):"]
+        for row in rows.split(separator: "\n") {
+            let fields = row.split(separator: "|", maxSplits: 3, omittingEmptySubsequences: false).map(String.init)
+            guard fields.count == 4, let calls = Double(fields[0]), let plan = Double(fields[1]), let exec = Double(fields[2]) else { continue }
+            let perSetup = Double(max(1, setups))
+            lines.append("  \(format(calls / perSetup)) × \(format(plan / perSetup)) + \(format(exec / perSetup)) ms  \(fields[3].prefix(110))")
+        }
+        print(lines.joined(separator: "\n"))
     }
 
     /// A load generator: `parley bench hold` holding `count` connections to one node.

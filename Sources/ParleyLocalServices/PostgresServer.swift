@@ -16,7 +16,7 @@ public final class PostgresServer: @unchecked Sendable {
     private let binaries: String
     private let log: URL
     private let owner: (uid: uid_t, gid: gid_t)?
-    private let maxConnections: Int
+    private let settings: [String]
     private var current: Process
     private let lock = NSLock()
     private var databases = 0
@@ -31,8 +31,9 @@ public final class PostgresServer: @unchecked Sendable {
         return versions.map { "\(root)/\($0)/bin" }.first { FileManager.default.isExecutableFile(atPath: "\($0)/postgres") }
     }
 
-    /// Makes a cluster and starts it; returns once it accepts connections.
-    public static func start(maxConnections: Int = 200) async throws -> PostgresServer {
+    /// Makes a cluster and starts it; returns once it accepts connections. `settings`: more
+    /// `name=value` server settings (`-c`), after the ones every start has.
+    public static func start(maxConnections: Int = 200, settings: [String] = []) async throws -> PostgresServer {
         guard let binaries = installed else {
             throw TestFailure("PostgreSQL is not installed: scripts/setup.sh --tests installs postgresql")
         }
@@ -50,7 +51,8 @@ public final class PostgresServer: @unchecked Sendable {
             try? FileManager.default.removeItem(at: directory)
             throw TestFailure("initdb failed: \(initdb.output.suffix(2000))")
         }
-        let server = try PostgresServer(binaries: binaries, directory: directory, port: port, owner: owner, maxConnections: maxConnections)
+        let server = try PostgresServer(binaries: binaries, directory: directory, port: port, owner: owner,
+                                        settings: ["max_connections=\(maxConnections)"] + settings)
         do { try await server.ready() } catch {
             server.stop()
             throw error
@@ -62,7 +64,7 @@ public final class PostgresServer: @unchecked Sendable {
     /// and starts it again on the same data; returns once it accepts connections.
     public func restart() async throws {
         stopProcess(process, with: SIGINT, grace: 5)
-        let next = try Self.launch(binaries: binaries, directory: directory, port: port, owner: owner, maxConnections: maxConnections, log: log)
+        let next = try Self.launch(binaries: binaries, directory: directory, port: port, owner: owner, settings: settings, log: log)
         lock.withLock { current = next }
         try await ready()
     }
@@ -74,24 +76,24 @@ public final class PostgresServer: @unchecked Sendable {
         }
     }
 
-    private init(binaries: String, directory: URL, port: Int, owner: (uid: uid_t, gid: gid_t)?, maxConnections: Int) throws {
+    private init(binaries: String, directory: URL, port: Int, owner: (uid: uid_t, gid: gid_t)?, settings: [String]) throws {
         self.binaries = binaries
         self.directory = directory
         self.port = port
         self.owner = owner
-        self.maxConnections = maxConnections
+        self.settings = settings
         log = directory.appendingPathComponent("postgres.log")
         guard FileManager.default.createFile(atPath: log.path, contents: nil) else { throw TestFailure("cannot write \(log.path)") }
         if let owner { chown(log.path, owner.uid, owner.gid) }
-        current = try Self.launch(binaries: binaries, directory: directory, port: port, owner: owner, maxConnections: maxConnections, log: log)
+        current = try Self.launch(binaries: binaries, directory: directory, port: port, owner: owner, settings: settings, log: log)
     }
 
-    private static func launch(binaries: String, directory: URL, port: Int, owner: (uid: uid_t, gid: gid_t)?, maxConnections: Int,
+    private static func launch(binaries: String, directory: URL, port: Int, owner: (uid: uid_t, gid: gid_t)?, settings: [String],
                                log: URL) throws -> Process {
         let process = Process()
         let arguments = [binaries + "/postgres", "-D", directory.appendingPathComponent("data").path, "-k", directory.path,
                          "-p", "\(port)", "-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off",
-                         "-c", "full_page_writes=off", "-c", "max_connections=\(maxConnections)"]
+                         "-c", "full_page_writes=off"] + settings.flatMap { ["-c", $0] }
         (process.executableURL, process.arguments) = command(arguments, as: owner)
         let output = try FileHandle(forWritingTo: log)
         output.seekToEndOfFile()

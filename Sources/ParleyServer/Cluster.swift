@@ -118,11 +118,6 @@ extension ClientMessage {
         }
     }
 
-    /// The call an invite would start.
-    var invitedCall: CallID? {
-        if case .callInvite(let invite) = self { invite.call } else { nil }
-    }
-
     /// The room a request is about.
     var aboutRoom: RoomID? {
         switch self {

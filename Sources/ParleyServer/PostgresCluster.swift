@@ -66,7 +66,7 @@ public final class PostgresCluster: ClusterLink {
     }
     static let applicationPrefix = "parley-node "
     private static let liveNodes = """
-        SELECT substr(application_name, \(applicationPrefix.count + 1)) FROM pg_stat_activity
+        SELECT substr(application_name, \(applicationPrefix.count + 1)) FROM pg_stat_get_activity(NULL)
         WHERE application_name LIKE 'parley-node %'
         """
 
@@ -243,25 +243,36 @@ public final class PostgresCluster: ClusterLink {
         logger.debug("a node's link ended", metadata: ["cluster.peer": "\(other)"])
     }
 
+    /// Where a user's devices are, on live nodes other than this one (every invite asks).
+    enum RemoteDevices: PreparedSQL {
+        static let sql = """
+            SELECT device_id, node_id FROM cluster_device
+            WHERE user_id = $1 AND node_id <> $2 AND node_id IN (\(liveNodes))
+            """
+    }
+
     public func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID] {
         var devices: [DeviceKey: NodeID] = [:]
-        let rows = try await store.client.query("""
-            SELECT device_id, node_id FROM cluster_device
-            WHERE user_id = \(user.rawValue) AND node_id <> \(node) AND node_id IN (\(unescaped: Self.liveNodes))
-            """, logger: logger)
-        for try await (device, node) in rows.decode((String, String).self) {
+        let rows = try await store.client.execute(Prepared<RemoteDevices>([user.rawValue, node]), logger: logger)
+        for try await row in rows {
+            let (device, node) = try row.decode((String, String).self)
             guard let device = DeviceID(rawValue: device) else { continue }
             devices[DeviceKey(user: user, device: device)] = node
         }
         return devices
     }
 
+    /// The live node that runs an unfinished call (a request about a call this node does not run asks).
+    enum CallOwner: PreparedSQL {
+        static let sql = """
+            SELECT owner_node FROM call WHERE call_id = $1 AND ended_at IS NULL AND owner_node IN (\(liveNodes))
+            """
+    }
+
     public func owner(of call: CallID) async throws -> NodeID? {
-        let rows = try await store.client.query("""
-            SELECT owner_node FROM call
-            WHERE call_id = \(call.rawValue) AND ended_at IS NULL AND owner_node IN (\(unescaped: Self.liveNodes))
-            """, logger: logger)
-        for try await owner in rows.decode(String.self) { return owner }
+        for try await row in try await store.client.execute(Prepared<CallOwner>([call.rawValue]), logger: logger) {
+            return try row.decode(String.self)
+        }
         return nil
     }
 

@@ -229,14 +229,19 @@ public final class PostgresStore: SignalingStore {
         return try await rows.collect().count > 0
     }
 
-    public func devices(of user: UserID) async throws -> [DeviceRecord] {
-        let rows = try await client.query("""
+    /// A user's devices (every invite asks, for pushes).
+    enum UserDevices: PreparedSQL {
+        static let sql = """
             SELECT user_id, device_id, platform, voip_token, voip_topic, voip_environment,
                    alert_token, alert_topic, alert_environment, updated_at
-            FROM device WHERE user_id = \(user.rawValue) ORDER BY device_id
-            """, logger: logger)
+            FROM device WHERE user_id = $1 ORDER BY device_id
+            """
+    }
+
+    public func devices(of user: UserID) async throws -> [DeviceRecord] {
         var devices: [DeviceRecord] = []
-        for try await row in rows.decode((String, String, String, String?, String?, String?, String?, String?, String?, Int64).self) {
+        for try await encoded in try await client.execute(Prepared<UserDevices>([user.rawValue]), logger: logger) {
+            let row = try encoded.decode((String, String, String, String?, String?, String?, String?, String?, String?, Int64).self)
             func registration(_ token: String?, _ topic: String?, _ environment: String?) -> VoIPRegistration? {
                 guard let token, let topic, let environment = environment.flatMap(VoIPRegistration.Environment.init(rawValue:)) else {
                     return nil
@@ -265,29 +270,52 @@ public final class PostgresStore: SignalingStore {
 
     // MARK: Calls
 
-    public func saveCalls(_ calls: [StoredCall]) async throws {
-        let rows = try StoredCall.jsonColumns(of: calls)
-        let logger = self.logger
-        try await client.withTransaction(logger: logger) { connection in
-            for (stored, quality, metadata, recordings) in rows {
-                let record = stored.record
-                try await connection.query("""
-                    INSERT INTO call (call_id, caller, callee, caller_device, callee_device, audio, video, created_at,
-                      answered_at, ended_at, reason, duration, quality, recordings, expires_at, caller_name, metadata, owner_node)
-                    VALUES (\(record.call.rawValue), \(record.caller.rawValue), \(record.callee.rawValue),
-                      \(record.callerDevice.rawValue), \(record.calleeDevice?.rawValue), \(record.media.audio), \(record.media.video),
-                      \(record.createdAt), \(record.answeredAt), \(record.endedAt), \(record.reason?.rawValue), \(record.duration),
-                      \(quality)::JSONB, \(recordings)::JSONB, \(stored.expiresAt), \(stored.callerName), \(metadata)::JSONB,
-                      \(stored.owner))
-                    ON CONFLICT (call_id) DO UPDATE SET callee_device = excluded.callee_device, answered_at = excluded.answered_at,
-                      ended_at = COALESCE(call.ended_at, excluded.ended_at), reason = COALESCE(call.reason, excluded.reason),
-                      duration = excluded.duration, quality = excluded.quality, recordings = excluded.recordings
-                    -- A node writes only calls it runs (a late write of a node the call moved from is dropped),
-                    -- and an ended call stays ended.
-                    WHERE call.owner_node IS NOT DISTINCT FROM excluded.owner_node OR call.ended_at IS NOT NULL
-                    """, logger: logger)
-            }
+    /// A batch of calls in one statement: the rows travel as one JSON array, so a batch costs one
+    /// parse, plan and execution however many calls it has (the writer sends each call once a
+    /// batch, as `ON CONFLICT` needs). The rows go in in the array's order, which is the order the
+    /// calls started in.
+    enum SaveCalls: PreparedSQL {
+        static let sql = """
+            INSERT INTO call (call_id, caller, callee, caller_device, callee_device, audio, video, created_at,
+              answered_at, ended_at, reason, duration, quality, recordings, expires_at, caller_name, metadata, owner_node)
+            SELECT call_id, caller, callee, caller_device, callee_device, audio, video, created_at,
+              answered_at, ended_at, reason, duration, quality, recordings, expires_at, caller_name, metadata, owner_node
+            FROM jsonb_to_recordset($1::JSONB) AS row (call_id TEXT, caller TEXT, callee TEXT, caller_device TEXT,
+              callee_device TEXT, audio BOOLEAN, video BOOLEAN, created_at BIGINT, answered_at BIGINT, ended_at BIGINT,
+              reason TEXT, duration DOUBLE PRECISION, quality JSONB, recordings JSONB, expires_at BIGINT, caller_name TEXT,
+              metadata JSONB, owner_node TEXT)
+            ON CONFLICT (call_id) DO UPDATE SET callee_device = excluded.callee_device, answered_at = excluded.answered_at,
+              ended_at = COALESCE(call.ended_at, excluded.ended_at), reason = COALESCE(call.reason, excluded.reason),
+              duration = excluded.duration, quality = excluded.quality, recordings = excluded.recordings
+            -- A node writes only calls it runs (a late write of a node the call moved from is dropped),
+            -- and an ended call stays ended.
+            WHERE call.owner_node IS NOT DISTINCT FROM excluded.owner_node OR call.ended_at IS NOT NULL
+            """
+    }
+
+    /// A call's row as `SaveCalls` reads it.
+    private struct WrittenCall: Encodable {
+        var call_id: String, caller: String, callee: String, caller_device: String, callee_device: String?
+        var audio: Bool, video: Bool
+        var created_at: Int64, answered_at: Int64?, ended_at: Int64?, reason: String?, duration: Double?
+        var quality: CallQuality?, recordings: [RecordingRecord]?
+        var expires_at: Int64, caller_name: String?, metadata: JSONValue?, owner_node: String?
+
+        init(_ stored: StoredCall) {
+            let record = stored.record
+            (call_id, caller, callee) = (record.call.rawValue, record.caller.rawValue, record.callee.rawValue)
+            (caller_device, callee_device) = (record.callerDevice.rawValue, record.calleeDevice?.rawValue)
+            (audio, video) = (record.media.audio, record.media.video)
+            (created_at, answered_at, ended_at) = (record.createdAt, record.answeredAt, record.endedAt)
+            (reason, duration, quality, recordings) = (record.reason?.rawValue, record.duration, record.quality, record.recordings)
+            (expires_at, caller_name, metadata, owner_node) = (stored.expiresAt, stored.callerName, stored.metadata, stored.owner)
         }
+    }
+
+    public func saveCalls(_ calls: [StoredCall]) async throws {
+        guard !calls.isEmpty else { return }
+        let rows = String(decoding: try JSONEncoder().encode(calls.map(WrittenCall.init)), as: UTF8.self)
+        _ = try await client.execute(Prepared<SaveCalls>([rows]), logger: logger).reduce(0) { count, _ in count + 1 }
     }
 
     static let callColumns = """
@@ -298,8 +326,13 @@ public final class PostgresStore: SignalingStore {
     private typealias CallRow = (String, String, String, String, String?, Bool, Bool, Int64, Int64?, Int64?, String?,
                                  Double?, String?, String?, Int64, String?, String?)
 
+    /// A call by its id (every invite asks whether its id is taken).
+    enum CallByID: PreparedSQL {
+        static let sql = "SELECT \(callColumns) FROM call WHERE call_id = $1"
+    }
+
     public func call(_ id: CallID) async throws -> CallRecord? {
-        try await storedCalls("SELECT \(unescaped: Self.callColumns) FROM call WHERE call_id = \(id.rawValue)").first?.record
+        try await storedCalls(try await client.execute(Prepared<CallByID>([id.rawValue]), logger: logger)).first?.record
     }
 
     public func calls(of user: UserID, limit: Int) async throws -> [CallRecord] {
@@ -332,12 +365,18 @@ public final class PostgresStore: SignalingStore {
     }
 
     func storedCalls(_ query: PostgresQuery) async throws -> [StoredCall] {
+        try await storedCalls(try await client.query(query, logger: logger))
+    }
+
+    /// The calls in rows of `callColumns`.
+    private func storedCalls<Rows: AsyncSequence>(_ rows: Rows) async throws -> [StoredCall] where Rows.Element == PostgresRow {
         let decoder = JSONDecoder()
         func decoded<T: Decodable>(_ type: T.Type, _ text: String?) -> T? {
             text.flatMap { try? decoder.decode(type, from: Data($0.utf8)) }
         }
         var calls: [StoredCall] = []
-        for try await row in try await client.query(query, logger: logger).decode(CallRow.self) {
+        for try await encoded in rows {
+            let row = try encoded.decode(CallRow.self)
             guard let call = CallID(rawValue: row.0), let caller = UserID(rawValue: row.1), let callee = UserID(rawValue: row.2),
                   let callerDevice = DeviceID(rawValue: row.3) else { continue }
             let record = CallRecord(call: call, caller: caller, callee: callee, callerDevice: callerDevice,

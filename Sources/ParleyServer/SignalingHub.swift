@@ -342,8 +342,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// Runs a request of a session here, or forwards it to the node that runs its call or room.
     private func execute(_ message: ClientMessage, requestID: String, from sender: Party) async throws(ErrorMessage) -> AckResult {
         let key = sender.key
-        if cluster != nil, let callID = message.aboutCall ?? message.invitedCall, calls[callID] == nil,
-           let runner = await owner(of: callID, adopting: message.invitedCall == nil) {
+        // An invite asks after its call's node only if its id is in the store (`startCall`): a new
+        // call, which nearly every invite is, costs the directory nothing.
+        if cluster != nil, let callID = message.aboutCall, calls[callID] == nil, let runner = await owner(of: callID) {
             do {
                 return try await forward(message, from: key, to: runner)
             } catch where error.code == .unavailable {
@@ -438,6 +439,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let caller = sender.key
         if let result = try answerToKnownCall(invite, from: caller) { return result }
         if let record = try await storedCall(invite.call) {
+            // An invite sent again after its caller moved to this node: the node that runs the call answers it.
+            if cluster != nil, record.endedAt == nil, record.caller == caller.user, calls[invite.call] == nil,
+               let runner = await owner(of: invite.call, adopting: false) {
+                return try await forward(.callInvite(invite), from: caller, to: runner)
+            }
             guard record.caller == caller.user || record.callee == caller.user else {
                 throw ErrorMessage(code: .callNotFound, message: "no such call")
             }
