@@ -11,8 +11,9 @@ public typealias NodeID = String
 /// Rooms likewise: a room runs on the node where it was first joined.
 public enum NodeMessage: Sendable, Equatable, Codable {
     /// A frame for a device held by the node addressed (`frame`: a server frame without `seq`; the
-    /// holding session numbers it), from the node that runs its call.
-    case deliver(to: DeviceKey, frame: String, from: NodeID)
+    /// holding session numbers it), from the node that runs its call. `about` says what the frame
+    /// is, so the holder numbers and sends it without decoding it (absent from older nodes).
+    case deliver(to: DeviceKey, frame: String, from: NodeID, about: DeliveredFrame? = nil)
     /// A device's request about a call or room the addressed node runs (`frame`: the client's frame).
     case request(id: UInt64, from: NodeID, sender: DeviceKey, frame: String)
     /// The owner's answer to a forwarded request: the `ack`'s result, or the error.
@@ -30,6 +31,18 @@ public enum NodeMessage: Sendable, Equatable, Codable {
     case handover(id: UInt64, key: DeviceKey, session: String, from: NodeID)
     /// The answer to `handover`: the session, or nil when the node no longer holds it.
     case handedOver(id: UInt64, session: SessionHandover?)
+}
+
+/// What a node needs to know of a frame it delivers for another: the message's type and the call
+/// it is about.
+public struct DeliveredFrame: Sendable, Equatable, Codable {
+    public var type: String
+    public var call: CallID?
+
+    init(_ message: ServerMessage) {
+        type = message.type
+        call = message.aboutCall
+    }
 }
 
 extension DeviceKey: Codable {

@@ -80,7 +80,12 @@ struct ClusterRoutes {
     /// A frame about a call came from the node that runs it (`from`); an ended call is forgotten.
     mutating func heard(_ message: ServerMessage, from node: NodeID) {
         guard let call = message.aboutCall else { return }
-        if case .callEnded = message { callOwners[call] = nil } else { callOwners[call] = node }
+        if case .callEnded = message { heard(call, ended: true, from: node) } else { heard(call, ended: false, from: node) }
+    }
+
+    /// A frame about `call` came from the node that runs it; `ended`: it was `call.ended`.
+    mutating func heard(_ call: CallID, ended: Bool, from node: NodeID) {
+        callOwners[call] = ended ? nil : node
     }
 
     /// The call's node did not answer: asked of the directory again next time.

@@ -190,7 +190,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         send(.error(ErrorMessage(re: requestID, code: code, message: message)), on: entry)
     }
 
-    public func receive(_ connectionID: UInt64, _ message: ClientMessage) async {
+    /// A request frame of a connection, decoded. `text`: the frame as the client sent it, which a
+    /// request forwarded to another node carries instead of being encoded again.
+    public func receive(_ connectionID: UInt64, _ message: ClientMessage, text: String? = nil) async {
         guard let entry = connections[connectionID] else { return }
         metrics.framesIn.increment()
         // The session's id, not a copy of it: a copy held while the table's session changes would
@@ -228,7 +230,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 defer { sessions.modify(key, ifSession: sessionID) { _ = $0.inFlight.remove(requestID) } }
                 // Who asks, as the session said when the request came (it may expire or change meanwhile).
                 let sender = Party(user: key.user, device: key.device, name: sessions[key]?.name, address: sessions[key]?.address)
-                answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: sender)))
+                answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: sender, text: text)))
             } catch {
                 answer = .error(ErrorMessage(re: requestID, code: error.code, message: error.message))
             }
@@ -340,26 +342,26 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     // MARK: Requests
 
     /// Runs a request of a session here, or forwards it to the node that runs its call or room.
-    private func execute(_ message: ClientMessage, requestID: String, from sender: Party) async throws(ErrorMessage) -> AckResult {
+    private func execute(_ message: ClientMessage, requestID: String, from sender: Party, text: String? = nil) async throws(ErrorMessage) -> AckResult {
         let key = sender.key
         // An invite asks after its call's node only if its id is in the store (`startCall`): a new
         // call, which nearly every invite is, costs the directory nothing.
         if cluster != nil, let callID = message.aboutCall, calls[callID] == nil, let runner = await owner(of: callID) {
             do {
-                return try await forward(message, from: key, to: runner)
+                return try await forward(message, from: key, to: runner, frame: text)
             } catch where error.code == .unavailable {
                 // The owner went silent: if it is gone, the call is taken over here (or by a third node).
                 routes.forgetOwner(of: callID)
                 guard calls[callID] == nil else { return try await execute(message, from: sender) }
                 guard let next = await owner(of: callID) else { return try await execute(message, from: sender) }
                 guard next != runner else { throw error }
-                return try await forward(message, from: key, to: next)
+                return try await forward(message, from: key, to: next, frame: text)
             }
         }
         if cluster != nil, let room = message.aboutRoom {
             if case .roomSignal = message {} else { routes.left(room, by: key) }
             if !(await runsHere(room, claiming: message.isRoomJoin)), let runner = try? await cluster?.roomOwner(room, claim: false) {
-                let result = try await forward(message, from: key, to: runner)
+                let result = try await forward(message, from: key, to: runner, frame: text)
                 if case .roomJoin(var join) = message, sessions[key] != nil {
                     // Read off the other node's reply, the result is fields until given its type.
                     join.participant = (try? Ack(re: requestID, result: result).decodeResult(RoomJoinResult.self))?.media.janus?.participant
@@ -821,10 +823,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     }
 
     /// Sends a request to the node that runs its call and answers what that node answered.
-    private func forward(_ message: ClientMessage, from key: DeviceKey, to node: NodeID) async throws(ErrorMessage) -> AckResult {
+    /// `frame`: the client's own text of the request, if it came from the device as is.
+    private func forward(_ message: ClientMessage, from key: DeviceKey, to node: NodeID, frame text: String? = nil) async throws(ErrorMessage) -> AckResult {
         guard let cluster else { throw ErrorMessage(code: .internal, message: "no cluster") }
         let id = routes.wait(.forward, on: node, until: now() + Self.forwardTimeout)
-        let frame = String(decoding: codec.encode(message), as: UTF8.self)
+        let frame = text ?? String(decoding: codec.encode(message), as: UTF8.self)
         let result = await withCheckedContinuation { continuation in
             forwarded[id] = continuation
             cluster.send(.request(id: id, from: cluster.node, sender: key, frame: frame), to: node)
@@ -841,10 +844,15 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func hear(_ message: NodeMessage) async {
         guard let cluster else { return }
         switch message {
-        case .deliver(let key, let frame, let from):
+        case .deliver(let key, let frame, let from, let about):
             if sessions[key] == nil, let node = routes.sendOn(key) {
                 // Handed over: on to the node that holds the session now, still from the call's owner.
-                cluster.send(.deliver(to: key, frame: frame, from: from), to: node)
+                cluster.send(.deliver(to: key, frame: frame, from: from, about: about), to: node)
+                return
+            }
+            if let about, about.type != "call.incoming", sessions[key] != nil {
+                if let call = about.call, calls[call] == nil { routes.heard(call, ended: about.type == "call.ended", from: from) }
+                send(encoded: frame, to: key)
                 return
             }
             guard let sessionID = sessions[key]?.id, let decoded = try? codec.decodeServerFrame(frame) else { return }
@@ -1002,7 +1010,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         if sessions[key] != nil {
             send(message, to: key)
         } else if let cluster, let node = routes.holder(of: key) {
-            cluster.send(.deliver(to: key, frame: encode(ServerFrame(seq: nil, message: message)), from: cluster.node), to: node)
+            cluster.send(.deliver(to: key, frame: encode(ServerFrame(seq: nil, message: message)), from: cluster.node,
+                                  about: DeliveredFrame(message)), to: node)
         }
     }
 
@@ -1011,6 +1020,18 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func send(_ message: ServerMessage, to key: DeviceKey) {
         guard let frame = sessions.number(for: key, { seq in encode(ServerFrame(seq: seq, message: message)) }) else { return }
         if case .error(let error) = message { metrics.error(error.code) }
+        write(frame, to: key)
+    }
+
+    /// Sends a frame another node encoded (a server frame without `seq`) in the device's session:
+    /// numbered by writing `seq` before its fields, not decoded and encoded again.
+    private func send(encoded frame: String, to key: DeviceKey) {
+        guard frame.first == "{", let numbered = sessions.number(for: key, { seq in "{\"seq\":\(seq)," + frame.dropFirst() }) else { return }
+        write(numbered, to: key)
+    }
+
+    /// Writes a numbered frame on the device's connection, if it has one.
+    private func write(_ frame: (text: String, connection: UInt64?), to key: DeviceKey) {
         guard let connectionID = frame.connection, let entry = connections[connectionID] else { return }
         entry.connection.outbound.write(.text(frame.text))
         metrics.framesOut.increment()

@@ -204,7 +204,7 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
                 }
                 do throws(ProtocolError) {
                     let decoded = try codec.decodeClientMessage(text)
-                    await hub.receive(id, decoded)
+                    await hub.receive(id, decoded, text: text)
                 } catch {
                     await hub.refuse(id, requestID: error.requestID, code: error.errorCode, message: error.message)
                 }
