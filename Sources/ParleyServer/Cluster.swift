@@ -43,6 +43,11 @@ public struct DeliveredFrame: Sendable, Equatable, Codable {
         type = message.type
         call = message.aboutCall
     }
+
+    init(type: String, call: CallID?) {
+        self.type = type
+        self.call = call
+    }
 }
 
 extension DeviceKey: Codable {

@@ -49,8 +49,24 @@ final class NodeLinks {
 
     private struct Address {
         var address: String?
+        /// The version of lines the node reads (`NodeLine`): 1 reads JSON only.
+        var lines = 1
         var askAgain: ContinuousClock.Instant
         var failures = 0
+    }
+
+    /// What the directory says of a node: where it takes links, and which lines it reads.
+    struct Published {
+        var address: String
+        var lines: Int
+    }
+
+    /// A line for a node: its JSON, which every node reads, and its compact form if it has one.
+    struct Line {
+        var to: NodeID
+        var json: String
+        var compact: String?
+        var broadcast: Bool
     }
 
     init(node: NodeID, key: SymmetricKey, logger: Logger) {
@@ -102,17 +118,17 @@ final class NodeLinks {
     /// directory's addresses of the nodes asked about. A node that news for every node (`broadcast`)
     /// finds without a link is not looked up for it: a node that has just joined publishes its
     /// address once it listens, and what is sent to it after that must not wait on a second's miss.
-    func send(_ lines: [(to: NodeID, line: String, broadcast: Bool)],
-              lookup: ([NodeID]) async throws -> [NodeID: String]) async -> [(to: NodeID, line: String)] {
+    /// Answers, beside the lines for `NOTIFY`, how many compact lines the links carried.
+    func send(_ lines: [Line], lookup: ([NodeID]) async throws -> [NodeID: Published]) async -> (undelivered: [(to: NodeID, line: String)], compact: Int) {
         // Links whose connection ended (their node stopped, or their path died) are made anew.
         for (node, entry) in links where entry.link.isClosed { dropLink(to: node) }
-        var byNode: [NodeID: [String]] = [:]
+        var byNode: [NodeID: [Line]] = [:]
         var order: [NodeID] = []
         var targeted: Set<NodeID> = []
-        for (to, line, broadcast) in lines {
-            if byNode[to] == nil { order.append(to) }
-            byNode[to, default: []].append(line)
-            if !broadcast { targeted.insert(to) }
+        for line in lines {
+            if byNode[line.to] == nil { order.append(line.to) }
+            byNode[line.to, default: []].append(line)
+            if !line.broadcast { targeted.insert(line.to) }
         }
         let now = ContinuousClock.now
         let unknown = order.filter { to in
@@ -123,7 +139,8 @@ final class NodeLinks {
                 let found = try await lookup(unknown)
                 for to in unknown {
                     var entry = addresses[to] ?? Address(address: nil, askAgain: now)
-                    entry.address = found[to]
+                    entry.address = found[to]?.address
+                    entry.lines = found[to]?.lines ?? 1
                     // Found: tried at once. Not found: the node has not listened yet (or never
                     // publishes), asked again in a second.
                     entry.askAgain = found[to] == nil ? now + .seconds(1) : now
@@ -136,10 +153,16 @@ final class NodeLinks {
             }
         }
         var undelivered: [(to: NodeID, line: String)] = []
+        var compactSent = 0
         for to in order {
-            undelivered += await send(byNode[to] ?? [], to: to).map { (to, $0) }
+            let compact = (addresses[to]?.lines ?? 1) >= NodeLine.version
+            let lines = (byNode[to] ?? []).map { compact ? ($0.compact ?? $0.json) : $0.json }
+            // What a link does not carry goes by NOTIFY, which every node reads as JSON.
+            let unsent = await send(lines, to: to)
+            undelivered += (byNode[to] ?? []).suffix(unsent.count).map { (to, $0.json) }
+            if compact { compactSent += (byNode[to] ?? []).dropLast(unsent.count).filter { $0.compact != nil }.count }
         }
-        return undelivered
+        return (undelivered, compactSent)
     }
 
     /// Sends `lines` on the node's link, in frames; answers the lines not sent. A link found closed

@@ -42,9 +42,10 @@ public final class PostgresCluster: ClusterLink {
     private let sender: Task<Void, Never>
     /// The deployment's key for direct links (`NodeBus.direct`); nil on `NOTIFY` alone.
     private let linkKey: SymmetricKey?
-    /// Messages sent so far over direct links, and by `NOTIFY` (a broadcast counts once per node).
-    public var sent: (direct: Int, notified: Int) { counts.withLockedValue { $0 } }
-    private let counts = NIOLockedValueBox((direct: 0, notified: 0))
+    /// Messages sent so far over direct links, and by `NOTIFY` (a broadcast counts once per node);
+    /// `compact`: those of the direct ones that went as compact lines (`NodeLine`).
+    public var sent: (direct: Int, notified: Int, compact: Int) { counts.withLockedValue { $0 } }
+    private let counts = NIOLockedValueBox((direct: 0, notified: 0, compact: 0))
     /// Other nodes' links to this one, closed when it leaves.
     private let heardLinks = NIOLockedValueBox<(channels: [ObjectIdentifier: any Channel], left: Bool)>(([:], false))
 
@@ -204,8 +205,8 @@ public final class PostgresCluster: ClusterLink {
         guard linkKey != nil else { return }
         do {
             try await store.client.query("""
-                INSERT INTO cluster_node (node_id, address) VALUES (\(node), \(address))
-                ON CONFLICT (node_id) DO UPDATE SET address = excluded.address
+                INSERT INTO cluster_node (node_id, address, lines) VALUES (\(node), \(address), \(Int16(NodeLine.version)))
+                ON CONFLICT (node_id) DO UPDATE SET address = excluded.address, lines = excluded.lines
                 """, logger: logger)
             logger.notice("takes direct links from the other nodes", metadata: ["cluster.address": "\(address)"])
         } catch {
@@ -335,13 +336,13 @@ public final class PostgresCluster: ClusterLink {
         let links: NodeLinks?
         /// This node's own inbox, for what it sends to every node when its links carry it.
         let local: AsyncStream<NodeMessage>.Continuation
-        let counts: NIOLockedValueBox<(direct: Int, notified: Int)>
+        let counts: NIOLockedValueBox<(direct: Int, notified: Int, compact: Int)>
         let store: PostgresStore
         let logger: Logger
         let encoder = JSONEncoder()
 
         init(node: NodeID, links: NodeLinks?, local: AsyncStream<NodeMessage>.Continuation,
-             counts: NIOLockedValueBox<(direct: Int, notified: Int)>, store: PostgresStore, logger: Logger) {
+             counts: NIOLockedValueBox<(direct: Int, notified: Int, compact: Int)>, store: PostgresStore, logger: Logger) {
             self.node = node
             self.links = links
             self.local = local
@@ -409,21 +410,31 @@ public final class PostgresCluster: ClusterLink {
             if !told.isEmpty { try await send(told.map { (.claimed($0.0, by: node), $0.1) }) }
         }
 
+        /// A message too large to travel itself, as a row of `cluster_message`: `@` and the row's id.
+        private func stored(_ payload: String) async throws -> String {
+            let rows = try await store.client.query("INSERT INTO cluster_message (payload) VALUES (\(payload)) RETURNING id", logger: logger)
+            for try await id in rows.decode(Int64.self) { return "@\(id)" }
+            throw PostgresClusterError.messageNotStored
+        }
+
         /// Messages, each to its node or to every live node (this one too: it ignores its own news),
-        /// in the order sent: over the direct links where they reach, by `NOTIFY` elsewhere.
+        /// in the order sent: over the direct links where they reach (compact where the node reads
+        /// it, `NodeLine`), by `NOTIFY` elsewhere (JSON; too large for a notification, by its row).
         private func send(_ messages: [(NodeMessage, to: NodeID?)]) async throws {
-            var lines: [(to: NodeID?, line: String)] = []
+            // Numbered: PostgreSQL delivers identical notifications of one transaction only once.
+            var lines: [(to: NodeID?, line: String, compact: String?)] = []
             for (message, to) in messages {
-                var payload = String(decoding: try encoder.encode(message), as: UTF8.self)
-                if payload.utf8.count > inlineLimit {
-                    let rows = try await store.client.query("INSERT INTO cluster_message (payload) VALUES (\(payload)) RETURNING id",
-                                                            logger: logger)
-                    for try await id in rows.decode(Int64.self) { payload = "@\(id)" }
+                let number = PostgresCluster.nextNumber()
+                var json = String(decoding: try encoder.encode(message), as: UTF8.self)
+                var compact = NodeLine.compact(message)
+                if json.utf8.count > NodeLinks.frameLimit - 32 {
+                    // Larger than a link's frame: it travels by its row whichever way it goes.
+                    json = try await stored(json)
+                    compact = nil
                 }
-                // Numbered: PostgreSQL delivers identical notifications of one transaction only once.
-                lines.append((to, "\(PostgresCluster.nextNumber()) \(payload)"))
+                lines.append((to, "\(number) \(json)", compact.flatMap { $0.utf8.count > NodeLinks.frameLimit - 32 ? nil : "\(number) \($0)" }))
             }
-            var notified = lines
+            var notified = lines.map { (to: $0.to, line: $0.line) }
             if let links {
                 var everyNode: [NodeID] = []
                 if lines.contains(where: { $0.to == nil }) {
@@ -431,26 +442,37 @@ public final class PostgresCluster: ClusterLink {
                         everyNode.append(live)
                     }
                 }
-                var direct: [(to: NodeID, line: String, broadcast: Bool)] = []
-                for (index, (to, line)) in lines.enumerated() {
+                var direct: [NodeLinks.Line] = []
+                for (index, (to, line, compact)) in lines.enumerated() {
                     if let to {
-                        direct.append((to, line, false))
+                        direct.append(NodeLinks.Line(to: to, json: line, compact: compact, broadcast: false))
                     } else {
-                        direct += everyNode.filter { $0 != node }.map { ($0, line, true) }
+                        direct += everyNode.filter { $0 != node }.map { NodeLinks.Line(to: $0, json: line, compact: compact, broadcast: true) }
                         local.yield(messages[index].0)
                     }
                 }
-                notified = await links.send(direct) { [store, logger] nodes in
-                    var found: [NodeID: String] = [:]
-                    let rows = try await store.client.query("SELECT node_id, address FROM cluster_node WHERE node_id = ANY(\(nodes)::TEXT[])",
-                                                            logger: logger)
-                    for try await (node, address) in rows.decode((String, String).self) { found[node] = address }
+                let (undelivered, compact) = await links.send(direct) { [store, logger] nodes in
+                    var found: [NodeID: NodeLinks.Published] = [:]
+                    let rows = try await store.client.query(
+                        "SELECT node_id, address, lines FROM cluster_node WHERE node_id = ANY(\(nodes)::TEXT[])", logger: logger)
+                    for try await (node, address, lines) in rows.decode((String, String, Int16).self) {
+                        found[node] = NodeLinks.Published(address: address, lines: Int(lines))
+                    }
                     return found
-                }.map { (Optional($0.to), $0.line) }
-                counts.withLockedValue { $0.direct += direct.count - notified.count }
+                }
+                notified = undelivered.map { (Optional($0.to), $0.line) }
+                counts.withLockedValue {
+                    $0.direct += direct.count - notified.count
+                    $0.compact += compact
+                }
             }
             guard !notified.isEmpty else { return }
             counts.withLockedValue { $0.notified += notified.count }
+            for index in notified.indices where notified[index].line.utf8.count > inlineLimit {
+                let line = notified[index].line
+                let space = line.firstIndex(of: " ") ?? line.startIndex
+                notified[index].line = "\(line[..<space]) \(try await stored(String(line[line.index(after: space)...])))"
+            }
             // Each to its node, or to every live node, in the order sent: the subquery's order is the
             // order the notifications are made in.
             try await store.client.query("""
@@ -465,6 +487,13 @@ public final class PostgresCluster: ClusterLink {
 
     private static func decode(_ numbered: String, store: PostgresStore, logger: Logger) async -> NodeMessage? {
         let payload = numbered.firstIndex(of: " ").map { String(numbered[numbered.index(after: $0)...]) } ?? numbered
+        if let first = payload.first, first != "{", first != "@" {
+            guard let message = NodeLine.parse(payload[...]) else {
+                logger.error("a node sent a line this one cannot read", metadata: ["line.start": "\(payload.prefix(40))"])
+                return nil
+            }
+            return message
+        }
         var json = payload
         if payload.hasPrefix("@"), let id = Int64(payload.dropFirst()) {
             do {
@@ -568,4 +597,11 @@ private final class Outbox: @unchecked Sendable {
         }
         return runs
     }
+}
+
+enum PostgresClusterError: Error, CustomStringConvertible {
+    /// `INSERT … RETURNING id` answered no row.
+    case messageNotStored
+
+    var description: String { "a message too large to send could not be stored for the other nodes" }
 }

@@ -151,6 +151,9 @@ public final class PostgresStore: SignalingStore {
         Migration(version: 5, description: "several nodes: where each takes direct links", statements: [
             "CREATE TABLE cluster_node (node_id TEXT PRIMARY KEY, address TEXT NOT NULL)",
         ]),
+        Migration(version: 6, description: "several nodes: which lines each reads on its links", statements: [
+            "ALTER TABLE cluster_node ADD COLUMN lines SMALLINT NOT NULL DEFAULT 1",
+        ]),
     ]
 
     /// The schema version this build migrates to.

@@ -120,10 +120,40 @@ struct ClusterTests {
             if buses == [.direct, .direct] {
                 #expect(sentByA.direct > 0 && sentByB.direct > 0, "a: \(sentByA), b: \(sentByB)")
                 #expect(sentByA.notified == 0 && sentByB.notified == 0, "a: \(sentByA), b: \(sentByB)")
+                #expect(sentByA.compact > 0 && sentByB.compact > 0, "the frames went as compact lines: a: \(sentByA), b: \(sentByB)")
             } else {
                 #expect(sentByA.direct == 0 && sentByB.direct == 0, "a: \(sentByA), b: \(sentByB)")
                 #expect(sentByA.notified > 0 && sentByB.notified > 0, "a: \(sentByA), b: \(sentByB)")
             }
+        }
+    }
+
+    /// A node that reads only JSON lines on its links (a build from before the compact lines, as in
+    /// a rolling upgrade) is sent JSON: the call's frames cross both ways, compact towards the node
+    /// that reads them and JSON towards the one that does not.
+    @Test func aNodeThatReadsOnlyJSONIsSentJSON() async throws {
+        try await withNodes { nodes, database in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let bob = try await b.device("bob", "b1")
+            try await published(1, devicesOf: "bob", in: database)
+            let older = try #require(b.server.cluster?.node)
+            _ = try #require(try database.postgres?.psql("UPDATE cluster_node SET lines = 1 WHERE node_id = '\(older)'", database: database.name))
+
+            #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+            _ = try await bob.expect(Self.incoming)
+            #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+            for (index, (from, to)) in [(alice, bob), (bob, alice), (alice, bob)].enumerated() {
+                #expect(try await from.request {
+                    .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(description: SessionDescription(type: "offer", sdp: "v=0 \(index)"))))
+                }.isSuccess)
+                _ = try await to.expect { if case .callSignal(let m) = $0.message { m } else { nil } }
+            }
+            #expect(try await bob.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
+            _ = try await alice.expect(Self.ended)
+            let toOlder = try #require(a.server.cluster?.sent), toNewer = try #require(b.server.cluster?.sent)
+            #expect(toOlder.direct > 0 && toOlder.compact == 0, "JSON to the node that reads only JSON: \(toOlder)")
+            #expect(toNewer.compact > 0, "compact to the node that reads it: \(toNewer)")
         }
     }
 

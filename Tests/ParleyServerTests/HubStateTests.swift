@@ -384,3 +384,42 @@ struct ClusterRoutesTests {
         #expect(routes.nodeLeft("n2").rejoins.map(\.join.room) == ["standup"])
     }
 }
+
+/// The compact lines of the node messages a call setup sends most (`NodeLine`).
+@Suite("Compact node lines")
+struct NodeLineTests {
+    let bob = DeviceKey(user: "bob", device: "b1:phone")
+    let call: CallID = "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+
+    @Test func theHotMessagesReadBackAsTheyWereWithTheirFramesAsIs() throws {
+        let frame = #"{"call":"6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f","sdp":"v=0 a b\r\n","type":"call.signal","x":"é \" \\ "}"#
+        let messages: [NodeMessage] = [
+            .deliver(to: bob, frame: frame, from: "n-1", about: DeliveredFrame(type: "call.signal", call: call)),
+            .deliver(to: bob, frame: "{}", from: "n-1", about: DeliveredFrame(type: "room.signal", call: nil)),
+            .request(id: 42, from: "n-2", sender: bob, frame: frame),
+            .reply(id: 7, result: .done, error: nil),
+        ]
+        for message in messages {
+            let line = try #require(NodeLine.compact(message), "\(message)")
+            #expect(!line.contains("\n"))
+            #expect(!line.hasPrefix("{"), "not taken for JSON")
+            #expect(NodeLine.parse(line[...]) == message)
+        }
+        #expect(NodeLine.compact(messages[0])?.hasSuffix(frame) == true, "the frame is carried as it is, not escaped")
+    }
+
+    @Test func whatDoesNotFitTheFormGoesAsJSON() {
+        #expect(NodeLine.compact(.request(id: 1, from: "n", sender: bob, frame: "{\n\"type\":\"ping\"}")) == nil, "a newline would end the line")
+        #expect(NodeLine.compact(.deliver(to: bob, frame: "{}", from: "n")) == nil, "no word on what it is (an older sender)")
+        #expect(NodeLine.compact(.reply(id: 1, result: nil, error: ErrorMessage(code: .callNotFound, message: "no"))) == nil)
+        #expect(NodeLine.compact(.reply(id: 1, result: .fields(["x": .bool(true)]), error: nil)) == nil)
+        #expect(NodeLine.compact(.left("n")) == nil)
+    }
+
+    @Test func malformedLinesAreNotRead() {
+        for line in ["D bob", "D bob b1 n t - ", "D bad/user b1 n t - {}", "D bob b1 n t not-a-call {}", "Q x n bob b1 {}",
+                     "Q 1 n bob", "A", "A x", "A 1 2", "X 1", "{\"left\":{}}", ""] {
+            #expect(NodeLine.parse(line[...]) == nil, "\(line)")
+        }
+    }
+}
