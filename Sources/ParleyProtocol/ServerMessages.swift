@@ -36,8 +36,7 @@ public struct Ack: Hashable, Sendable {
     /// The result decoded as `type`: the request an ack answers says which type its fields are.
     /// A typed result of that type is returned as it is; fields read off the wire are decoded.
     public func decodeResult<T: Decodable>(_ type: T.Type) throws -> T {
-        if let value = result.value as? T { return value }
-        return try JSONDecoder().decode(T.self, from: JSONEncoder().encode(result))
+        try result.decoded(as: T.self)
     }
 }
 
@@ -65,6 +64,15 @@ public enum AckResult: Sendable {
         case .roomJoin(let result): result
         case .roomLeave(let result): result
         }
+    }
+}
+
+extension AckResult {
+    /// The result as `T`: as it is when it has that type, or read from its fields (a result off
+    /// the wire, or from another node).
+    public func decoded<T: Decodable>(as type: T.Type) throws -> T {
+        if let value = value as? T { return value }
+        return try JSONDecoder().decode(T.self, from: JSONEncoder().encode(self))
     }
 }
 

@@ -142,8 +142,8 @@ public actor RoomSession {
         return janus
     }
 
-    /// The server started a new signaling session for this device (it restarted, or the node that
-    /// ran the room went away), which lists the room's members anew: `room.join` again, naming the
+    /// The server started a new signaling session for this device (it restarted, or the device's
+    /// node went away and it came back through another), whose room may list its members anew: `room.join` again, naming the
     /// Janus participant this device is, so it is listed as before. The server keeps that admission
     /// while Janus has the participant, and the media goes on untouched; otherwise its new ticket
     /// replaces the old one, and the session joins Janus again with it.
@@ -157,9 +157,14 @@ public actor RoomSession {
         defer { rejoining = false }
         do {
             let ticket = try await admission(keeping: participant)
-            guard ticket.participant != participant else { return }
-            logger.notice("the server made a new room admission; joining Janus again with it")
-            replacement = ticket
+            if ticket.participant != participant {
+                logger.notice("the server made a new room admission; joining Janus again with it")
+                replacement = ticket
+            } else if !kickedWhileRejoining {
+                return
+            }
+            // Kept, but kicked meanwhile (another admission of this device took its place): the
+            // session's loop asks the server for a ticket again.
         } catch {
             // Still in Janus, and talking; the server will list this device once Janus next makes it join.
             logger.notice("joining the room again on a new signaling session failed", metadata: ["error": "\(error)"])
@@ -197,15 +202,12 @@ public actor RoomSession {
                     joined.finish()
                 }
                 await teardownMedia()
-                if !leaving, let next = replacement {
-                    // The server replaced this admission: straight on to Janus with the new ticket.
-                    ticket = next
-                    replacement = nil
-                }
+                ticket = takeReplacement()
                 guard let lost, !leaving else { break }
                 sink.yield(.reconnecting(reason: lost))
             } catch {
                 await teardownMedia()
+                ticket = takeReplacement()
                 if !joinedOnce {
                     // The first join: its caller hears why, and the session is over.
                     joined.yield(RoomError("cannot join the voice room on Janus at \(janus.url): \(error)"))
@@ -216,6 +218,13 @@ public actor RoomSession {
             }
         }
         joined.finish()
+    }
+
+    /// The ticket the server replaced this device's admission with, if it did: the next connection
+    /// to Janus uses it (straight away, without asking the server again).
+    private func takeReplacement() -> RoomMedia.Janus? {
+        defer { replacement = nil }
+        return leaving ? nil : replacement
     }
 
     /// One connection to Janus: session, AudioBridge handle, join, and the offer and answer, with
@@ -353,6 +362,7 @@ public actor RoomSession {
 
     /// Closes what one connection to Janus opened.
     private func teardownMedia() async {
+        participantID = nil
         await peer?.close()
         peer = nil
         bridge = nil

@@ -80,11 +80,17 @@ actor AudioBridgeRooms {
     /// joins with.
     ///
     /// `keeping`: the Janus participant the device says it already is in the room (its session
-    /// started anew: this server restarted, or the room's node went away). That admission is kept —
-    /// the same participant and token, nothing revoked — when this deployment issued that id to this
-    /// device for this room (`isIssued`) and Janus has the participant in the room. Otherwise the
-    /// device gets a new admission, and the participant it named is revoked with its previous one.
+    /// started anew: this server restarted, or its node went away). That admission is kept — the
+    /// same participant and token; any other admission of the device's is revoked — when this
+    /// deployment issued that id to this device for this room (`isIssued`) and Janus has the
+    /// participant in the room. Otherwise the device gets a new admission, and the participant it
+    /// named is revoked with its previous one.
     func admit(room name: RoomID, device: DeviceKey, keeping claimed: Int64? = nil) async throws -> RoomMedia.Janus {
+        // One admission of a device to a room at a time: each reads the device's admission before
+        // it awaits Janus and revokes it after, which another admission meanwhile would undo.
+        let admitting = Admitting(room: name, device: device)
+        await begin(admitting)
+        defer { end(admitting) }
         let bridge = try await connected()
         let named = claimed.flatMap { issuedMember($0, room: name, device: device) }
         if let named, try await kept(named, room: name, device: device, on: bridge) {
@@ -93,7 +99,8 @@ actor AudioBridgeRooms {
         var room = rooms[name] ?? newRoom(name)
         room.emptied = nil
         let previous = room.members[device]
-        let member = newMember(room: name, device: device)
+        var member = newMember(room: name, device: device)
+        while member == previous || member == named { member = newMember(room: name, device: device) }
         room.members[device] = member
         rooms[name] = room
         do {
@@ -132,6 +139,34 @@ actor AudioBridgeRooms {
         rooms[name] = room
         if let previous, previous != member { _ = await revokeOrRetry(previous, in: room) }
         return true
+    }
+
+    private struct Admitting: Hashable {
+        var room: RoomID
+        var device: DeviceKey
+    }
+
+    /// Admissions under way, and those waiting for them, by room and device.
+    private var admitting: [Admitting: [CheckedContinuation<Void, Never>]] = [:]
+
+    /// Waits until no other admission of the device to the room is under way, and starts one.
+    private func begin(_ admission: Admitting) async {
+        guard admitting[admission] != nil else {
+            admitting[admission] = []
+            return
+        }
+        await withCheckedContinuation { admitting[admission, default: []].append($0) }
+    }
+
+    /// Ends an admission: the next one waiting goes on.
+    private func end(_ admission: Admitting) {
+        guard var waiting = admitting[admission], !waiting.isEmpty else {
+            admitting[admission] = nil
+            return
+        }
+        let next = waiting.removeFirst()
+        admitting[admission] = waiting
+        next.resume()
     }
 
     private func ticket(for member: Member, in room: Room) -> RoomMedia.Janus {

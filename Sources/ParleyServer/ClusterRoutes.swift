@@ -101,8 +101,16 @@ struct ClusterRoutes {
         roomsElsewhere[key, default: [:]][join.room] = (node, join)
     }
 
-    /// The device left the room, or joins it anew.
-    mutating func left(_ room: RoomID, by key: DeviceKey) {
+    /// The room's node admitted the device as Janus participant `participant` (nil: none, a mesh
+    /// room), if the join remembered is still the one made there.
+    mutating func admitted(_ participant: Int64?, to room: RoomID, by key: DeviceKey, on node: NodeID) {
+        guard roomsElsewhere[key]?[room]?.node == node else { return }
+        roomsElsewhere[key]?[room]?.join.participant = participant
+    }
+
+    /// The device left the room, or joins it anew (with `node`: only if it had joined it there).
+    mutating func left(_ room: RoomID, by key: DeviceKey, on node: NodeID? = nil) {
+        guard node == nil || roomsElsewhere[key]?[room]?.node == node else { return }
         roomsElsewhere[key]?[room] = nil
         if roomsElsewhere[key]?.isEmpty == true { roomsElsewhere[key] = nil }
     }

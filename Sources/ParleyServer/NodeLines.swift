@@ -4,7 +4,8 @@ import ParleyProtocol
 /// node that reads it (`cluster_node.lines` 2 and up): words separated by single spaces, and a
 /// client's or server's frame as its last word, as is — not a JSON string inside a JSON object,
 /// escaped on one side and unescaped on the other. The identifiers in them (users, devices,
-/// nodes, call ids, types) never hold a space; a frame never holds a newline, which ends a line.
+/// nodes, call ids, types) never hold a space; a frame in a line holds no control character (a
+/// newline would end the line; JSON allows them only as whitespace, and the server's frames have none).
 ///
 /// - `D <user> <device> <from> <type> <call or -> <frame>`: `deliver`, with what it is about.
 /// - `Q <id> <from> <user> <device> <frame>`: `request`.
@@ -34,7 +35,7 @@ enum NodeLine {
 
     /// The message of a compact line; nil for one that is not (JSON, or malformed).
     static func parse(_ line: Substring) -> NodeMessage? {
-        guard line.count >= 3, line.dropFirst().first == " " else { return nil }
+        guard line.utf8.count >= 3, line.dropFirst().first == " " else { return nil }
         let body = line.dropFirst(2)
         switch line.first {
         case "D":
@@ -55,9 +56,9 @@ enum NodeLine {
         }
     }
 
-    /// Whether a frame can be a line's last word: not empty, and without a newline.
+    /// Whether a frame can be a line's last word: not empty, and without a control character.
     private static func fits(_ frame: String) -> Bool {
-        !frame.isEmpty && !frame.utf8.contains(UInt8(ascii: "\n"))
+        !frame.isEmpty && !frame.utf8.contains { $0 < 0x20 }
     }
 
     /// The first `count` words of `text` and the rest after them (which may hold spaces).

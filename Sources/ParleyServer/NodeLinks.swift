@@ -9,9 +9,10 @@ import ParleyWebSocket
 /// port at `/v1/cluster`. One link per pair of nodes and one sender on each side, so a node's
 /// messages to another arrive in the order it sent them, as with `NOTIFY`.
 ///
-/// A frame carries what one batch of the cluster's sender has for one node: the messages' lines as
-/// `NOTIFY` carries them (`<number> <json>`, or `<number> @<row>` for one kept in `cluster_message`),
-/// separated by newlines (JSON text holds none).
+/// A frame carries what one batch of the cluster's sender has for one node, a line a message,
+/// separated by newlines (no line holds one): `<number> <json>` as `NOTIFY` carries them, or
+/// `<number> <compact line>` (`NodeLine`) to a node that published that it reads them, or
+/// `<number> @<row>` for a message larger than a frame, kept in `cluster_message`.
 ///
 /// A node that published no address (`--node-bus postgres`, a wildcard `--host` without
 /// `--node-address`, an older build) is sent to by `NOTIFY`, and so is one whose link cannot be made

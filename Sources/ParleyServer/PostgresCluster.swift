@@ -236,8 +236,9 @@ public final class PostgresCluster: ClusterLink {
         defer { _ = heardLinks.withLockedValue { $0.channels.removeValue(forKey: id) } }
         logger.debug("a node linked to this one", metadata: ["cluster.peer": "\(other)"])
         for await frame in frames {
-            for line in frame.split(separator: "\n") {
-                guard let message = await Self.decode(String(line), store: store, logger: logger) else { continue }
+            // By bytes: "\r\n" is one Character, and a line must end at every newline.
+            for line in frame.utf8.split(separator: UInt8(ascii: "\n")) {
+                guard let message = await Self.decode(String(Substring(line)), store: store, logger: logger) else { continue }
                 inbox.yield(message)
             }
         }

@@ -316,9 +316,17 @@ public final class PostgresStore: SignalingStore {
     }
 
     public func saveCalls(_ calls: [StoredCall]) async throws {
-        guard !calls.isEmpty else { return }
-        let rows = String(decoding: try JSONEncoder().encode(calls.map(WrittenCall.init)), as: UTF8.self)
-        _ = try await client.execute(Prepared<SaveCalls>([rows]), logger: logger).reduce(0) { count, _ in count + 1 }
+        // Each call once (one statement may not update a row twice): its last state, in the place of its first.
+        var last: [CallID: Int] = [:]
+        for (index, call) in calls.enumerated() { last[call.record.call] = index }
+        let rows = calls.indices.compactMap { index -> WrittenCall? in
+            let id = calls[index].record.call
+            guard let latest = last.removeValue(forKey: id) else { return nil }
+            return WrittenCall(calls[latest])
+        }
+        guard !rows.isEmpty else { return }
+        let batch = String(decoding: try JSONEncoder().encode(rows), as: UTF8.self)
+        for try await _ in try await client.execute(Prepared<SaveCalls>([batch]), logger: logger) {}
     }
 
     static let callColumns = """

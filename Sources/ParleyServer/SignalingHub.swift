@@ -359,18 +359,32 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
         }
         if cluster != nil, let room = message.aboutRoom {
-            if case .roomSignal = message {} else { routes.left(room, by: key) }
+            if case .roomLeave = message { routes.left(room, by: key) }
             if !(await runsHere(room, claiming: message.isRoomJoin)), let runner = try? await cluster?.roomOwner(room, claim: false) {
-                let result = try await forward(message, from: key, to: runner, frame: text)
-                if case .roomJoin(var join) = message, sessions[key] != nil {
-                    // Read off the other node's reply, the result is fields until given its type.
-                    join.participant = (try? Ack(re: requestID, result: result).decodeResult(RoomJoinResult.self))?.media.janus?.participant
-                    routes.joined(join, by: key, on: runner)
-                }
-                return result
+                return try await forwardRoomRequest(message, about: room, from: key, to: runner, frame: text)
             }
+            if case .roomJoin = message { routes.left(room, by: key) }
         }
         return try await execute(message, from: sender)
+    }
+
+    /// A room request forwarded to the node that runs the room. A join is remembered as the
+    /// device's (made again there if that node goes away: `rejoin`) before it goes, so a leave
+    /// handled meanwhile undoes it; its ack names the Janus participant to keep then.
+    private func forwardRoomRequest(_ message: ClientMessage, about room: RoomID, from key: DeviceKey, to runner: NodeID,
+                                    frame text: String?) async throws(ErrorMessage) -> AckResult {
+        guard case .roomJoin(let join) = message, sessions[key] != nil else {
+            return try await forward(message, from: key, to: runner, frame: text)
+        }
+        routes.joined(join, by: key, on: runner)
+        do {
+            let result = try await forward(message, from: key, to: runner, frame: text)
+            routes.admitted(try? result.decoded(as: RoomJoinResult.self).media.janus?.participant, to: room, by: key, on: runner)
+            return result
+        } catch {
+            routes.left(room, by: key, on: runner)
+            throw error
+        }
     }
 
     private func execute(_ message: ClientMessage, from sender: Party) async throws(ErrorMessage) -> AckResult {
@@ -827,7 +841,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func forward(_ message: ClientMessage, from key: DeviceKey, to node: NodeID, frame text: String? = nil) async throws(ErrorMessage) -> AckResult {
         guard let cluster else { throw ErrorMessage(code: .internal, message: "no cluster") }
         let id = routes.wait(.forward, on: node, until: now() + Self.forwardTimeout)
-        let frame = text ?? String(decoding: codec.encode(message), as: UTF8.self)
+        // The client's own text, unless it is padded out far past what it says (whitespace is JSON too).
+        let frame = text.flatMap { $0.utf8.count <= 4096 ? $0 : nil } ?? String(decoding: codec.encode(message), as: UTF8.self)
         let result = await withCheckedContinuation { continuation in
             forwarded[id] = continuation
             cluster.send(.request(id: id, from: cluster.node, sender: key, frame: frame), to: node)
@@ -871,8 +886,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                     throw ErrorMessage(code: .badRequest, message: "a node forwarded what this one cannot read")
                 }
                 if sessions[sender] == nil { routes.heard(sender, isOn: from) }
-                // Run here as if its device were connected here (an invite never is: the node a
-                // caller is connected to runs its call).
+                // Run here as if its device were connected here (an invite only when its caller
+                // sent it again from another node: `startCall`).
                 result = .success(try await execute(request, from: Party(user: sender.user, device: sender.device)))
             } catch {
                 result = .failure(error)

@@ -255,12 +255,13 @@ class App {
     }
     if (this.room !== room || !(room instanceof AudioBridgeRoom)) return;
     if (ack ? ack.media?.janus?.participant === room.id : !room.kicked) return;
-    // The server could not keep this page's admission: Janus again, with a new one.
+    // The server could not keep this page's admission: Janus again, with the new one its ack
+    // brought (or, kicked with no ack, a new join).
     room.pc?.close();
     room.janus?.close();
     for (const track of room.stream.getTracks()) track.stop();
     this.room = undefined;
-    await this.joinRoom(room.name);
+    await this.joinRoom(room.name, ack);
   }
 
   // Calls
@@ -572,7 +573,8 @@ class App {
 
   // Rooms
 
-  async joinRoom(name) {
+  /** Joins a room: `room.join`, then its media. `given`: the ack of a `room.join` already made. */
+  async joinRoom(name, given) {
     if (this.room) return this.notify(`You are in room ${this.room.name}. Leave it first.`, true);
     audioContext();
     let stream;
@@ -581,9 +583,9 @@ class App {
     } catch (error) {
       return this.notify(words(error), true);
     }
-    let ack;
+    let ack = given;
     try {
-      ack = await this.signaling.request('room.join', { room: name, display: this.user });
+      ack ??= await this.signaling.request('room.join', { room: name, display: this.user });
     } catch (error) {
       for (const track of stream.getTracks()) track.stop();
       return this.notify(words(error), true);
