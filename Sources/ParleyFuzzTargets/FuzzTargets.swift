@@ -88,7 +88,13 @@ extension FuzzTarget {
 
     private func clientFrame(_ data: Data, _ fail: (String) -> FuzzFailure) throws(FuzzFailure) {
         let codec = WireCodec()
-        try roundTrip(data, "a frame", decode: codec.decodeClientMessage, encode: codec.encode, fail)
+        // The frames read by hand are read as `JSONDecoder` reads them, mistakes included.
+        let byHand = Result { () throws(ProtocolError) in try codec.decodeClientMessage(data) }
+        let byFoundation = Result { () throws(ProtocolError) in try codec.decodeClientMessage(data, byHand: false) }
+        guard byHand == byFoundation else {
+            throw fail("the frame read by hand is \(byHand), by JSONDecoder \(byFoundation)")
+        }
+        try roundTrip(data, "a frame", decode: { (data) throws(ProtocolError) in try codec.decodeClientMessage(data) }, encode: codec.encode, fail)
     }
 
     private func serverFrame(_ data: Data, _ fail: (String) -> FuzzFailure) throws(FuzzFailure) {

@@ -55,7 +55,14 @@ public struct WireCodec: Sendable {
 
     // MARK: Client frames
 
-    public func decodeClientMessage(_ data: Data) throws(ProtocolError) -> ClientMessage {
+    /// A client's frame: the frames a call reads most by hand (`FrameReader`), the rest and every
+    /// mistake by `JSONDecoder` (`byHand: false`: by `JSONDecoder` alone, which the tests and the
+    /// fuzzer compare it with); the same value, or the same error, either way.
+    public func decodeClientMessage(_ data: Data, byHand: Bool = true) throws(ProtocolError) -> ClientMessage {
+        if byHand, let message = data.withUnsafeBytes({ FrameReader.read($0.assumingMemoryBound(to: UInt8.self)) }) {
+            try Self.validate(message)
+            return message
+        }
         let message: ClientMessage
         do {
             message = try Self.decoder.decode(ClientMessage.self, from: data)
@@ -67,7 +74,13 @@ public struct WireCodec: Sendable {
     }
 
     public func decodeClientMessage(_ text: String) throws(ProtocolError) -> ClientMessage {
-        try decodeClientMessage(Data(text.utf8))
+        switch text.utf8.withContiguousStorageIfAvailable(FrameReader.read) {
+        case .some(.some(let message)):
+            try Self.validate(message)
+            return message
+        case .some(.none): return try decodeClientMessage(Data(text.utf8), byHand: false)
+        case .none: return try decodeClientMessage(Data(text.utf8))
+        }
     }
 
     public func encode(_ message: ClientMessage) -> Data {
