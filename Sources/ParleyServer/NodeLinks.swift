@@ -65,9 +65,33 @@ final class NodeLinks {
     /// A line for a node: its JSON, which every node reads, and its compact form if it has one.
     struct Line {
         var to: NodeID
-        var json: String
+        var json: JSONLine
         var compact: String?
         var broadcast: Bool
+    }
+
+    /// A message's JSON line, made when a node needs it: a message with a compact line reaches a
+    /// node that reads those without one (encoding it cost more than anything else a link does).
+    /// Made once however many nodes need it; the sending task's own, like the links.
+    final class JSONLine {
+        private var made: String?
+        private let make: () -> String
+
+        init(_ line: String) {
+            made = line
+            make = { line }
+        }
+
+        init(making make: @escaping () -> String) {
+            self.make = make
+        }
+
+        var line: String {
+            if let made { return made }
+            let line = make()
+            made = line
+            return line
+        }
     }
 
     init(node: NodeID, key: SymmetricKey, logger: Logger) {
@@ -157,10 +181,10 @@ final class NodeLinks {
         var compactSent = 0
         for to in order {
             let compact = (addresses[to]?.lines ?? 1) >= NodeLine.version
-            let lines = (byNode[to] ?? []).map { compact ? ($0.compact ?? $0.json) : $0.json }
+            let lines = (byNode[to] ?? []).map { compact ? ($0.compact ?? $0.json.line) : $0.json.line }
             // What a link does not carry goes by NOTIFY, which every node reads as JSON.
             let unsent = await send(lines, to: to)
-            undelivered += (byNode[to] ?? []).suffix(unsent.count).map { (to, $0.json) }
+            undelivered += (byNode[to] ?? []).suffix(unsent.count).map { (to, $0.json.line) }
             if compact { compactSent += (byNode[to] ?? []).dropLast(unsent.count).filter { $0.compact != nil }.count }
         }
         return (undelivered, compactSent)

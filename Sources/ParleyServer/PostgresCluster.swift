@@ -46,6 +46,9 @@ public final class PostgresCluster: ClusterLink {
     /// `compact`: those of the direct ones that went as compact lines (`NodeLine`).
     public var sent: (direct: Int, notified: Int, compact: Int) { counts.withLockedValue { $0 } }
     private let counts = NIOLockedValueBox((direct: 0, notified: 0, compact: 0))
+    /// Lines heard from the other nodes so far, by form: JSON (a row's too), and compact.
+    public var heard: (json: Int, compact: Int) { heardCounts.withLockedValue { $0 } }
+    private let heardCounts = NIOLockedValueBox((json: 0, compact: 0))
     /// Other nodes' links to this one, closed when it leaves.
     private let heardLinks = NIOLockedValueBox<(channels: [ObjectIdentifier: any Channel], left: Bool)>(([:], false))
 
@@ -98,13 +101,13 @@ public final class PostgresCluster: ClusterLink {
         // Listening before anything is sent, so no reply to this node is missed. One channel, one
         // reader: what a node sends arrives in the order it was sent.
         let listening = AsyncStream<(any Error)?>.makeStream()
-        let (inbox, lostContinuation, departed) = (self.inbox, self.lostContinuation, self.departed)
+        let (inbox, lostContinuation, departed, heard) = (self.inbox, self.lostContinuation, self.departed, self.heardCounts)
         let listen = { @Sendable [store, logger, node] in
             do {
                 try await listener.listen(on: "parley_\(node)") { notifications in
                     listening.continuation.yield(nil)
                     for try await notification in notifications {
-                        guard let message = await Self.decode(notification.payload, store: store, logger: logger) else { continue }
+                        guard let message = await Self.decode(notification.payload, store: store, logger: logger, heard: heard) else { continue }
                         inbox.yield(message)
                     }
                 }
@@ -238,7 +241,7 @@ public final class PostgresCluster: ClusterLink {
         for await frame in frames {
             // By bytes: "\r\n" is one Character, and a line must end at every newline.
             for line in frame.utf8.split(separator: UInt8(ascii: "\n")) {
-                guard let message = await Self.decode(String(Substring(line)), store: store, logger: logger) else { continue }
+                guard let message = await Self.decode(String(Substring(line)), store: store, logger: logger, heard: heardCounts) else { continue }
                 inbox.yield(message)
             }
         }
@@ -418,14 +421,27 @@ public final class PostgresCluster: ClusterLink {
             throw PostgresClusterError.messageNotStored
         }
 
+        /// The longest compact line whose JSON is made only when needed: JSON escapes a line's
+        /// quotes and backslashes (it holds no control character), so its JSON fits a frame.
+        static let lazyLimit = (NodeLinks.frameLimit - 1024) / 2
+
         /// Messages, each to its node or to every live node (this one too: it ignores its own news),
         /// in the order sent: over the direct links where they reach (compact where the node reads
         /// it, `NodeLine`), by `NOTIFY` elsewhere (JSON; too large for a notification, by its row).
         private func send(_ messages: [(NodeMessage, to: NodeID?)]) async throws {
             // Numbered: PostgreSQL delivers identical notifications of one transaction only once.
-            var lines: [(to: NodeID?, line: String, compact: String?)] = []
+            var lines: [(to: NodeID?, line: NodeLinks.JSONLine, compact: String?)] = []
             for (message, to) in messages {
                 let number = PostgresCluster.nextNumber()
+                if links != nil, let compact = NodeLine.compact(message), compact.utf8.count <= Self.lazyLimit {
+                    // Its JSON only if a node needs it: within a frame, as JSON at most doubles a line.
+                    let json = NodeLinks.JSONLine { [encoder] in
+                        // Parley's own values, whose every number is finite: encoding cannot fail.
+                        "\(number) " + String(decoding: try! encoder.encode(message), as: UTF8.self)
+                    }
+                    lines.append((to, json, "\(number) \(compact)"))
+                    continue
+                }
                 var json = String(decoding: try encoder.encode(message), as: UTF8.self)
                 var compact = NodeLine.compact(message)
                 if json.utf8.count > NodeLinks.frameLimit - 32 {
@@ -433,9 +449,10 @@ public final class PostgresCluster: ClusterLink {
                     json = try await stored(json)
                     compact = nil
                 }
-                lines.append((to, "\(number) \(json)", compact.flatMap { $0.utf8.count > NodeLinks.frameLimit - 32 ? nil : "\(number) \($0)" }))
+                lines.append((to, NodeLinks.JSONLine("\(number) \(json)"),
+                              compact.flatMap { $0.utf8.count > NodeLinks.frameLimit - 32 ? nil : "\(number) \($0)" }))
             }
-            var notified = lines.map { (to: $0.to, line: $0.line) }
+            var notified: [(to: NodeID?, line: String)]
             if let links {
                 var everyNode: [NodeID] = []
                 if lines.contains(where: { $0.to == nil }) {
@@ -466,6 +483,8 @@ public final class PostgresCluster: ClusterLink {
                     $0.direct += direct.count - notified.count
                     $0.compact += compact
                 }
+            } else {
+                notified = lines.map { (to: $0.to, line: $0.line.line) }
             }
             guard !notified.isEmpty else { return }
             counts.withLockedValue { $0.notified += notified.count }
@@ -486,9 +505,12 @@ public final class PostgresCluster: ClusterLink {
         }
     }
 
-    private static func decode(_ numbered: String, store: PostgresStore, logger: Logger) async -> NodeMessage? {
+    private static func decode(_ numbered: String, store: PostgresStore, logger: Logger,
+                               heard: NIOLockedValueBox<(json: Int, compact: Int)>) async -> NodeMessage? {
         let payload = numbered.firstIndex(of: " ").map { String(numbered[numbered.index(after: $0)...]) } ?? numbered
-        if let first = payload.first, first != "{", first != "@" {
+        let compact = payload.first.map { $0 != "{" && $0 != "@" } ?? false
+        heard.withLockedValue { if compact { $0.compact += 1 } else { $0.json += 1 } }
+        if compact {
             guard let message = NodeLine.parse(payload[...]) else {
                 logger.error("a node sent a line this one cannot read", metadata: ["line.start": "\(payload.prefix(40))"])
                 return nil

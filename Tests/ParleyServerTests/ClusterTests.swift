@@ -154,6 +154,10 @@ struct ClusterTests {
             let toOlder = try #require(a.server.cluster?.sent), toNewer = try #require(b.server.cluster?.sent)
             #expect(toOlder.direct > 0 && toOlder.compact == 0, "JSON to the node that reads only JSON: \(toOlder)")
             #expect(toNewer.compact > 0, "compact to the node that reads it: \(toNewer)")
+            // What arrived, not what the sender counted: JSON lines only, at the node that reads only those.
+            let heardByOlder = try #require(b.server.cluster?.heard), heardByNewer = try #require(a.server.cluster?.heard)
+            #expect(heardByOlder.json > 0 && heardByOlder.compact == 0, "heard by the node that reads only JSON: \(heardByOlder)")
+            #expect(heardByNewer.compact > 0, "heard by the node that reads compact lines: \(heardByNewer)")
         }
     }
 
