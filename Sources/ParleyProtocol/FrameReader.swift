@@ -4,14 +4,16 @@
 ///
 /// What it answers is what `JSONDecoder` decodes from the same bytes (`FrameReaderTests` compare
 /// the two on many frames, and the `client-frame` fuzz target on every input it makes). It answers
-/// nil for anything it is not sure of, and the codec then asks `JSONDecoder`, whose errors are the
-/// ones a client reads: another type, a field it does not know, a key twice, a number that is not
-/// a plain integer, a lone surrogate, bytes that are not UTF-8, or any mistake at all.
+/// nil for anything it is not sure of, and the codec then asks `JSONDecoder`: another type, a field
+/// it does not know (which `JSONDecoder` ignores), a key twice (it keeps the first), a number that
+/// is not a plain integer, and every mistake (a lone surrogate, bytes that are not UTF-8, ...), whose
+/// error a client then reads as before.
 enum FrameReader {
     static func read(_ bytes: UnsafeBufferPointer<UInt8>) -> ClientMessage? {
         var scanner = Scanner(bytes: bytes)
-        guard let fields = scanner.document(), case .string(let type)? = fields["type"] else { return nil }
+        guard let fields = scanner.document() else { return nil }
         var frame = Fields(fields)
+        guard let type = frame.string("type") else { return nil }
         let message: ClientMessage? = switch type {
         case "call.signal": frame.callSignal()
         case "ack": frame.integer("seq").map { .ack(SeqAck(seq: $0)) }
@@ -35,17 +37,12 @@ enum FrameReader {
         case object([String: Value])
     }
 
-    /// An object's fields, each read at most once; `unread` counts the rest (`type` is read).
+    /// An object's fields, each read at most once; `unread` counts the rest.
     struct Fields {
         private var fields: [String: Value]
         private(set) var unread: Int
 
         init(_ fields: [String: Value]) {
-            self.fields = fields
-            unread = fields.count - 1
-        }
-
-        private init(nested fields: [String: Value]) {
             self.fields = fields
             unread = fields.count
         }
@@ -116,7 +113,7 @@ enum FrameReader {
             switch take("description") {
             case nil, .null?: break
             case .object(let fields)?:
-                var description = Fields(nested: fields)
+                var description = Fields(fields)
                 guard let type = description.string("type"), let sdp = description.string("sdp"), description.unread == 0 else { return nil }
                 signal.description = SessionDescription(type: type, sdp: sdp)
             default: return nil
@@ -125,7 +122,7 @@ enum FrameReader {
             case nil: break
             case .null?: signal.candidate = .endOfCandidates
             case .object(let fields)?:
-                var candidate = Fields(nested: fields)
+                var candidate = Fields(fields)
                 guard let text = candidate.string("candidate"), let mid = candidate.optionalString("sdpMid"),
                       let index = candidate.optionalInteger("sdpMLineIndex"),
                       let fragment = candidate.optionalString("usernameFragment"), candidate.unread == 0 else { return nil }
@@ -234,7 +231,6 @@ enum FrameReader {
         private mutating func string() -> String? {
             guard consume(UInt8(ascii: "\"")) else { return nil }
             let start = index
-            var plain = true
             var ascii = true
             while index < bytes.count {
                 let byte = bytes[index]
@@ -243,16 +239,12 @@ enum FrameReader {
                     index += 1
                     return ascii ? String(decoding: run, as: UTF8.self) : Self.validUTF8(run)
                 }
-                if byte == UInt8(ascii: "\\") {
-                    plain = false
-                    break
-                }
+                if byte == UInt8(ascii: "\\") { return escaped(from: start) }
                 if byte < 0x20 { return nil }
                 if byte >= 0x80 { ascii = false }
                 index += 1
             }
-            guard !plain else { return nil }
-            return escaped(from: start)
+            return nil
         }
 
         /// The rest of a string with escapes, from its first byte.

@@ -46,7 +46,8 @@ public final class PostgresCluster: ClusterLink {
     /// `compact`: those of the direct ones that went as compact lines (`NodeLine`).
     public var sent: (direct: Int, notified: Int, compact: Int) { counts.withLockedValue { $0 } }
     private let counts = NIOLockedValueBox((direct: 0, notified: 0, compact: 0))
-    /// Lines heard from the other nodes so far, by form: JSON (a row's too), and compact.
+    /// Lines heard so far, by form: JSON (a row's too; with `NOTIFY`, news for every node, this
+    /// one's own included), and compact.
     public var heard: (json: Int, compact: Int) { heardCounts.withLockedValue { $0 } }
     private let heardCounts = NIOLockedValueBox((json: 0, compact: 0))
     /// Other nodes' links to this one, closed when it leaves.
@@ -422,7 +423,8 @@ public final class PostgresCluster: ClusterLink {
         }
 
         /// The longest compact line whose JSON is made only when needed: JSON escapes a line's
-        /// quotes and backslashes (it holds no control character), so its JSON fits a frame.
+        /// quotes, backslashes and slashes into two bytes each (it holds no control character), so
+        /// its JSON fits a frame.
         static let lazyLimit = (NodeLinks.frameLimit - 1024) / 2
 
         /// Messages, each to its node or to every live node (this one too: it ignores its own news),
