@@ -53,6 +53,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private var handovers: [UInt64: CheckedContinuation<Void, Never>] = [:]
     /// How long a resume waits for another node to hand its session over.
     static var handoverTimeout: Duration { .seconds(2) }
+    /// Janus admissions under way, by device and room, and the leaves waiting for them: a
+    /// `room.leave` sent while its join still waits for Janus leaves once the join is done (else it
+    /// found the device in no room, and the join then listed it).
+    private var admitting: [DeviceKey: [RoomID: (count: Int, leaves: [CheckedContinuation<Void, Never>])]] = [:]
     /// Work the hub hands off so as not to wait for it (Janus releasing a token): run as children of
     /// `run()`, so none outlives the hub.
     private let jobs = AsyncStream<@Sendable () async -> Void>.makeStream()
@@ -108,6 +112,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             group.cancelAll()
         }
         endWaits(at: nil)
+        // Admissions handed off and never run: the leaves waiting for them are answered.
+        for leaves in admitting.values.flatMap({ $0.values.map(\.leaves) }) { for leave in leaves { leave.resume() } }
+        admitting = [:]
     }
 
     /// Runs the work the hub and its rooms hand off, until cancelled: part of `run()`, and on its own
@@ -434,6 +441,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         case .roomJoin(let join):
             return try await joinRoom(join, key: key)
         case .roomLeave(let leave):
+            if !rooms.contains(key, in: leave.room) { await admissionsDone(to: leave.room, of: key) }
             guard rooms.contains(key, in: leave.room) else {
                 throw ErrorMessage(code: .notInRoom, message: "this device is not in room \(leave.room)")
             }
@@ -709,6 +717,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             return .roomJoin(RoomJoinResult(room: join.room, participants: admit(join, key: key), media: .mesh))
         }
         try checkJoin(join, key: key, limit: configuration.janus?.roomLimit ?? 0)
+        admissionBegins(to: join.room, of: key)
+        defer { admissionEnds(to: join.room, of: key) }
         let janus: RoomMedia.Janus
         do { janus = try await audioBridge.admit(room: join.room, device: key, keeping: join.participant) } catch {
             logger.warning("AudioBridge admission failed", metadata: ["room": "\(join.room)", "error": "\(error)"])
@@ -747,6 +757,26 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         return await audioBridge.release(room: room, device: key, roomIsEmpty: isEmpty)
     }
 
+    private func admissionBegins(to room: RoomID, of key: DeviceKey) {
+        admitting[key, default: [:]][room, default: (0, [])].count += 1
+    }
+
+    /// An admission is over, the device in the room if it was admitted: the leaves waiting go on.
+    private func admissionEnds(to room: RoomID, of key: DeviceKey) {
+        guard var admission = admitting[key]?[room] else { return }
+        admission.count -= 1
+        admitting[key]?[room] = admission.count > 0 ? (admission.count, []) : nil
+        if admitting[key]?.isEmpty == true { admitting[key] = nil }
+        for leave in admission.leaves { leave.resume() }
+    }
+
+    /// Returns once no admission of the device to the room is under way.
+    private func admissionsDone(to room: RoomID, of key: DeviceKey) async {
+        while admitting[key]?[room] != nil {
+            await withCheckedContinuation { admitting[key]?[room]?.leaves.append($0) }
+        }
+    }
+
     /// Takes the device out of the room and tells the others; answers whether the room is empty
     /// now, nil if the device was not in it.
     private func removeFromRoom(_ room: RoomID, key: DeviceKey) -> Bool? {
@@ -768,6 +798,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
         guard sessions.modify(key, ifSession: sessionID, { _ = $0.inFlight.insert(requestID) }) != nil else { return }
         routes.left(join.room, by: key)
+        admissionBegins(to: join.room, of: key)
         hand {
             let result: Result<RoomMedia.Janus, any Error>
             do { result = .success(try await bridge.admit(room: join.room, device: key, keeping: join.participant)) } catch { result = .failure(error) }
@@ -777,6 +808,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     private func finishAudioBridgeJoin(_ join: RoomJoin, requestID: String, in sessionID: String, of key: DeviceKey,
                                        result: Result<RoomMedia.Janus, any Error>) {
+        defer { admissionEnds(to: join.room, of: key) }
         guard case .some(.some) = sessions.modify(key, ifSession: sessionID, { $0.inFlight.remove(requestID) }) else {
             // The session expired (or was replaced by a new one) meanwhile: take this admission back,
             // unless the device is in the room after all (it joined before), whose token it now is.
