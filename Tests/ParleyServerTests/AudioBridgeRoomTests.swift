@@ -141,79 +141,82 @@ struct AudioBridgeRoomTests {
     /// resume): the admission is taken back once Janus answers, nobody hears that the device joined,
     /// and the new session neither gets the old request's answer nor finds it under that id.
     @Test func aJoinThatOutlivesItsSessionIsTakenBackAndAnsweredToNoOne() async throws {
-        try TestNetwork.janusLink()
-        let janus = try await JanusServer.start()
-        defer { janus.stop() }
-        let h = try HubHarness { $0.janus = JanusSettings(url: janus.url) }
-        let bob = await h.device("bob", "b1")
-        await bob.send(.roomJoin(RoomJoin(id: "bob-join", room: "lobby", display: "Bob")))
-        guard case .ack = try await Self.answer("bob-join", to: bob) else { throw TestFailure("bob could not join") }
+        try await Self.withBobInTheLobby { janus, h, bob in
+            // Janus stops answering: alice's join waits for it, and alice says hello again meanwhile.
+            let pid = janus.process.processIdentifier
+            kill(pid, SIGSTOP)
+            let alice = await h.device("alice", "a1")
+            await alice.send(.roomJoin(RoomJoin(id: "join", room: "lobby", display: "Alice")))
+            let again = await h.device("alice", "a1")
+            #expect(again.welcome?.resumed == false)
+            kill(pid, SIGCONT)
 
-        // Janus stops answering: alice's join waits for it, and alice says hello again meanwhile.
-        let pid = janus.process.processIdentifier
-        kill(pid, SIGSTOP)
-        let alice = await h.device("alice", "a1")
-        await alice.send(.roomJoin(RoomJoin(id: "join", room: "lobby", display: "Alice")))
-        let again = await h.device("alice", "a1")
-        #expect(again.welcome?.resumed == false)
-        kill(pid, SIGCONT)
-
-        // Janus answers the joins in order: carol's answer comes after alice's admission is over.
-        let carol = await h.device("carol", "c1")
-        await carol.send(.roomJoin(RoomJoin(id: "carol-join", room: "lobby", display: "Carol")))
-        guard case .ack(let carolJoined) = try await Self.answer("carol-join", to: carol) else { throw TestFailure("carol could not join") }
-        #expect(try carolJoined.decodeResult(RoomJoinResult.self).participants.map(\.device) == ["b1"])
-        try await Task.sleep(for: .milliseconds(300))
-        let bobHeard = bob.events().compactMap { message -> DeviceID? in
-            if case .roomParticipantJoined(let joined) = message { joined.device } else { nil }
+            // Janus answers the joins in order: carol's answer comes after alice's admission is over.
+            let carol = await h.device("carol", "c1")
+            await carol.send(.roomJoin(RoomJoin(id: "carol-join", room: "lobby", display: "Carol")))
+            guard case .ack(let carolJoined) = try await Self.answer("carol-join", to: carol) else { throw TestFailure("carol could not join") }
+            #expect(try carolJoined.decodeResult(RoomJoinResult.self).participants.map(\.device) == ["b1"])
+            try await Task.sleep(for: .milliseconds(300))
+            let bobHeard = bob.events().compactMap { message -> DeviceID? in
+                if case .roomParticipantJoined(let joined) = message { joined.device } else { nil }
+            }
+            #expect(bobHeard == ["c1"], "alice's old session's join put no one in the room")
+            #expect(again.events().allSatisfy { $0.requestID != "join" })
+            // The new session runs its own request of that id.
+            await again.send(.ping(Ping(id: "join")))
+            #expect(again.events() == [.ack(Ack(re: "join"))])
         }
-        #expect(bobHeard == ["c1"], "alice's old session's join put no one in the room")
-        #expect(again.events().allSatisfy { $0.requestID != "join" })
-        // The new session runs its own request of that id.
-        await again.send(.ping(Ping(id: "join")))
-        #expect(again.events() == [.ack(Ack(re: "join"))])
     }
 
     /// A leave sent while the device's join still waits for Janus waits for the join, then leaves:
     /// it is acknowledged (not answered `not_in_room`), the others hear the device join and leave,
     /// and nobody finds it in the room afterwards.
     @Test func aLeaveSentWhileItsJoinWaitsForJanusLeavesOnceTheJoinIsDone() async throws {
+        try await Self.withBobInTheLobby { janus, h, bob in
+            // Janus stops answering: alice's join waits for it, and her leave comes meanwhile.
+            let pid = janus.process.processIdentifier
+            kill(pid, SIGSTOP)
+            let alice = await h.device("alice", "a1")
+            await alice.send(.roomJoin(RoomJoin(id: "join", room: "lobby", display: "Alice")))
+            async let leaving: Void = alice.send(.roomLeave(RoomLeave(id: "leave", room: "lobby")))
+            kill(pid, SIGCONT)
+            await leaving
+            // Both answered by now (the leave waited for the join): the join's ack first, then the leave's.
+            let answers = alice.events().filter { $0.requestID != nil }
+            #expect(answers.map(\.requestID) == ["join", "leave"])
+            guard answers.count == 2, case .ack = answers[0], case .ack = answers[1] else {
+                throw TestFailure("alice's join and leave were answered \(answers)")
+            }
+
+            let carol = await h.device("carol", "c1")
+            await carol.send(.roomJoin(RoomJoin(id: "carol-join", room: "lobby", display: "Carol")))
+            guard case .ack(let carolJoined) = try await Self.answer("carol-join", to: carol) else { throw TestFailure("carol could not join") }
+            #expect(try carolJoined.decodeResult(RoomJoinResult.self).participants.map(\.device) == ["b1"])
+            // `events()` hands each event over once: what bob heard is gathered across the checks.
+            var bobHeard: [String] = []
+            try await eventually("bob hears alice join and leave, then carol join") {
+                bobHeard += bob.events().compactMap { message -> String? in
+                    switch message {
+                    case .roomParticipantJoined(let joined): "+\(joined.device)"
+                    case .roomParticipantLeft(let left): "-\(left.device)"
+                    default: nil
+                    }
+                }
+                return bobHeard == ["+a1", "-a1", "+c1"]
+            }
+        }
+    }
+
+    /// Janus running, a hub provisioning rooms on it, and bob in its room "lobby".
+    static func withBobInTheLobby(_ body: (JanusServer, HubHarness, TestDevice) async throws -> Void) async throws {
         try TestNetwork.janusLink()
         let janus = try await JanusServer.start()
         defer { janus.stop() }
         let h = try HubHarness { $0.janus = JanusSettings(url: janus.url) }
         let bob = await h.device("bob", "b1")
         await bob.send(.roomJoin(RoomJoin(id: "bob-join", room: "lobby", display: "Bob")))
-        guard case .ack = try await Self.answer("bob-join", to: bob) else { throw TestFailure("bob could not join") }
-
-        // Janus stops answering: alice's join waits for it, and her leave comes meanwhile.
-        let pid = janus.process.processIdentifier
-        kill(pid, SIGSTOP)
-        let alice = await h.device("alice", "a1")
-        await alice.send(.roomJoin(RoomJoin(id: "join", room: "lobby", display: "Alice")))
-        async let leaving: Void = alice.send(.roomLeave(RoomLeave(id: "leave", room: "lobby")))
-        kill(pid, SIGCONT)
-        await leaving
-        // Both answered by now (the leave waited for the join): the join's ack first, then the leave's.
-        let answers = alice.events().filter { $0.requestID != nil }
-        #expect(answers.map(\.requestID) == ["join", "leave"])
-        guard answers.count == 2, case .ack = answers[0], case .ack = answers[1] else {
-            throw TestFailure("alice's join and leave were answered \(answers)")
-        }
-
-        let carol = await h.device("carol", "c1")
-        await carol.send(.roomJoin(RoomJoin(id: "carol-join", room: "lobby", display: "Carol")))
-        guard case .ack(let carolJoined) = try await Self.answer("carol-join", to: carol) else { throw TestFailure("carol could not join") }
-        #expect(try carolJoined.decodeResult(RoomJoinResult.self).participants.map(\.device) == ["b1"])
-        try await eventually("bob hears alice join and leave, then carol join") {
-            bob.events().compactMap { message -> String? in
-                switch message {
-                case .roomParticipantJoined(let joined): "+\(joined.device)"
-                case .roomParticipantLeft(let left): "-\(left.device)"
-                default: nil
-                }
-            } == ["+a1", "-a1", "+c1"]
-        }
+        guard case .ack = try await answer("bob-join", to: bob) else { throw TestFailure("bob could not join") }
+        try await body(janus, h, bob)
     }
 
     /// The answer to request `id` once the device has it.
