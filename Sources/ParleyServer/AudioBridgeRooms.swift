@@ -42,7 +42,7 @@ actor AudioBridgeRooms {
     /// How often a token Janus could not be told to remove is tried again.
     static let revocationRetry: Duration = .seconds(1)
 
-    private let settings: JanusSettings
+    private var settings: JanusSettings
     private let logger: Logger
     private var rooms: [RoomID: Room] = [:]
     /// Tokens that still admit, for want of Janus: tried again every `revocationRetry` by
@@ -59,14 +59,22 @@ actor AudioBridgeRooms {
     private var generation = 0
     private var connecting: Task<AudioBridge, any Error>?
 
-    /// The key rooms' numbers and secrets are derived from: the deployment's (`JanusSettings.roomKey`),
-    /// or one of this process's own.
-    private let key: SymmetricKey
+    /// The key rooms' numbers and secrets are derived from: the deployment's (`JanusSettings.roomKey`,
+    /// or `useDeploymentKey`), or one of this process's own.
+    private var key: SymmetricKey
 
     init(settings: JanusSettings, logger: Logger) {
         self.settings = settings
         self.logger = logger
         self.key = settings.roomKey.map { SymmetricKey(data: $0) } ?? SymmetricKey(size: .bits256)
+    }
+
+    /// Takes the deployment's room key, read from the store as the server starts (before any room
+    /// is joined: a room's number is the key's).
+    func useDeploymentKey(_ roomKey: [UInt8]) {
+        precondition(rooms.isEmpty, "the room key changed under rooms")
+        settings.roomKey = roomKey
+        key = SymmetricKey(data: roomKey)
     }
 
     /// Runs what the rooms hand off until cancelled (the hub runs it as a child of its own `run()`).

@@ -6,6 +6,7 @@ import NIOConcurrencyHelpers
 import NIOSSL
 import ParleyProtocol
 import PostgresNIO
+import ServiceLifecycle
 
 /// Nodes on one PostgreSQL: messages by `NOTIFY`, devices and call owners in tables, and a node
 /// live exactly while its listening connection is (PostgreSQL drops a killed process's connections
@@ -21,27 +22,23 @@ import PostgresNIO
 /// - With `NodeBus.direct`, messages go over `NodeLinks` (a WebSocket to each node sent to) instead
 ///   of `NOTIFY`, to every node that published an address; the rest as above. PostgreSQL then
 ///   carries none of the hot path's messages, only the directory.
-public final class PostgresCluster: ClusterLink {
+public final class PostgresCluster: ClusterLink, Service {
     public let node: NodeID
+    public let bus: NodeBus
     public let messages: AsyncStream<NodeMessage>
     public let departures: AsyncStream<NodeID>
-    /// Says why once the listening connection is lost: the node no longer hears the others, and
-    /// they count it as gone, so it must stop (`HubService` stops the server).
-    public let lost: AsyncStream<String>
+    /// Reached once the node listens (the others count it live from then on), or failed with why it
+    /// could not join; the server's start waits for it.
+    let joined = Milestone()
     private let inbox: AsyncStream<NodeMessage>.Continuation
     private let departed: AsyncStream<NodeID>.Continuation
-    private let lostContinuation: AsyncStream<String>.Continuation
     private let outbox: Outbox
     private let store: PostgresStore
-    private let listener: PostgresConnection
     private let logger: Logger
-    /// The listening connection's reader and the watch on live nodes, children of one task;
-    /// cancelled when the node leaves.
-    private let hearing: Task<Void, Never>
-    /// Writes what the node sends, in order; drained when it leaves (`leave`).
-    private let sender: Task<Void, Never>
-    /// The deployment's key for direct links (`NodeBus.direct`); nil on `NOTIFY` alone.
-    private let linkKey: SymmetricKey?
+    /// The deployment's key for direct links (`NodeBus.direct`), read as the node joins; nil before,
+    /// and on `NOTIFY` alone.
+    private var linkKey: SymmetricKey? { linkKeyBox.withLockedValue { $0 } }
+    private let linkKeyBox = NIOLockedValueBox<SymmetricKey?>(nil)
     /// Messages sent so far over direct links, and by `NOTIFY` (a broadcast counts once per node);
     /// `compact`: those of the direct ones that went as compact lines (`NodeLine`).
     public var sent: (direct: Int, notified: Int, compact: Int) { counts.withLockedValue { $0 } }
@@ -75,117 +72,127 @@ public final class PostgresCluster: ClusterLink {
         WHERE application_name LIKE 'parley-node %'
         """
 
-    /// Joins the deployment on the store's database: listens, then answers the node. With
-    /// `.direct`, the node sends over direct links to the nodes that take them (once it has said
-    /// where it takes them itself, `advertise`, the others link to it).
-    public static func join(_ store: PostgresStore, bus: NodeBus = .direct, logger: Logger) async throws -> PostgresCluster {
-        let node = "n" + (0..<6).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
-        let linkKey = bus == .direct ? SymmetricKey(data: try await store.deploymentSecret("node-links")) : nil
-        let listener = try await PostgresStore.connect(store.location, logger: logger, application: applicationPrefix + node)
-        return try await PostgresCluster(node: node, store: store, listener: listener, linkKey: linkKey, logger: logger)
-    }
-
-    private init(node: NodeID, store: PostgresStore, listener: PostgresConnection, linkKey: SymmetricKey?, logger: Logger) async throws {
-        self.node = node
+    /// A node of the deployment on the store's database, with a new id; it joins when it runs.
+    /// What is sent before waits for it. With `.direct`, the node sends over direct links to the
+    /// nodes that take them (once it has said where it takes them itself, `advertise`, the others
+    /// link to it).
+    public init(store: PostgresStore, bus: NodeBus = .direct, logger: Logger) {
+        node = "n" + (0..<6).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         self.store = store
-        self.listener = listener
-        self.linkKey = linkKey
+        self.bus = bus
         var logger = logger
         logger[metadataKey: "cluster.node"] = "\(node)"
         self.logger = logger
         (messages, inbox) = AsyncStream.makeStream()
         (departures, departed) = AsyncStream.makeStream()
-        (lost, lostContinuation) = AsyncStream.makeStream()
-        let outbox = Outbox()
-        self.outbox = outbox
-
-        // Listening before anything is sent, so no reply to this node is missed. One channel, one
-        // reader: what a node sends arrives in the order it was sent.
-        let listening = AsyncStream<(any Error)?>.makeStream()
-        let (inbox, lostContinuation, departed, heard) = (self.inbox, self.lostContinuation, self.departed, self.heardCounts)
-        let listen = { @Sendable [store, logger, node] in
-            do {
-                try await listener.listen(on: "parley_\(node)") { notifications in
-                    listening.continuation.yield(nil)
-                    for try await notification in notifications {
-                        guard let message = await Self.decode(notification.payload, store: store, logger: logger, heard: heard) else { continue }
-                        inbox.yield(message)
-                    }
-                }
-                // Ended without an error (the connection closed): deaf all the same.
-                listening.continuation.yield(StoreError("the listening connection closed"))
-                if !Task.isCancelled {
-                    logger.critical("the cluster's listening connection closed; this node no longer hears the others and stops")
-                    lostContinuation.yield("the listening connection closed")
-                }
-            } catch {
-                listening.continuation.yield(error)
-                if !Task.isCancelled {
-                    logger.critical("lost the cluster's listening connection; this node no longer hears the others and stops",
-                                    metadata: ["error": "\(PostgresStore.explain(error))"])
-                    lostContinuation.yield(PostgresStore.explain(error))
-                }
-            }
-        }
-        var ready = listening.stream.makeAsyncIterator()
-        let watching = AsyncStream<Void>.makeStream()
-        hearing = Task { [store, logger] in
-            await withDiscardingTaskGroup { group in
-                group.addTask { await listen() }
-                // Nodes coming and going are watched once this one hears them.
-                group.addTask {
-                    for await _ in watching.stream {
-                        await Self.watch(store: store, logger: logger, departed: departed)
-                        return
-                    }
-                }
-            }
-        }
-        if let failure = await ready.next() ?? StoreError("the listening connection closed") {
-            hearing.cancel()
-            try? await listener.close()
-            throw failure
-        }
-        watching.continuation.yield()
-        sender = Task { [store, logger, node, inbox, linkKey, counts] in
-            let links = linkKey.map { NodeLinks(node: node, key: $0, logger: logger) }
-            let writer = Writer(node: node, links: links, local: inbox, counts: counts, store: store, logger: logger)
-            await Self.send(outbox, writer: writer, logger: logger)
-            links?.close()
-        }
-        logger.notice("joined the cluster", metadata: ["cluster.bus": "\(linkKey == nil ? NodeBus.postgres : .direct)"])
+        outbox = Outbox()
     }
 
-    /// Leaves the deployment after what was sent: hands this node's unfinished calls and its rooms
-    /// back (the others take them over at once), tells the others, and stops listening.
-    public func leave() async {
-        outbox.add(.release)
-        outbox.add(.message(.left(node), to: nil))
-        outbox.close()
-        // What is queued gets 5 s, and so does the listening side to end: a database that is gone
-        // must not hold a shutdown.
-        await Self.awaitEnd(of: sender, within: .seconds(5))
-        // What other nodes still send here is for a node that has left.
-        for channel in heardLinks.withLockedValue({ state in
-            state.left = true
-            defer { state.channels = [:] }
-            return Array(state.channels.values)
-        }) { channel.close(promise: nil) }
-        hearing.cancel()
-        try? await listener.close()
-        await Self.awaitEnd(of: hearing, within: .seconds(5))
+    /// Joins the deployment (`joined`) and takes part in it until a graceful shutdown, then leaves:
+    /// hands this node's unfinished calls and its rooms back (the others take them over at once),
+    /// tells the others, and stops listening. Throws if it cannot join, or once it no longer hears
+    /// the others (it has lost its listening connection, and they count it as gone): the server
+    /// must then stop, and a supervisor start it again.
+    public func run() async throws {
+        let listener: PostgresConnection
+        do {
+            if bus == .direct {
+                let key = SymmetricKey(data: try await store.deploymentSecret("node-links"))
+                linkKeyBox.withLockedValue { $0 = key }
+            }
+            listener = try await PostgresStore.connect(store.location, logger: logger, application: Self.applicationPrefix + node)
+        } catch {
+            joined.fail(error)
+            throw error
+        }
+        // Why the node stopped hearing the others, if it did.
+        let deaf = AsyncStream<String>.makeStream()
+        var lost: String?
+        var failure: (any Error)?
+        await withTaskGroup(of: Void.self) { hearing in
+            defer { hearing.cancelAll() }
+            // Listening before anything is sent, so no reply to this node is missed. One channel, one
+            // reader: what a node sends arrives in the order it was sent.
+            let listening = Milestone()
+            hearing.addTask { await self.listen(on: listener, ready: listening, deaf: deaf.continuation) }
+            do {
+                try await listening.wait()
+            } catch {
+                failure = error
+                try? await listener.close()
+                return
+            }
+            // Nodes coming and going are watched once this one hears them.
+            hearing.addTask { [store, logger, departed] in await Self.watch(store: store, logger: logger, departed: departed) }
+            await withTaskGroup(of: Void.self) { sending in
+                sending.addTask { [store, logger, node, inbox, outbox, linkKey, counts] in
+                    let links = linkKey.map { NodeLinks(node: node, key: $0, logger: logger) }
+                    let writer = Writer(node: node, links: links, local: inbox, counts: counts, store: store, logger: logger)
+                    await Self.send(outbox, writer: writer, logger: logger)
+                    links?.close()
+                }
+                logger.notice("joined the cluster", metadata: ["cluster.bus": "\(bus)"])
+                joined.reach()
+                // Until a graceful shutdown (the hub has stopped), or until the node is deaf.
+                lost = await withTaskGroup(of: String?.self) { race in
+                    race.addTask { try? await gracefulShutdown(); return nil }
+                    race.addTask { for await reason in deaf.stream { return reason }; return nil }
+                    let first = await race.next() ?? nil
+                    race.cancelAll()
+                    return first
+                }
+                outbox.add(.release)
+                outbox.add(.message(.left(node), to: nil))
+                outbox.close()
+                // What is queued gets 5 s: a database that is gone must not hold a shutdown.
+                sending.addTask { try? await Task.sleep(for: .seconds(5)) }
+                await sending.next()
+                sending.cancelAll()
+            }
+            // What other nodes still send here is for a node that has left.
+            for channel in heardLinks.withLockedValue({ state in
+                state.left = true
+                defer { state.channels = [:] }
+                return Array(state.channels.values)
+            }) { channel.close(promise: nil) }
+            hearing.cancelAll()
+            try? await listener.close()
+        }
         inbox.finish()
         departed.finish()
-        lostContinuation.finish()
+        deaf.continuation.finish()
+        if let failure {
+            joined.fail(failure)
+            throw failure
+        }
+        if let lost { throw StoreError("lost the cluster's listening connection: \(lost)") }
     }
 
-    /// Waits for `task` to end, cancelling it if it has not ended within `limit`.
-    private static func awaitEnd(of task: Task<Void, Never>, within limit: Duration) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await task.value }
-            group.addTask { if (try? await Task.sleep(for: limit)) != nil { task.cancel() } }
-            await group.next()
-            group.cancelAll()
+    /// Hears what is sent to this node on its channel, until the listening connection ends. Says
+    /// `ready` once it listens; and, unless cancelled (the node leaving), says the node is `deaf` when
+    /// the connection ends.
+    private func listen(on listener: PostgresConnection, ready: Milestone, deaf: AsyncStream<String>.Continuation) async {
+        do {
+            try await listener.listen(on: "parley_\(node)") { notifications in
+                ready.reach()
+                for try await notification in notifications {
+                    guard let message = await Self.decode(notification.payload, store: store, logger: logger, heard: heardCounts) else { continue }
+                    inbox.yield(message)
+                }
+            }
+            // Ended without an error (the connection closed): deaf all the same.
+            ready.fail(StoreError("the listening connection closed"))
+            if !Task.isCancelled {
+                logger.critical("the cluster's listening connection closed; this node no longer hears the others and stops")
+                deaf.yield("the listening connection closed")
+            }
+        } catch {
+            ready.fail(error)
+            if !Task.isCancelled {
+                logger.critical("lost the cluster's listening connection; this node no longer hears the others and stops",
+                                metadata: ["error": "\(PostgresStore.explain(error))"])
+                deaf.yield(PostgresStore.explain(error))
+            }
         }
     }
 

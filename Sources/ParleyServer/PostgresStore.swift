@@ -3,17 +3,27 @@ import Logging
 import NIOSSL
 import ParleyProtocol
 import PostgresNIO
+import NIOConcurrencyHelpers
+import ServiceLifecycle
 
 /// The store several nodes share: PostgreSQL, through a pool of postgres-nio connections.
 ///
 /// `open` migrates the schema first (versioned, in one transaction under an advisory lock, so
 /// nodes that start together migrate once) and refuses a schema newer than it knows. Rows mean
 /// what `SQLiteStore`'s rows mean; the tests run one suite against both.
-public final class PostgresStore: SignalingStore {
+///
+/// The pool is a service: queries wait until `run()` runs it (the server runs it first in its
+/// `ServiceGroup`, so it stops last), and fail once it has ended, at a graceful shutdown or `close()`.
+public final class PostgresStore: SignalingStore, Service {
     let client: PostgresClient
-    private let running: Task<Void, Never>
     private let logger: Logger
     public let location: PostgresLocation
+    /// Whether `run()` has begun; `close()` waits for it to end only then.
+    private let started = NIOLockedValueBox(false)
+    /// Finished by `close()`: ends `run()`.
+    private let closing = AsyncStream<Never>.makeStream()
+    /// Reached when `run()` has ended: the pool's connections are closed.
+    private let ended = Milestone()
 
     /// Connects, migrates, and answers the store; throws `StoreError` when the server cannot be
     /// reached within `timeout`, refuses the login, or holds a schema from a newer Parley.
@@ -26,14 +36,22 @@ public final class PostgresStore: SignalingStore {
         } catch {
             throw StoreError("could not open \(location): \(Self.explain(error))")
         }
-        let store = PostgresStore(location: location, logger: logger, connections: connections)
         do {
-            try await withDeadline(timeout, "no answer") { try await store.migrate() }
+            // On a connection of its own: the pool answers nothing until the store runs.
+            try await withDeadline(timeout, "no answer") {
+                let connection = try await connect(location, logger: logger)
+                do {
+                    try await migrate(on: connection, logger: logger)
+                } catch {
+                    try? await connection.close()
+                    throw error
+                }
+                try await connection.close()
+            }
         } catch {
-            await store.close()
             throw StoreError("could not open \(location): \(Self.explain(error))")
         }
-        return store
+        return PostgresStore(location: location, logger: logger, connections: connections)
     }
 
     /// One connection of its own (a cluster's listener names itself with `application`).
@@ -79,17 +97,32 @@ public final class PostgresStore: SignalingStore {
         }
         configuration.options.maximumConnections = connections
         configuration.options.connectTimeout = .seconds(5)
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        self.client = client
+        client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.location = location
         self.logger = logger
-        running = Task { await client.run() }
     }
 
-    /// Closes the pool; queries after it fail.
+    /// Runs the pool until a graceful shutdown, cancellation, or `close()`. Once only.
+    public func run() async {
+        let again = started.withLockedValue { started in
+            defer { started = true }
+            return started
+        }
+        precondition(!again, "a PostgresStore runs once")
+        await withTaskGroup(of: Void.self) { group in
+            // postgres-nio's own run ends at a graceful shutdown.
+            group.addTask { await self.client.run() }
+            group.addTask { for await _ in self.closing.stream {} }
+            await group.next()
+            group.cancelAll()
+        }
+        ended.reach()
+    }
+
+    /// Ends `run()` and waits until it has; queries after it fail.
     public func close() async {
-        running.cancel()
-        await running.value
+        closing.continuation.finish()
+        if started.withLockedValue({ $0 }) { try? await ended.wait() }
     }
 
     // MARK: Schema
@@ -162,9 +195,8 @@ public final class PostgresStore: SignalingStore {
     /// Any constant shared by every node: the lock that makes them migrate one at a time.
     private static let migrationLock: Int64 = 0x7061_726C_6579   // "parley"
 
-    private func migrate() async throws {
-        let logger = self.logger
-        try await client.withTransaction(logger: logger) { connection in
+    private static func migrate(on connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.withTransaction(logger: logger) { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
             try await connection.query("""
                 CREATE TABLE IF NOT EXISTS parley_migration (

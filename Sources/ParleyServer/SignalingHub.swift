@@ -131,6 +131,12 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         jobs.continuation.yield(job)
     }
 
+    /// Takes the deployment's room key (`JanusSettings.roomKey`), which the server reads from the
+    /// store as it starts, before any connection.
+    public func useRoomKey(_ roomKey: [UInt8]) async {
+        await audioBridge?.useDeploymentKey(roomKey)
+    }
+
     // MARK: Restart
 
     /// Takes over the calls a previous process left unfinished (`SignalingStore.unfinishedCalls()`),

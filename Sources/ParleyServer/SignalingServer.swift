@@ -31,9 +31,16 @@ public final class SignalingServer: Sendable {
     private let pushes: AsyncStream<Push>
     private let onRunning: @Sendable (Int) async -> Void
 
+    /// Where the server's start has got to: the hub's service reaches it once the cluster is joined
+    /// and the calls of earlier runs are taken over; the HTTP server listens only then.
+    private let started = Milestone()
+
+    /// Checks the configuration and opens the store; what else needs the database (joining the
+    /// other nodes, the room key, the calls of earlier runs) is the first thing `run()` does.
     /// - Parameters:
     ///   - store: where devices and call records live; by default the one `databasePath` names
-    ///     (`openStore`), which the server closes when it stops. A store given here stays open.
+    ///     (`openStore`), which the server runs and closes. A store given here is the caller's to
+    ///     run (a `PostgresStore` answers once it runs) and stays open.
     ///   - pushSender: sends pushes; by default APNs when the configuration has `apns`, else none
     ///     (pushes are logged and dropped).
     ///   - onRunning: told the port the server listens on, once it does.
@@ -52,39 +59,15 @@ public final class SignalingServer: Sendable {
         ownsStore = store == nil
         let store = if let store { store } else { try await Self.openStore(configuration.databasePath, logger: logger) }
         self.store = store
-        var unfinished: [StoredCall] = []
-        do {
-            if let postgres = store as? PostgresStore {
-                cluster = try await PostgresCluster.join(postgres, bus: configuration.nodeBus, logger: logger)
-            } else {
-                cluster = nil
-                unfinished = try await store.unfinishedCalls()
-            }
-        } catch {
-            if ownsStore { await store.close() }
-            throw error
-        }
-        // The hub's own copy carries the deployment's room key; the server's never shows it.
-        var hubConfiguration = configuration
-        if configuration.janus != nil {
-            do {
-                hubConfiguration.janus?.roomKey = try await store.deploymentSecret("audiobridge-rooms")
-            } catch {
-                if ownsStore { await store.close() }
-                throw error
-            }
-        }
+        cluster = (store as? PostgresStore).map { PostgresCluster(store: $0, bus: configuration.nodeBus, logger: logger) }
         let metrics = ServerMetrics()
         self.metrics = metrics
         let (pushes, pushContinuation) = AsyncStream<Push>.makeStream()
         self.pushes = pushes
         self.pushSender = pushSender
         self.onRunning = onRunning
-        self.hub = SignalingHub(configuration: hubConfiguration, store: store, metrics: metrics, clock: ContinuousClock(),
+        self.hub = SignalingHub(configuration: configuration, store: store, metrics: metrics, clock: ContinuousClock(),
                                 logger: logger, pushes: pushContinuation, cluster: cluster)
-        // Before the first connection: a restart, graceful or a crash, ends no call. With several
-        // nodes, this one takes over the calls of nodes that are gone, and only those.
-        if cluster != nil { await hub.adopt() } else { await hub.restore(unfinished) }
     }
 
     /// Opens the store a database setting names: a `postgres://` URL (`PostgresStore`, shared by
@@ -99,8 +82,9 @@ public final class SignalingServer: Sendable {
         try await tokens.mint(user: user, name: name, lifetime: lifetime).token
     }
 
-    /// Serves until SIGTERM or SIGINT, then closes clients with 1001 (they reconnect and resume, here or
-    /// at the next start), stores every call, and returns. Calls go on: the next start restores them.
+    /// Starts (joins the other nodes, takes over the calls of earlier runs), serves until SIGTERM or
+    /// SIGINT, then closes clients with 1001 (they reconnect and resume, here or at the next start),
+    /// stores every call, and returns. Calls go on: the next start restores them.
     public func run() async throws {
         try await makeServiceGroup(signals: [.sigterm, .sigint]).run()
     }
@@ -145,34 +129,52 @@ public final class SignalingServer: Sendable {
             },
             logger: Self.quietingRefusedUpgrades(logger)
         )
-        // Graceful shutdown runs in reverse: the hub first (1001 to clients, calls stored), then
-        // the push queue drains, then the HTTP server stops, then the call record writer, then the store.
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
-            .init(service: ShutdownDeadline(service: app, limit: .seconds(5), logger: logger)),
+        // They start together; the hub's service starts the server (`started`), and the HTTP server
+        // waits for that. Graceful shutdown runs from the last to the first: the hub (1001 to
+        // clients, calls stored), the cluster (calls and rooms handed back, the others told, their
+        // links closed), the push queue, the HTTP server, the call record writer (the hub flushes
+        // its calls through it as it stops), the store (after every call is written).
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        if ownsStore { services.append(.init(service: StoreService(store: store))) }
+        services += [
+            .init(service: hub.records),
+            .init(service: AfterStart(started: started, service: ShutdownDeadline(service: app, limit: .seconds(5), logger: logger))),
             .init(service: PushService(pushes: pushes, sender: pushSender, apns: apns, store: store, metrics: metrics, logger: logger)),
-            .init(service: HubService(hub: hub, open: openConnections, cluster: cluster)),
         ]
-        // Before the others, so it stops after them: the hub flushes its calls through it as it stops.
-        services.insert(.init(service: hub.records), at: 0)
-        // First in the list, so the last to stop: after the hub has written every call.
-        if ownsStore { services.insert(.init(service: StoreService(store: store)), at: 0) }
+        // A node that no longer hears the others stops, gracefully: its clients get 1001 and go elsewhere.
+        if let cluster { services.append(.init(service: cluster, failureTerminationBehavior: .gracefullyShutdownGroup)) }
+        services.append(.init(service: HubService(hub: hub, open: openConnections, store: store, cluster: cluster,
+                                                  readsRoomKey: configuration.janus != nil, started: started)))
         return ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: signals, logger: logger))
     }
 }
 
-/// Closes the store when the server stops.
+/// Runs the store the server opened (a `PostgresStore`'s pool), and closes it when the server stops.
 struct StoreService: Service {
     let store: any SignalingStore
 
     func run() async throws {
-        try? await gracefulShutdown()
+        if let postgres = store as? PostgresStore { await postgres.run() } else { try? await gracefulShutdown() }
         await store.close()
     }
 }
 
-/// Runs the hub's timeouts. On graceful shutdown it shuts the hub down and waits (up to 5 s) until
-/// every client has its last frames and its close, before the HTTP server stops; with several
-/// nodes it then leaves the cluster, as the hub stops hearing it (the others take its calls over).
+/// Runs `service` once the server has started; not at all if the start failed or the server
+/// stops first.
+struct AfterStart<Wrapped: Service>: Service {
+    let started: Milestone
+    let service: Wrapped
+
+    func run() async throws {
+        do {
+            try await cancelWhenGracefulShutdown { try await started.wait() }
+        } catch {
+            return
+        }
+        try await service.run()
+    }
+}
+
 /// Runs `service`; once a graceful shutdown began, gives it `limit` to finish on its own, then
 /// cancels it (Hummingbird's server then closes the connections it still has). Its graceful
 /// shutdown ends only when every connection has closed: in one CI run a browser test waited 26
@@ -203,24 +205,30 @@ struct ShutdownDeadline<Wrapped: Service>: Service {
     }
 }
 
+/// Starts the server (`start()`), then runs the hub's timeouts. On graceful shutdown it shuts the
+/// hub down and waits (up to 5 s) until every client has its last frames and its close, before the
+/// cluster leaves and the HTTP server stops.
 struct HubService<C: Clock>: Service where C.Duration == Duration {
     let hub: SignalingHub<C>
     let open: OpenConnections
-    var cluster: PostgresCluster?
+    let store: any SignalingStore
+    let cluster: PostgresCluster?
+    /// Whether rooms are on Janus: their numbers come from the deployment's room key.
+    let readsRoomKey: Bool
+    /// Reached once the hub can take connections.
+    let started: Milestone
 
     func run() async throws {
-        var lost: String?
+        do {
+            try await start()
+        } catch {
+            started.fail(error)
+            throw error
+        }
+        started.reach()
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await hub.run() }
-            // Until a graceful shutdown, or until the node no longer hears the others: then it is gone
-            // for them (they take its calls over), and it stops; a supervisor starts it again.
-            lost = await withTaskGroup(of: String?.self) { race in
-                race.addTask { try? await gracefulShutdown(); return nil }
-                if let cluster { race.addTask { for await reason in cluster.lost { return reason }; return nil } }
-                let first = await race.next() ?? nil
-                race.cancelAll()
-                return first
-            }
+            try? await gracefulShutdown()
             await hub.shutdown()
             // A store that keeps failing must not hold the process forever: what is not written in
             // time is logged by the writer, and the calls it concerns end by resume expiry next start.
@@ -241,8 +249,16 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
             await flush.next()
             flush.cancelAll()
         }
-        await cluster?.leave()
-        if let lost { throw StoreError("lost the cluster's listening connection: \(lost)") }
+    }
+
+    /// Before the first connection: a restart, graceful or a crash, ends no call. With several
+    /// nodes, this one joins the others first, then takes over the calls of nodes that are gone,
+    /// and only those.
+    private func start() async throws {
+        if let cluster { try await cluster.joined.wait() }
+        // The hub's rooms take the deployment's key, which it alone sees.
+        if readsRoomKey { await hub.useRoomKey(try await store.deploymentSecret("audiobridge-rooms")) }
+        if cluster != nil { await hub.adopt() } else { await hub.restore(try await store.unfinishedCalls()) }
     }
 }
 

@@ -36,9 +36,17 @@ public final class LiveServer: Sendable {
             portContinuation.finish()
         }
         let group = server.makeServiceGroup(signals: [])
-        let task = Task { try await group.run() }
+        let task = Task {
+            // A start that fails ends the run before it says a port: the wait ends too.
+            defer { portContinuation.finish() }
+            try await group.run()
+        }
         var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw TestFailure("the server did not start") }
+        guard let port = await iterator.next() else {
+            task.cancel()
+            let why = if case .failure(let error) = await task.result { ": \(error)" } else { "" }
+            throw TestFailure("the server did not start\(why)")
+        }
         return LiveServer(server: server, port: port, databasePath: databasePath, task: task, group: group)
     }
 

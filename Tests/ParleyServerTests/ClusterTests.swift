@@ -161,6 +161,44 @@ struct ClusterTests {
         }
     }
 
+    /// A server is a node of the deployment while it runs, and only then: made, it has joined nothing
+    /// and holds no connection (the others, which count a node live while it listens, would send it
+    /// calls it never hears); running, it listens; stopped, it has left and closed every connection.
+    @Test func aServerIsANodeOnlyWhileItRuns() async throws {
+        guard TestDatabase.canRun(.postgres, "cluster tests") else { return }
+        let database = try await TestDatabase(.postgres)
+        defer { database.close() }
+        let postgres = try #require(database.postgres)
+        /// The server's connections to the database, by application name (psql's own left out).
+        func connections() throws -> String {
+            try postgres.psql("""
+                SELECT coalesce(string_agg(application_name, ',' ORDER BY application_name), '') FROM pg_stat_activity
+                WHERE datname = current_database() AND pid <> pg_backend_pid()
+                """, database: database.name)
+        }
+        var configuration = ServerConfiguration()
+        configuration.port = 0
+        configuration.databasePath = database.setting
+        let (ports, port) = AsyncStream<Int>.makeStream()
+        let server = try await SignalingServer(configuration: configuration, logger: TestDatabase.logger) { port.yield($0) }
+        let node = try #require(server.cluster?.node)
+        // (The connection that opened the store and migrated it closes a moment after.)
+        try await eventually("made, not running: no connection, so not live for the other nodes") { try connections() == "" }
+
+        let group = server.makeServiceGroup(signals: [])
+        async let run: Void = group.run()
+        for await _ in ports { break }
+        #expect(try connections().split(separator: ",").contains("parley-node \(node)"), "running: it listens")
+        #expect(try postgres.psql("SELECT count(*) FROM cluster_node WHERE node_id = '\(node)'", database: database.name) == "1",
+                "and says where it takes links")
+
+        await group.triggerGracefulShutdown()
+        try await run
+        try await eventually("stopped: every connection closed") { try connections() == "" }
+        #expect(try postgres.psql("SELECT count(*) FROM cluster_node WHERE node_id = '\(node)'", database: database.name) == "0",
+                "and it left")
+    }
+
     /// A node link is another node of the deployment only: it shows an HMAC, with the key the
     /// nodes keep in the database, of the two nodes and its time. One without it, with another pair's,
     /// with a client's token, or from minutes ago (a link seen on the wire, replayed) is refused

@@ -38,9 +38,13 @@ final class TestDatabase: Sendable {
         }
     }
 
-    /// Opens the store as the server would.
+    /// Opens the store as the server would, and runs it as the server would (a `PostgresStore`
+    /// answers once it runs) until the test closes it.
     func open() async throws -> any SignalingStore {
-        try await SignalingServer.openStore(setting, logger: Self.logger)
+        let store = try await SignalingServer.openStore(setting, logger: Self.logger)
+        // Ended by the store's `close()`, which waits for it.
+        if let postgres = store as? PostgresStore { Task { await postgres.run() } }
+        return store
     }
 
     static let logger: Logger = {
