@@ -90,9 +90,9 @@ public final class PostgresCluster: ClusterLink, Service {
 
     /// Joins the deployment (`joined`) and takes part in it until a graceful shutdown, then leaves:
     /// hands this node's unfinished calls and its rooms back (the others take them over at once),
-    /// tells the others, and stops listening. Throws if it cannot join, or once it no longer hears
-    /// the others (it has lost its listening connection, and they count it as gone): the server
-    /// must then stop, and a supervisor start it again.
+    /// tells the others, and stops listening. Throws if it cannot join, or at once when it no longer
+    /// hears the others (it has lost its listening connection, and they count it as gone and take
+    /// its calls over): the server must then stop, and a supervisor start it again.
     public func run() async throws {
         let listener: PostgresConnection
         do {
@@ -105,75 +105,96 @@ public final class PostgresCluster: ClusterLink, Service {
             joined.fail(error)
             throw error
         }
-        // Why the node stopped hearing the others, if it did.
+        // Listening before anything is sent, so no reply to this node is missed. One channel, one
+        // reader: what a node sends arrives in the order it was sent. The listener and the sender
+        // are tasks of this run's, not children: a query postgres-nio has sent does not end when
+        // cancelled, and a database that stops answering must not hold the node's stop (each gets
+        // 5 s, then is left behind).
+        let listening = Milestone()
         let deaf = AsyncStream<String>.makeStream()
-        var lost: String?
-        var failure: (any Error)?
-        await withTaskGroup(of: Void.self) { hearing in
-            defer { hearing.cancelAll() }
-            // Listening before anything is sent, so no reply to this node is missed. One channel, one
-            // reader: what a node sends arrives in the order it was sent.
-            let listening = Milestone()
-            hearing.addTask { await self.listen(on: listener, ready: listening, deaf: deaf.continuation) }
-            do {
-                try await listening.wait()
-            } catch {
-                failure = error
-                try? await listener.close()
-                return
+        let hearing = Task { [store, logger, departed] in
+            await withDiscardingTaskGroup { group in
+                group.addTask { await self.listen(on: listener, ready: listening, deaf: deaf.continuation) }
+                // Nodes coming and going are watched once this one hears them.
+                guard (try? await listening.wait()) != nil else { return }
+                group.addTask { await Self.watch(store: store, logger: logger, departed: departed) }
             }
-            // Nodes coming and going are watched once this one hears them.
-            hearing.addTask { [store, logger, departed] in await Self.watch(store: store, logger: logger, departed: departed) }
-            await withTaskGroup(of: Void.self) { sending in
-                sending.addTask { [store, logger, node, inbox, outbox, linkKey, counts] in
-                    let links = linkKey.map { NodeLinks(node: node, key: $0, logger: logger) }
-                    let writer = Writer(node: node, links: links, local: inbox, counts: counts, store: store, logger: logger)
-                    await Self.send(outbox, writer: writer, logger: logger)
-                    links?.close()
-                }
-                logger.notice("joined the cluster", metadata: ["cluster.bus": "\(bus)"])
-                joined.reach()
-                // Until a graceful shutdown (the hub has stopped), or until the node is deaf.
-                lost = await withTaskGroup(of: String?.self) { race in
-                    race.addTask { try? await gracefulShutdown(); return nil }
-                    race.addTask { for await reason in deaf.stream { return reason }; return nil }
-                    let first = await race.next() ?? nil
-                    race.cancelAll()
-                    return first
-                }
-                outbox.add(.release)
-                outbox.add(.message(.left(node), to: nil))
-                outbox.close()
-                // What is queued gets 5 s: a database that is gone must not hold a shutdown.
-                sending.addTask { try? await Task.sleep(for: .seconds(5)) }
-                await sending.next()
-                sending.cancelAll()
-            }
-            // What other nodes still send here is for a node that has left.
-            for channel in heardLinks.withLockedValue({ state in
-                state.left = true
-                defer { state.channels = [:] }
-                return Array(state.channels.values)
-            }) { channel.close(promise: nil) }
-            hearing.cancelAll()
-            try? await listener.close()
         }
+        do {
+            try await listening.wait()
+        } catch {
+            hearing.cancel()
+            try? await listener.close()
+            await Self.awaitEnd(of: hearing, within: .seconds(5))
+            finishStreams(deaf.continuation)
+            joined.fail(error)
+            throw error
+        }
+        let sender = Task { [store, logger, node, inbox, outbox, linkKey, counts] in
+            let links = linkKey.map { NodeLinks(node: node, key: $0, logger: logger) }
+            let writer = Writer(node: node, links: links, local: inbox, counts: counts, store: store, logger: logger)
+            await Self.send(outbox, writer: writer, logger: logger)
+            links?.close()
+        }
+        logger.notice("joined the cluster", metadata: ["cluster.bus": "\(bus)"])
+        joined.reach()
+        // Until a graceful shutdown (the hub has stopped), or until the node is deaf.
+        let lost = await withTaskGroup(of: String?.self) { race in
+            race.addTask { try? await gracefulShutdown(); return nil }
+            race.addTask { for await reason in deaf.stream { return reason }; return nil }
+            let first = await race.next() ?? nil
+            race.cancelAll()
+            return first
+        }
+        if lost == nil {
+            // Leaving: what was sent, then its calls and rooms handed back, then the news.
+            outbox.add(.release)
+            outbox.add(.message(.left(node), to: nil))
+            outbox.close()
+            await Self.awaitEnd(of: sender, within: .seconds(5))
+        } else {
+            // Deaf, it is gone for the others already (they take its calls over): it stops at once,
+            // for its clients to go elsewhere.
+            outbox.close()
+            sender.cancel()
+        }
+        // What other nodes still send here is for a node that has left.
+        for channel in heardLinks.withLockedValue({ state in
+            state.left = true
+            defer { state.channels = [:] }
+            return Array(state.channels.values)
+        }) { channel.close(promise: nil) }
+        hearing.cancel()
+        try? await listener.close()
+        await Self.awaitEnd(of: hearing, within: .seconds(5))
+        finishStreams(deaf.continuation)
+        if let lost { throw StoreError("lost the cluster's listening connection: \(lost)") }
+    }
+
+    private func finishStreams(_ deaf: AsyncStream<String>.Continuation) {
         inbox.finish()
         departed.finish()
-        deaf.continuation.finish()
-        if let failure {
-            joined.fail(failure)
-            throw failure
+        deaf.finish()
+    }
+
+    /// Waits for `task` to end, cancelling it if it has not ended within `limit`.
+    private static func awaitEnd(of task: Task<Void, Never>, within limit: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await task.value }
+            group.addTask { if (try? await Task.sleep(for: limit)) != nil { task.cancel() } }
+            await group.next()
+            group.cancelAll()
         }
-        if let lost { throw StoreError("lost the cluster's listening connection: \(lost)") }
     }
 
     /// Hears what is sent to this node on its channel, until the listening connection ends. Says
     /// `ready` once it listens; and, unless cancelled (the node leaving), says the node is `deaf` when
     /// the connection ends.
     private func listen(on listener: PostgresConnection, ready: Milestone, deaf: AsyncStream<String>.Continuation) async {
+        var heard = false
         do {
             try await listener.listen(on: "parley_\(node)") { notifications in
+                heard = true
                 ready.reach()
                 for try await notification in notifications {
                     guard let message = await Self.decode(notification.payload, store: store, logger: logger, heard: heardCounts) else { continue }
@@ -182,13 +203,13 @@ public final class PostgresCluster: ClusterLink, Service {
             }
             // Ended without an error (the connection closed): deaf all the same.
             ready.fail(StoreError("the listening connection closed"))
-            if !Task.isCancelled {
+            if heard, !Task.isCancelled {
                 logger.critical("the cluster's listening connection closed; this node no longer hears the others and stops")
                 deaf.yield("the listening connection closed")
             }
         } catch {
             ready.fail(error)
-            if !Task.isCancelled {
+            if heard, !Task.isCancelled {
                 logger.critical("lost the cluster's listening connection; this node no longer hears the others and stops",
                                 metadata: ["error": "\(PostgresStore.explain(error))"])
                 deaf.yield(PostgresStore.explain(error))

@@ -169,6 +169,9 @@ struct AfterStart<Wrapped: Service>: Service {
         do {
             try await cancelWhenGracefulShutdown { try await started.wait() }
         } catch {
+            // A service leaves only on its own turn (or when the group is cancelled, as it is when
+            // the start fails).
+            try? await gracefulShutdown()
             return
         }
         try await service.run()
@@ -220,9 +223,12 @@ struct HubService<C: Clock>: Service where C.Duration == Duration {
 
     func run() async throws {
         do {
-            try await start()
+            // A stop asked for meanwhile (SIGTERM) ends the start, and the server never listens.
+            try await cancelWhenGracefulShutdown { try await start() }
+            if Task.isShuttingDownGracefully { throw CancellationError() }
         } catch {
             started.fail(error)
+            if Task.isShuttingDownGracefully { return }
             throw error
         }
         started.reach()

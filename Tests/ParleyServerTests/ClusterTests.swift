@@ -186,7 +186,11 @@ struct ClusterTests {
         try await eventually("made, not running: no connection, so not live for the other nodes") { try connections() == "" }
 
         let group = server.makeServiceGroup(signals: [])
-        async let run: Void = group.run()
+        async let run: Void = {
+            // A run that ends before it listens ends the wait for its port too.
+            defer { port.finish() }
+            try await group.run()
+        }()
         for await _ in ports { break }
         #expect(try connections().split(separator: ",").contains("parley-node \(node)"), "running: it listens")
         #expect(try postgres.psql("SELECT count(*) FROM cluster_node WHERE node_id = '\(node)'", database: database.name) == "1",
