@@ -1,18 +1,49 @@
-/// The frames a relay writes most, written by hand: an ack with nothing more to say, and a
-/// `call.signal` relayed to the far side. Byte for byte what `WireCodec`'s `JSONEncoder` writes
-/// (sorted keys, slashes as they are), at a fraction of its cost: the relay path writes two frames
-/// for every one it reads (`FrameWriterTests` compare the two, byte for byte, on many values, awkward
-/// strings among them).
+/// The frames a server writes most, written by hand: an ack with nothing more to say, a
+/// `call.signal` relayed to the far side, and what every call setup writes (the invite's ack,
+/// `call.incoming` without metadata, `call.ringing`, `call.accepted`, `call.ended`). Byte for byte what `WireCodec`'s `JSONEncoder`
+/// writes (sorted keys, slashes as they are, a whole number without ".0"), at a fraction of its
+/// cost: the relay path writes two frames for every one it reads, and a call setup seven of these
+/// (`FrameWriterTests` compare the two, byte for byte, on many values, awkward strings among them).
 enum FrameWriter {
     /// The frame as `JSONEncoder` would write it, when it is one of the shapes written here.
     static func encode(_ frame: ServerFrame) -> String? {
         switch frame.message {
         case .ack(let ack):
-            guard case .done = ack.result else { return nil }
-            var text = #"{"re":"#
+            var text = "{"
+            switch ack.result {
+            case .done:
+                break
+            case .callInvite(let invite):
+                text += #""call":"#
+                appendString(invite.call.rawValue, to: &text)
+                text += #","devices":"#
+                text += String(invite.devices)
+                text += #","expiresAt":"#
+                text += String(invite.expiresAt)
+                text += #","pushed":"#
+                text += String(invite.pushed)
+                text += ","
+            default:
+                return nil
+            }
+            text += #""re":"#
             appendString(ack.re, to: &text)
             appendSeq(frame.seq, to: &text)
             text += #""type":"ack"}"#
+            return text
+        case .callIncoming(let incoming):
+            // Metadata is any JSON the caller sent: JSONEncoder writes it.
+            guard incoming.metadata == nil else { return nil }
+            var text = #"{"call":"#
+            appendString(incoming.call.rawValue, to: &text)
+            text += #","expiresAt":"#
+            text += String(incoming.expiresAt)
+            text += #","from":"#
+            appendParty(incoming.from, to: &text)
+            text += incoming.media.audio ? #","media":{"audio":true"# : #","media":{"audio":false"#
+            text += incoming.media.video ? #","video":true}"# : #","video":false}"#
+            appendSeq(frame.seq, to: &text)
+            text += #""type":"call.incoming"}"#
             return text
         case .callSignal(let signal):
             var text = #"{"call":"#
@@ -46,29 +77,75 @@ enum FrameWriter {
                 appendString(description.type, to: &text)
                 text += "}"
             }
-            text += #","from":{"#
-            let from = signal.from
-            if let address = from.address {
-                text += #""address":"#
-                appendString(address, to: &text)
-                text += ","
-            }
-            text += #""device":"#
-            appendString(from.device.rawValue, to: &text)
-            if let name = from.name {
-                text += #","name":"#
-                appendString(name, to: &text)
-            }
-            text += #","user":"#
-            appendString(from.user.rawValue, to: &text)
-            text += "}"
+            text += #","from":"#
+            appendParty(signal.from, to: &text)
             if signal.signal.restartIce { text += #","restartIce":true"# }
             appendSeq(frame.seq, to: &text)
             text += #""type":"call.signal"}"#
             return text
+        case .callRinging(let ringing):
+            var text = #"{"call":"#
+            appendString(ringing.call.rawValue, to: &text)
+            if let device = ringing.device {
+                text += #","device":"#
+                appendString(device.rawValue, to: &text)
+            }
+            if let early = ringing.early { text += early ? #","early":true"# : #","early":false"# }
+            appendSeq(frame.seq, to: &text)
+            text += #""type":"call.ringing"}"#
+            return text
+        case .callAccepted(let accepted):
+            var text = #"{"call":"#
+            appendString(accepted.call.rawValue, to: &text)
+            text += #","device":"#
+            appendString(accepted.device.rawValue, to: &text)
+            appendSeq(frame.seq, to: &text)
+            text += #""type":"call.accepted"}"#
+            return text
+        case .callEnded(let ended):
+            // JSONEncoder refuses what JSON cannot say; it answers for itself.
+            if let duration = ended.duration, !duration.isFinite { return nil }
+            var text = #"{"call":"#
+            appendString(ended.call.rawValue, to: &text)
+            if let detail = ended.detail {
+                text += #","detail":"#
+                appendString(detail, to: &text)
+            }
+            if let duration = ended.duration {
+                text += #","duration":"#
+                // As JSONEncoder writes a Double: its description, without a whole number's ".0".
+                let number = duration.description
+                text += number.hasSuffix(".0") ? String(number.dropLast(2)) : number
+            }
+            text += #","endedAt":"#
+            text += String(ended.endedAt)
+            text += #","reason":"#
+            appendString(ended.reason.rawValue, to: &text)
+            appendSeq(frame.seq, to: &text)
+            text += #""type":"call.ended"}"#
+            return text
         default:
             return nil
         }
+    }
+
+    /// A `Party` object, its keys sorted.
+    private static func appendParty(_ party: Party, to text: inout String) {
+        text += "{"
+        if let address = party.address {
+            text += #""address":"#
+            appendString(address, to: &text)
+            text += ","
+        }
+        text += #""device":"#
+        appendString(party.device.rawValue, to: &text)
+        if let name = party.name {
+            text += #","name":"#
+            appendString(name, to: &text)
+        }
+        text += #","user":"#
+        appendString(party.user.rawValue, to: &text)
+        text += "}"
     }
 
     /// `,"seq":N,` or `,` (the separator before `type` either way).

@@ -27,8 +27,41 @@ import Testing
                         "re \(id.debugDescription), seq \(String(describing: seq))")
             }
         }
-        // An ack with a result is left to the encoder.
+        // An ack with another result is left to the encoder.
         #expect(FrameWriter.encode(ServerFrame(seq: 1, message: .ack(Ack(re: "r", result: .roomLeave(RoomLeaveResult(revocationPending: true)))))) == nil)
+    }
+
+    @Test func inviteAcksAreWhatTheEncoderWrites() throws {
+        for id in Self.awkward {
+            for (devices, pushed, expiresAt) in [(0, 0, Int64(0)), (3, 1, 1_733_000_045_000), (Int.max, Int.max, Int64.max)] {
+                for seq in [nil, 5] as [Int?] {
+                    let frame = ServerFrame(seq: seq, message: .ack(Ack(re: id, result: .callInvite(
+                        CallInviteResult(call: .random(), devices: devices, pushed: pushed, expiresAt: expiresAt)))))
+                    let written = try #require(FrameWriter.encode(frame))
+                    #expect(Array(written.utf8) == Self.foundation(frame), "\(written)")
+                }
+            }
+        }
+    }
+
+    @Test func callsComingInAreWhatTheEncoderWrites() throws {
+        let parties = [Party(user: "alice", device: "a1"), Party(user: "bob", device: "b-2", name: "Bob \"the\" Builder"),
+                       Party(user: "carol", device: "c", name: "é/日本", address: "192.0.2.7"), Party(user: "dan", device: "d", address: "[2001:db8::1]:5")]
+            + Self.awkward.map { Party(user: "erin", device: "e", name: $0, address: $0) }
+        for from in parties {
+            for media in [MediaSpec(audio: true, video: false), MediaSpec(audio: true, video: true), MediaSpec(audio: false, video: false)] {
+                for seq in [nil, 9] as [Int?] {
+                    let frame = ServerFrame(seq: seq, message: .callIncoming(CallIncoming(call: .random(), from: from, media: media,
+                                                                                          expiresAt: 1_733_000_045_000)))
+                    let written = try #require(FrameWriter.encode(frame))
+                    #expect(Array(written.utf8) == Self.foundation(frame), "\(written)")
+                    #expect(try WireCodec().decodeServerFrame(written) == frame, "and it reads back as the frame")
+                }
+            }
+        }
+        // Metadata, any JSON, is the encoder's.
+        #expect(FrameWriter.encode(ServerFrame(seq: 1, message: .callIncoming(CallIncoming(
+            call: .random(), from: parties[0], media: MediaSpec(), metadata: .object(["topic": .string("x")]), expiresAt: 1)))) == nil)
     }
 
     @Test func relayedSignalsAreWhatTheEncoderWrites() throws {
@@ -57,6 +90,43 @@ import Testing
                 }
             }
         }
+    }
+
+    /// `call.ringing`, `call.accepted` and `call.ended` on every optional field, present and absent,
+    /// every reason, and durations JSONEncoder writes in every form it has (whole, fraction,
+    /// exponent, negative zero, the extremes).
+    @Test func aCallsNewsIsWhatTheEncoderWrites() throws {
+        let call = CallID.random()
+        let devices: [DeviceID] = ["b1", "a.b_c:d@e-f", DeviceID(rawValue: String(repeating: "Z9", count: 64))!]
+        var frames: [ServerMessage] = []
+        for device in devices {
+            frames.append(.callAccepted(CallAccepted(call: call, device: device)))
+            for early in [nil, true, false] as [Bool?] {
+                frames.append(.callRinging(CallRinging(call: call, device: device, early: early)))
+                frames.append(.callRinging(CallRinging(call: call, device: nil, early: early)))
+            }
+        }
+        let reasons: [EndReason] = [.hangup, .cancelled, .declined, .busy, .answeredElsewhere, .declinedElsewhere, .noAnswer,
+                                    .connectionLost, .serverShutdown, .serverLostCall, EndReason(rawValue: "a \"new\" one/é")]
+        let durations: [Double?] = [nil, 0, -0.0, 1, 12.5, 0.1, 1.0 / 3, 59.999_999_999, 1e-7, 123_456_789.25, 1e16, 2e22,
+                                    Double.leastNonzeroMagnitude, Double.greatestFiniteMagnitude, -4.75]
+        for reason in reasons {
+            for (index, duration) in durations.enumerated() {
+                let detail = index.isMultiple(of: 3) ? nil : Self.awkward[index % Self.awkward.count]
+                frames.append(.callEnded(CallEnded(call: call, reason: reason, detail: detail, endedAt: [0, 1_733_000_000_123, Int64.max][index % 3],
+                                                   duration: duration)))
+            }
+        }
+        for message in frames {
+            for seq in [nil, 0, 41] as [Int?] {
+                let frame = ServerFrame(seq: seq, message: message)
+                let written = try #require(FrameWriter.encode(frame), "\(message.type) is written by hand")
+                #expect(Array(written.utf8) == Self.foundation(frame), "\(written)")
+                #expect(try WireCodec().decodeServerFrame(written) == frame, "and it reads back as the frame")
+            }
+        }
+        // What JSON cannot say is the encoder's to refuse.
+        #expect(FrameWriter.encode(ServerFrame(seq: 1, message: .callEnded(CallEnded(call: call, reason: .hangup, endedAt: 1, duration: .nan)))) == nil)
     }
 
     @Test func otherFramesAreLeftToTheEncoder() {
