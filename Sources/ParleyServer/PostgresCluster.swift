@@ -96,6 +96,7 @@ public final class PostgresCluster: ClusterLink, Service {
     public func run() async throws {
         let listener: PostgresConnection
         do {
+            try await store.running()
             if bus == .direct {
                 let key = SymmetricKey(data: try await store.deploymentSecret("node-links"))
                 linkKeyBox.withLockedValue { $0 = key }

@@ -22,6 +22,8 @@ public final class PostgresStore: SignalingStore, Service {
     private let started = NIOLockedValueBox(false)
     /// Finished by `close()`: ends `run()`.
     private let closing = AsyncStream<Never>.makeStream()
+    /// Reached as `run()` starts the pool; `running()` waits for it.
+    private let poolRuns = Milestone()
     /// Reached when `run()` has ended: the pool's connections are closed.
     private let ended = Milestone()
 
@@ -110,13 +112,22 @@ public final class PostgresStore: SignalingStore, Service {
         }
         precondition(!again, "a PostgresStore runs once")
         await withTaskGroup(of: Void.self) { group in
-            // postgres-nio's own run ends at a graceful shutdown.
-            group.addTask { await self.client.run() }
+            group.addTask {
+                self.poolRuns.reach()
+                // postgres-nio's own run ends at a graceful shutdown.
+                await self.client.run()
+            }
             group.addTask { for await _ in self.closing.stream {} }
             await group.next()
             group.cancelAll()
         }
         ended.reach()
+    }
+
+    /// Returns once `run()` has started the pool. A query sent before waits all the same, but
+    /// postgres-nio warns of it in the log; what starts with the store waits here first.
+    public func running() async throws {
+        try await poolRuns.wait()
     }
 
     /// Ends `run()` and waits until it has; queries after it fail.

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Logging
 import ParleyJanus
 import ParleyLocalServices
 import ParleyProtocol
@@ -180,7 +181,9 @@ struct ClusterTests {
         configuration.port = 0
         configuration.databasePath = database.setting
         let (ports, port) = AsyncStream<Int>.makeStream()
-        let server = try await SignalingServer(configuration: configuration, logger: TestDatabase.logger) { port.yield($0) }
+        let warnings = Warnings()
+        let logger = Logger(label: "test.node") { _ in warnings }
+        let server = try await SignalingServer(configuration: configuration, logger: logger) { port.yield($0) }
         let node = try #require(server.cluster?.node)
         // (The connection that opened the store and migrated it closes a moment after.)
         try await eventually("made, not running: no connection, so not live for the other nodes") { try connections() == "" }
@@ -201,6 +204,25 @@ struct ClusterTests {
         try await eventually("stopped: every connection closed") { try connections() == "" }
         #expect(try postgres.psql("SELECT count(*) FROM cluster_node WHERE node_id = '\(node)'", database: database.name) == "0",
                 "and it left")
+        // Nothing queried the store before it ran (postgres-nio warns of that), or went wrong.
+        #expect(warnings.logged == [])
+    }
+
+    /// What a logger was told at warning level or above.
+    final class Warnings: LogHandler, @unchecked Sendable {
+        private let lock = NSLock()
+        private var messages: [String] = []
+        var logged: [String] { lock.withLock { messages } }
+        var logLevel = Logger.Level.warning
+        var metadata: Logger.Metadata = [:]
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            lock.withLock { messages.append("\(event.level): \(event.message)") }
+        }
     }
 
     /// A node link is another node of the deployment only: it shows an HMAC, with the key the

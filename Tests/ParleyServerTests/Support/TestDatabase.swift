@@ -43,7 +43,10 @@ final class TestDatabase: Sendable {
     func open() async throws -> any SignalingStore {
         let store = try await SignalingServer.openStore(setting, logger: Self.logger)
         // Ended by the store's `close()`, which waits for it.
-        if let postgres = store as? PostgresStore { Task { await postgres.run() } }
+        if let postgres = store as? PostgresStore {
+            Task { await postgres.run() }
+            try await postgres.running()
+        }
         return store
     }
 
