@@ -28,8 +28,7 @@ enum FrameWriter {
             }
             text += #""re":"#
             appendString(ack.re, to: &text)
-            appendSeq(frame.seq, to: &text)
-            text += #""type":"ack"}"#
+            end(&text, seq: frame.seq, type: "ack")
             return text
         case .callIncoming(let incoming):
             // Metadata is any JSON the caller sent: JSONEncoder writes it.
@@ -42,8 +41,7 @@ enum FrameWriter {
             appendParty(incoming.from, to: &text)
             text += incoming.media.audio ? #","media":{"audio":true"# : #","media":{"audio":false"#
             text += incoming.media.video ? #","video":true}"# : #","video":false}"#
-            appendSeq(frame.seq, to: &text)
-            text += #""type":"call.incoming"}"#
+            end(&text, seq: frame.seq, type: "call.incoming")
             return text
         case .callSignal(let signal):
             var text = #"{"call":"#
@@ -80,8 +78,7 @@ enum FrameWriter {
             text += #","from":"#
             appendParty(signal.from, to: &text)
             if signal.signal.restartIce { text += #","restartIce":true"# }
-            appendSeq(frame.seq, to: &text)
-            text += #""type":"call.signal"}"#
+            end(&text, seq: frame.seq, type: "call.signal")
             return text
         case .callRinging(let ringing):
             var text = #"{"call":"#
@@ -91,16 +88,14 @@ enum FrameWriter {
                 appendString(device.rawValue, to: &text)
             }
             if let early = ringing.early { text += early ? #","early":true"# : #","early":false"# }
-            appendSeq(frame.seq, to: &text)
-            text += #""type":"call.ringing"}"#
+            end(&text, seq: frame.seq, type: "call.ringing")
             return text
         case .callAccepted(let accepted):
             var text = #"{"call":"#
             appendString(accepted.call.rawValue, to: &text)
             text += #","device":"#
             appendString(accepted.device.rawValue, to: &text)
-            appendSeq(frame.seq, to: &text)
-            text += #""type":"call.accepted"}"#
+            end(&text, seq: frame.seq, type: "call.accepted")
             return text
         case .callEnded(let ended):
             // JSONEncoder refuses what JSON cannot say; it answers for itself.
@@ -121,8 +116,7 @@ enum FrameWriter {
             text += String(ended.endedAt)
             text += #","reason":"#
             appendString(ended.reason.rawValue, to: &text)
-            appendSeq(frame.seq, to: &text)
-            text += #""type":"call.ended"}"#
+            end(&text, seq: frame.seq, type: "call.ended")
             return text
         default:
             return nil
@@ -146,6 +140,14 @@ enum FrameWriter {
         text += #","user":"#
         appendString(party.user.rawValue, to: &text)
         text += "}"
+    }
+
+    /// Ends a frame: its `seq` if it has one, then its `type` (the keys' order).
+    private static func end(_ text: inout String, seq: Int?, type: String) {
+        appendSeq(seq, to: &text)
+        text += #""type":""#
+        text += type
+        text += "\"}"
     }
 
     /// `,"seq":N,` or `,` (the separator before `type` either way).
