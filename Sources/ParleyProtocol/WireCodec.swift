@@ -95,9 +95,9 @@ public struct WireCodec: Sendable {
         return try! Self.encoder.encode(frame)
     }
 
-    /// The frame as text, as a server writes it: the frames a relay writes most (an ack with nothing
-    /// to add, a relayed `call.signal`) by hand (`FrameWriter`), the rest by `JSONEncoder`; the
-    /// same bytes either way.
+    /// The frame as text, as a server writes it: the frames a relay and a call setup write most (an
+    /// ack with nothing to add or an invite's, a relayed `call.signal`, the call's news) by hand
+    /// (`FrameWriter`), the rest by `JSONEncoder`; the same bytes either way.
     public func encodeText(_ frame: ServerFrame) -> String {
         FrameWriter.encode(frame) ?? String(decoding: try! Self.encoder.encode(frame), as: UTF8.self)
     }

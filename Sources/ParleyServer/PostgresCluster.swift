@@ -96,14 +96,21 @@ public final class PostgresCluster: ClusterLink, Service {
     public func run() async throws {
         let listener: PostgresConnection
         do {
-            try await store.running()
-            if bus == .direct {
-                let key = SymmetricKey(data: try await store.deploymentSecret("node-links"))
-                linkKeyBox.withLockedValue { $0 = key }
+            // A stop asked for meanwhile ends the join where it waits (not inside a query: postgres-nio's
+            // do not end when cancelled).
+            listener = try await cancelWhenGracefulShutdown { [self] in
+                try await store.running()
+                if bus == .direct {
+                    let key = SymmetricKey(data: try await store.deploymentSecret("node-links"))
+                    linkKeyBox.withLockedValue { $0 = key }
+                }
+                return try await PostgresStore.connect(store.location, logger: logger, application: Self.applicationPrefix + node)
             }
-            listener = try await PostgresStore.connect(store.location, logger: logger, application: Self.applicationPrefix + node)
         } catch {
+            finishStreams(nil)
             joined.fail(error)
+            // Stopped before it joined: nothing to leave.
+            if Task.isShuttingDownGracefully { return }
             throw error
         }
         // Listening before anything is sent, so no reply to this node is missed. One channel, one
@@ -122,13 +129,14 @@ public final class PostgresCluster: ClusterLink, Service {
             }
         }
         do {
-            try await listening.wait()
+            try await cancelWhenGracefulShutdown { try await listening.wait() }
         } catch {
             hearing.cancel()
             try? await listener.close()
             await Self.awaitEnd(of: hearing, within: .seconds(5))
             finishStreams(deaf.continuation)
             joined.fail(error)
+            if Task.isShuttingDownGracefully { return }
             throw error
         }
         let sender = Task { [store, logger, node, inbox, outbox, linkKey, counts] in
@@ -172,10 +180,10 @@ public final class PostgresCluster: ClusterLink, Service {
         if let lost { throw StoreError("lost the cluster's listening connection: \(lost)") }
     }
 
-    private func finishStreams(_ deaf: AsyncStream<String>.Continuation) {
+    private func finishStreams(_ deaf: AsyncStream<String>.Continuation?) {
         inbox.finish()
         departed.finish()
-        deaf.finish()
+        deaf?.finish()
     }
 
     /// Waits for `task` to end, cancelling it if it has not ended within `limit`.

@@ -124,8 +124,10 @@ public final class PostgresStore: SignalingStore, Service {
         ended.reach()
     }
 
-    /// Returns once `run()` has started the pool. A query sent before waits all the same, but
-    /// postgres-nio warns of it in the log; what starts with the store waits here first.
+    /// Returns as `run()` starts the pool (it waits until the store runs). A query sent before
+    /// waits all the same, but postgres-nio warns of it in the log, so what starts with the store
+    /// waits here first. postgres-nio does not say when its pool runs: this is reached just
+    /// before, and a query sent in that instant would still draw the warning.
     public func running() async throws {
         try await poolRuns.wait()
     }

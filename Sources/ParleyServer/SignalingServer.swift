@@ -40,7 +40,8 @@ public final class SignalingServer: Sendable {
     /// - Parameters:
     ///   - store: where devices and call records live; by default the one `databasePath` names
     ///     (`openStore`), which the server runs and closes. A store given here is the caller's to
-    ///     run (a `PostgresStore` answers once it runs) and stays open.
+    ///     run and stays open: a `PostgresStore` answers once it runs, and the server's start waits
+    ///     until it does.
     ///   - pushSender: sends pushes; by default APNs when the configuration has `apns`, else none
     ///     (pushes are logged and dropped).
     ///   - onRunning: told the port the server listens on, once it does.

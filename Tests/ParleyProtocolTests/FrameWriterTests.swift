@@ -129,6 +129,28 @@ import Testing
         #expect(FrameWriter.encode(ServerFrame(seq: 1, message: .callEnded(CallEnded(call: call, reason: .hangup, endedAt: 1, duration: .nan)))) == nil)
     }
 
+    /// The fields of every type `FrameWriter` writes, as it writes them. A field added to one of
+    /// them fails here until the writer writes it too (an optional one would otherwise be dropped,
+    /// and the comparisons above, on values made without it, would not see it).
+    @Test func theWriterKnowsEveryField() {
+        func fields(_ value: Any) -> [String] { Mirror(reflecting: value).children.compactMap(\.label) }
+        let call = CallID.random()
+        #expect(fields(Ack(re: "r")) == ["re", "result"])
+        #expect(fields(CallInviteResult(call: call, devices: 1, pushed: 0, expiresAt: 1)) == ["call", "devices", "pushed", "expiresAt"])
+        #expect(fields(CallIncoming(call: call, from: Party(user: "a", device: "b"), media: MediaSpec(), expiresAt: 1))
+                == ["call", "from", "media", "metadata", "expiresAt"])
+        #expect(fields(Party(user: "a", device: "b")) == ["user", "device", "name", "address"])
+        #expect(fields(MediaSpec()) == ["audio", "video"])
+        #expect(fields(CallRinging(call: call)) == ["call", "device", "early"])
+        #expect(fields(CallAccepted(call: call, device: "b")) == ["call", "device"])
+        #expect(fields(CallEnded(call: call, reason: .hangup, endedAt: 1)) == ["call", "reason", "detail", "endedAt", "duration"])
+        #expect(fields(CallSignalled(call: call, from: Party(user: "a", device: "b"), signal: SignalPayload())) == ["call", "from", "signal"])
+        #expect(fields(SignalPayload()) == ["description", "candidate", "restartIce"])
+        #expect(fields(SessionDescription(type: "offer", sdp: "")) == ["type", "sdp"])
+        #expect(fields(IceCandidate(candidate: "c")) == ["candidate", "sdpMid", "sdpMLineIndex", "usernameFragment"])
+        #expect(fields(ServerFrame(seq: 1, message: .ack(Ack(re: "r")))) == ["seq", "message"])
+    }
+
     @Test func otherFramesAreLeftToTheEncoder() {
         #expect(FrameWriter.encode(ServerFrame(seq: 3, message: .error(ErrorMessage(re: "r", code: .badRequest, message: "no")))) == nil)
     }

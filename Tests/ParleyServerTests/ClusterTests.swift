@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import ParleyJanus
 import ParleyLocalServices
 import ParleyProtocol
@@ -208,11 +209,10 @@ struct ClusterTests {
         #expect(warnings.logged == [])
     }
 
-    /// What a logger was told at warning level or above.
-    final class Warnings: LogHandler, @unchecked Sendable {
-        private let lock = NSLock()
-        private var messages: [String] = []
-        var logged: [String] { lock.withLock { messages } }
+    /// What a logger was told at warning level or above, by every copy of it.
+    struct Warnings: LogHandler {
+        private let messages = NIOLockedValueBox<[String]>([])
+        var logged: [String] { messages.withLockedValue { $0 } }
         var logLevel = Logger.Level.warning
         var metadata: Logger.Metadata = [:]
         subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -221,7 +221,7 @@ struct ClusterTests {
         }
 
         func log(event: LogEvent) {
-            lock.withLock { messages.append("\(event.level): \(event.message)") }
+            messages.withLockedValue { $0.append("\(event.level): \(event.message)") }
         }
     }
 
