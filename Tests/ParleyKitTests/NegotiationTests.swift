@@ -129,6 +129,20 @@ struct NegotiationStateMachineTests {
         #expect(Self.completeOffer(&caller, "a3", answeredWith: "b3") == [.createOffer(iceRestart: true)])
     }
 
+    /// From the moment the restart's answer is being applied, the new credentials are in place and
+    /// a failure reported may be theirs (a network that stays down fails them at once): it is not
+    /// left to the round that is ending, or nothing would restart ICE again.
+    @Test func iceFailingWhileTheRestartsAnswerIsAppliedRestartsAgain() {
+        var caller = Self.connectedCaller()
+        #expect(caller.iceConnectionChanged(.failed) == [.createOffer(iceRestart: true)])
+        #expect(caller.offerCreated(offer("a2")) == [.setLocalDescription(offer("a2"))])
+        #expect(caller.localDescriptionSet() == [sending(offer("a2"))])
+        #expect(caller.received(SignalPayload(description: answer("b2"))) == [.setRemoteDescription(answer("b2"))])
+        #expect(caller.iceConnectionChanged(.failed) == [], "the answer is being applied")
+        #expect(caller.remoteDescriptionSet() == [.createOffer(iceRestart: true)])
+        #expect(caller.iceRestarts == 2)
+    }
+
     /// A connected call whose media stopped arriving restarts ICE (the path may be dead while
     /// ICE's keepalives have not yet given up on it); a restart in flight covers it.
     @Test func mediaThatStopsArrivingRestartsICE() {
