@@ -8,13 +8,15 @@ import ServiceLifecycle
 ///
 /// The hub hands over a call each time it changes (`save`) and goes on at once; the writer's
 /// `run()`, a service of the server's, writes what has gathered, one transaction a batch, so a slow
-/// or locked database delays records, never signaling. Only the newest state of a call is written:
-/// a call that rang, was answered and ended while the previous batch was being written is one row
-/// in the next. A failed batch stays queued and is retried with backoff, merged with newer states;
-/// `flush()` waits until everything handed over is in the store (graceful shutdown, tests).
+/// or locked database delays records, never signaling. A batch gathers for `gathering` (5 ms) before
+/// it is written, and meanwhile the previous one is written: many calls' changes go in one
+/// statement, not one each. Only the newest state of a call is written: a call that rang, was
+/// answered and ended within one batch's time is one row. A failed batch stays queued and is retried
+/// with backoff, merged with newer states; `flush()` waits until everything handed over is in the
+/// store (graceful shutdown, tests).
 ///
-/// What a crash can lose is the batch being written at that instant: milliseconds of changes, and
-/// never a call's existence once it has been written once.
+/// What a crash can lose is the batch gathering or being written at that instant: milliseconds of
+/// changes, and never a call's existence once it has been written once.
 public final class CallRecordWriter: Service, Sendable {
     private struct State {
         var pending: [CallID: StoredCall] = [:]
@@ -32,14 +34,21 @@ public final class CallRecordWriter: Service, Sendable {
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
     private let maxBackoff: Duration
+    private let gathering: Duration
+    private let pause: @Sendable (Duration) async -> Void
     /// Wakes `run()` when a call is handed over while it has nothing to write.
     private let wakeups: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
 
-    public init(store: any SignalingStore, logger: Logger, maxBackoff: Duration = .seconds(5)) {
+    /// `pause` waits out a batch's gathering (tests hold it to see what gathers).
+    public init(store: any SignalingStore, logger: Logger, maxBackoff: Duration = .seconds(5),
+                gathering: Duration = .milliseconds(5),
+                pause: @escaping @Sendable (Duration) async -> Void = { try? await Task.sleep(for: $0) }) {
         self.store = store
         self.logger = logger
         self.maxBackoff = maxBackoff
+        self.gathering = gathering
+        self.pause = pause
         (wakeups, wake) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -99,7 +108,10 @@ public final class CallRecordWriter: Service, Sendable {
     /// `retrying` and the task is not cancelled.
     private func writeUntilDrained(retrying: Bool) async {
         var backoff = Duration.milliseconds(50)
+        let stopping = { self.state.withLockedValue { $0.stopping } }
         while true {
+            // The last try at a stop writes at once.
+            if retrying, !stopping(), gathering > .zero { await pause(gathering) }
             let batch: [StoredCall] = state.withLockedValue { state in
                 let batch = state.order.compactMap { state.pending[$0] }
                 state.inFlight = Set(state.order)
@@ -134,7 +146,6 @@ public final class CallRecordWriter: Service, Sendable {
                     state.inFlight = []
                 }
                 let metadata: Logger.Metadata = ["calls.count": "\(batch.count)", "error": "\(error)"]
-                let stopping = { self.state.withLockedValue { $0.stopping } }
                 if retrying, !stopping() { logger.error("could not store call records; retrying", metadata: metadata) }
                 // The backoff ends early at a graceful shutdown, and the retries with it: the last try
                 // comes next (`run()`).

@@ -517,15 +517,19 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         calls.insert(call)
         metrics.callsStarted.increment()
         metrics.ringingCalls.increment()
-        save(call)
-        if cluster != nil {
+        if cluster == nil {
+            save(call)
+        } else {
             // In the store before any other node hears of it: a device of the callee's that connects
-            // to another node now finds it ringing there.
+            // to another node now finds it ringing there. Written here, it is not the writer's to
+            // write again (unless this write failed: the writer retries).
             do {
                 try await store.saveCalls([call.stored.owned(by: cluster?.node)])
             } catch {
                 logger.error("a new call could not be stored: devices on other nodes will not find it ringing",
                              metadata: ["call.id": "\(invite.call)", "error": "\(error)"])
+                // Its state now: it may have moved on meanwhile, and the writer keeps the newest it is given.
+                if let current = calls[invite.call] { save(current) }
             }
             guard calls[invite.call]?.phase == .ringing else {
                 return .callInvite(CallInviteResult(call: invite.call, devices: online.count, pushed: 0, expiresAt: expiresAt))

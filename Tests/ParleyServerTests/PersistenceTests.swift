@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import Logging
+import NIOConcurrencyHelpers
 import ParleyProtocol
 @testable import ParleyServer
 import ParleyServerTesting
@@ -81,6 +82,34 @@ struct PersistenceTests {
         #expect(try await store.call(call)?.answeredAt == 99)
     }
 
+    /// A batch gathers before it is written: what is handed over meanwhile, of any number of calls,
+    /// goes in one statement, each call's newest state once.
+    @Test func changesHandedOverWhileABatchGathersGoInOneStatement() async throws {
+        let store = BatchCountingStore(try SQLiteStore(path: nil))
+        let written = Milestone()
+        let pauses = NIOLockedValueBox(0)
+        let writer = CallRecordWriter(store: store, logger: .init(label: "test")) { _ in
+            // The first batch gathers until the test has handed over the rest; later ones do not wait.
+            guard pauses.withLockedValue({ $0 += 1; return $0 }) == 1 else { return }
+            try? await written.wait()
+        }
+        let other: CallID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+        var record = CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1", media: .audioOnly, createdAt: 1)
+        let running = Task { await writer.run() }
+        writer.save(StoredCall(record: record, expiresAt: 2))
+        try await eventually("the first batch gathers") { pauses.withLockedValue { $0 } == 1 }
+        record.answeredAt = 5
+        writer.save(StoredCall(record: record, expiresAt: 2))
+        writer.save(StoredCall(record: CallRecord(call: other, caller: "carol", callee: "dave", callerDevice: "c1", media: .audioOnly, createdAt: 3),
+                               expiresAt: 4))
+        written.reach()
+        await writer.flush()
+        running.cancel()
+        await running.value
+        #expect(store.batches == [[call, other]], "one statement, the calls in the order they were first handed over")
+        #expect(try await store.call(call)?.answeredAt == 5)
+    }
+
     @Test func aGracefulShutdownWritesWhatIsLeftAndTheWriterEnds() async throws {
         let store = try SQLiteStore(path: nil)
         let writer = CallRecordWriter(store: store, logger: .init(label: "test"))
@@ -97,6 +126,30 @@ struct PersistenceTests {
         }
         #expect(try await store.call(call) != nil, "written by the time the service group ended")
     }
+}
+
+/// A store that keeps the calls of each batch written, in order, and stores them in another.
+final class BatchCountingStore: SignalingStore, @unchecked Sendable {
+    private let store: any SignalingStore
+    private let written = NIOLockedValueBox<[[CallID]]>([])
+    var batches: [[CallID]] { written.withLockedValue { $0 } }
+
+    init(_ store: any SignalingStore) { self.store = store }
+
+    func saveCalls(_ calls: [StoredCall]) async throws {
+        written.withLockedValue { $0.append(calls.map(\.record.call)) }
+        try await store.saveCalls(calls)
+    }
+    func upsertDevice(_ device: DeviceRecord) async throws { try await store.upsertDevice(device) }
+    func deleteDevice(user: UserID, device: DeviceID) async throws -> Bool { try await store.deleteDevice(user: user, device: device) }
+    func devices(of user: UserID) async throws -> [DeviceRecord] { try await store.devices(of: user) }
+    func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) async throws -> Bool {
+        try await store.removePushToken(kind, user: user, device: device, token: token, registeredBefore: registeredBefore)
+    }
+    func call(_ id: CallID) async throws -> CallRecord? { try await store.call(id) }
+    func calls(of user: UserID, limit: Int) async throws -> [CallRecord] { try await store.calls(of: user, limit: limit) }
+    func unfinishedCalls() async throws -> [StoredCall] { try await store.unfinishedCalls() }
+    func deploymentSecret(_ name: String) async throws -> [UInt8] { try await store.deploymentSecret(name) }
 }
 
 /// A store whose writes, and reads of calls, always fail (a full disk, a dropped database).
