@@ -67,10 +67,25 @@ public final class PostgresCluster: ClusterLink, Service {
         }
     }
     static let applicationPrefix = "parley-node "
+    /// Every live node: those with a listening connection, named after the node. Reading it copies
+    /// every backend's activity, a tenth of a millisecond and more of the server's time however few
+    /// rows are wanted: the watcher reads it once a second, the queries of a setup use `live`.
     private static let liveNodes = """
         SELECT substr(application_name, \(applicationPrefix.count + 1)) FROM pg_stat_get_activity(NULL)
         WHERE application_name LIKE 'parley-node %'
         """
+    /// What a node's advisory lock is keyed by (`hashtextextended` of its id with this seed).
+    static let lockSeed: Int64 = 0x7061_726C_6579
+    /// Whether the node named in `column` is live. A node holds a session lock keyed by its id on its
+    /// listening connection, so the lock lives exactly as long as the connection `liveNodes` sees: a
+    /// query that cannot take it shared knows the node lives from the lock table alone, and reads
+    /// the activity only for a node that holds no lock (gone, or an older node that takes none).
+    /// A gone node's lock is taken for the rest of the statement, which holds nothing from anyone.
+    static func live(_ column: String) -> String {
+        """
+        (NOT pg_try_advisory_xact_lock_shared(hashtextextended(\(column), \(lockSeed))) OR \(column) IN (\(liveNodes)))
+        """
+    }
 
     /// A node of the deployment on the store's database, with a new id; it joins when it runs.
     /// What is sent before waits for it. With `.direct`, the node sends over direct links to the
@@ -104,7 +119,14 @@ public final class PostgresCluster: ClusterLink, Service {
                     let key = SymmetricKey(data: try await store.deploymentSecret("node-links"))
                     linkKeyBox.withLockedValue { $0 = key }
                 }
-                return try await PostgresStore.connect(store.location, logger: logger, application: Self.applicationPrefix + node)
+                let listener = try await PostgresStore.connect(store.location, logger: logger, application: Self.applicationPrefix + node)
+                do {
+                    try await Self.lock(node, on: listener, logger: logger)
+                } catch {
+                    try? await listener.close()
+                    throw error
+                }
+                return listener
             }
         } catch {
             finishStreams(nil)
@@ -193,6 +215,14 @@ public final class PostgresCluster: ClusterLink, Service {
             group.addTask { if (try? await Task.sleep(for: limit)) != nil { task.cancel() } }
             await group.next()
             group.cancelAll()
+        }
+    }
+
+    /// Takes the node's lock (`live`) on its listening connection, for as long as the connection lives.
+    static func lock(_ node: NodeID, on listener: PostgresConnection, logger: Logger) async throws {
+        let rows = try await listener.query("SELECT pg_try_advisory_lock(hashtextextended(\(node), \(lockSeed)))", logger: logger)
+        for try await locked in rows.decode(Bool.self) where !locked {
+            throw StoreError("another connection holds node \(node)'s lock")
         }
     }
 
@@ -290,7 +320,7 @@ public final class PostgresCluster: ClusterLink, Service {
     enum RemoteDevices: PreparedSQL {
         static let sql = """
             SELECT device_id, node_id FROM cluster_device
-            WHERE user_id = $1 AND node_id <> $2 AND node_id IN (\(liveNodes))
+            WHERE user_id = $1 AND node_id <> $2 AND \(live("node_id"))
             """
     }
 
@@ -308,7 +338,7 @@ public final class PostgresCluster: ClusterLink, Service {
     /// The live node that runs an unfinished call (a request about a call this node does not run asks).
     enum CallOwner: PreparedSQL {
         static let sql = """
-            SELECT owner_node FROM call WHERE call_id = $1 AND ended_at IS NULL AND owner_node IN (\(liveNodes))
+            SELECT owner_node FROM call WHERE call_id = $1 AND ended_at IS NULL AND \(live("owner_node"))
             """
     }
 
@@ -324,13 +354,13 @@ public final class PostgresCluster: ClusterLink, Service {
             let claimed = try await store.client.query("""
                 INSERT INTO cluster_room (room_id, node_id) VALUES (\(room.rawValue), \(node))
                 ON CONFLICT (room_id) DO UPDATE SET node_id = excluded.node_id
-                  WHERE cluster_room.node_id NOT IN (\(unescaped: Self.liveNodes))
+                  WHERE NOT \(unescaped: Self.live("cluster_room.node_id"))
                 RETURNING node_id
                 """, logger: logger)
             for try await owner in claimed.decode(String.self) { return owner }
         }
         let rows = try await store.client.query("""
-            SELECT node_id FROM cluster_room WHERE room_id = \(room.rawValue) AND node_id IN (\(unescaped: Self.liveNodes))
+            SELECT node_id FROM cluster_room WHERE room_id = \(room.rawValue) AND \(unescaped: Self.live("node_id"))
             """, logger: logger)
         for try await owner in rows.decode(String.self) { return owner }
         return nil
@@ -341,7 +371,7 @@ public final class PostgresCluster: ClusterLink, Service {
         let adopted = try await store.storedCalls("""
             UPDATE call SET owner_node = \(node)
             WHERE ended_at IS NULL AND (\(call?.rawValue)::TEXT IS NULL OR call_id = \(call?.rawValue))
-              AND (owner_node IS NULL OR owner_node NOT IN (\(unescaped: Self.liveNodes)))
+              AND (owner_node IS NULL OR NOT \(unescaped: Self.live("owner_node")))
             RETURNING \(unescaped: PostgresStore.callColumns)
             """)
         if !adopted.isEmpty {
@@ -431,7 +461,7 @@ public final class PostgresCluster: ClusterLink, Service {
                 WITH previous AS (
                   SELECT c.user_id, c.device_id, c.node_id FROM cluster_device c
                   JOIN unnest(\(users)::TEXT[], \(devices)::TEXT[]) AS t(u, d) ON c.user_id = t.u AND c.device_id = t.d
-                  WHERE c.node_id <> \(node) AND c.node_id IN (\(unescaped: liveNodes))),
+                  WHERE c.node_id <> \(node) AND \(unescaped: live("c.node_id"))),
                 claimed AS (
                   INSERT INTO cluster_device (user_id, device_id, node_id)
                   SELECT u, d, \(node) FROM unnest(\(users)::TEXT[], \(devices)::TEXT[]) AS t(u, d)
@@ -444,7 +474,7 @@ public final class PostgresCluster: ClusterLink, Service {
             let calling = try await store.client.query("""
                 SELECT DISTINCT t.u, c.owner_node FROM call c JOIN unnest(\(Array(Set(users)))::TEXT[]) AS t(u)
                   ON c.callee = t.u OR c.caller = t.u
-                WHERE c.ended_at IS NULL AND c.owner_node <> \(node) AND c.owner_node IN (\(unescaped: liveNodes))
+                WHERE c.ended_at IS NULL AND c.owner_node <> \(node) AND \(unescaped: live("c.owner_node"))
                 """, logger: logger)
             for try await (user, owner) in calling.decode((String, String).self) {
                 for key in keys where key.user.rawValue == user { told.append((key, owner)) }

@@ -5,7 +5,7 @@ import NIOConcurrencyHelpers
 import ParleyJanus
 import ParleyLocalServices
 import ParleyProtocol
-import ParleyServer
+@testable import ParleyServer
 import ParleyServerTesting
 import Testing
 
@@ -207,6 +207,40 @@ struct ClusterTests {
                 "and it left")
         // Nothing queried the store before it ran (postgres-nio warns of that), or went wrong.
         #expect(warnings.logged == [])
+    }
+
+    /// A node is live while its listening connection is. A query knows it by the lock the node
+    /// holds on that connection, without reading every backend's activity; a node that holds no
+    /// lock (one of an older version) by its connection's name; a node whose connection closed not
+    /// at all. Only one connection holds a node's lock.
+    @Test func aNodeIsLiveWhileItsListeningConnectionIs() async throws {
+        guard TestDatabase.canRun(.postgres, "cluster tests") else { return }
+        let database = try await TestDatabase(.postgres)
+        defer { database.close() }
+        let postgres = try #require(database.postgres)
+        let store = try #require(try await database.open() as? PostgresStore)
+        let cluster = PostgresCluster(store: store, logger: TestDatabase.logger)
+        _ = try postgres.psql("""
+            INSERT INTO cluster_device (user_id, device_id, node_id)
+            VALUES ('bob', 'locked', 'nlocked'), ('bob', 'older', 'nolder'), ('bob', 'gone', 'ngone')
+            """, database: database.name)
+        let logger = TestDatabase.logger
+        // The lock alone, on a connection not named as a node's.
+        let locked = try await PostgresStore.connect(store.location, logger: logger, application: "not a node's name")
+        try await PostgresCluster.lock("nlocked", on: locked, logger: logger)
+        let older = try await PostgresStore.connect(store.location, logger: logger, application: PostgresCluster.applicationPrefix + "nolder")
+        await #expect(throws: StoreError.self, "a second connection cannot take the lock") {
+            try await PostgresCluster.lock("nlocked", on: older, logger: logger)
+        }
+        let bob = { (device: DeviceID) in DeviceKey(user: "bob", device: device) }
+        #expect(try await cluster.remoteDevices(of: "bob") == [bob("locked"): "nlocked", bob("older"): "nolder"])
+        try await locked.close()
+        try await eventually("a node whose connection closed is gone") {
+            try await cluster.remoteDevices(of: "bob") == [bob("older"): "nolder"]
+        }
+        try await older.close()
+        try await eventually("an older node's too") { try await cluster.remoteDevices(of: "bob") == [:] }
+        await store.close()
     }
 
     /// What a logger was told at warning level or above, by every copy of it.
