@@ -16,11 +16,9 @@ import ParleyProtocol
 ///
 /// Anything that arrives mid-round waits for the round to end, and is never lost:
 /// - A restart wanted while an offer is out runs once that round is over. Two exceptions, both
-///   covered by the round in flight: ICE failing while a restart round is in flight, until its
-///   answer is being applied (from then on the new credentials are in place, and a failure may be
-///   theirs: a network that stays down fails them at once), and the polite peer's request arriving
-///   before the answer to a restart offer (its answer then comes after the request, so from its
-///   new network).
+///   covered by the round in flight: ICE failing while a restart round is in flight, and the polite
+///   peer's request arriving before the answer to a restart offer (its answer then comes after the
+///   request, so from its new network).
 /// - The polite peer's own restart wishes wait while it answers, and are dropped before its first
 ///   offer arrives (ICE has not started: its first answer gathers on the network it has).
 /// - An offer that reaches the impolite peer while its own offer is out is ignored (glare: the
@@ -344,9 +342,7 @@ public struct NegotiationStateMachine: Hashable, Sendable {
             return []
         case (.stable, _):
             return startOffer(iceRestart: true)
-        case (.offering(true, let step), .iceFailed) where step != .applyingAnswer:
-            return []
-        case (.offering(true, _), .mediaStopped),
+        case (.offering(true, _), .iceFailed), (.offering(true, _), .mediaStopped),
              (.offering(true, .creating), .farSideAsked), (.offering(true, .applying), .farSideAsked),
              (.offering(true, .awaitingAnswer), .farSideAsked):
             return []

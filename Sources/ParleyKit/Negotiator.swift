@@ -5,6 +5,11 @@ import ParleyProtocol
 /// connection's events, the other party's signals and the app's network changes, and performs the
 /// actions the machine returns, one at a time and in order, so that the engine sees one operation
 /// at a time and the far side gets our signals in the order the machine chose.
+///
+/// What the peer connection reports while an action is performed reaches the machine after that
+/// action's result: it may be what the action brought about (an answer applied, then ICE failing
+/// on the credentials it brought, reported before the call returns), and the machine must see the
+/// answer applied first, or it would take the new credentials' failure for the old ones'.
 public actor Negotiator {
     public enum Outcome: Hashable, Sendable {
         /// ICE and DTLS connected (again): media can flow.
@@ -22,6 +27,8 @@ public actor Negotiator {
     /// Actions decided but not yet performed; whoever finds it idle performs them all.
     private var queue: [NegotiationStateMachine.Action] = []
     private var performing = false
+    /// The peer connection's events that came while an action was performed, for after its result.
+    private var eventsDuringAction: [PeerConnectionEvent] = []
 
     public init(peer: any PeerConnection, polite: Bool, maxIceRestarts: Int = 3, logger: Logger,
                 send: @escaping @Sendable (SignalPayload) async -> Void,
@@ -41,24 +48,33 @@ public actor Negotiator {
     public func run() async {
         for await event in peer.events {
             guard !machine.isClosed else { return }
-            switch event {
-            case .negotiationNeeded(let id):
-                if await peer.shouldNegotiate(id) { await perform(machine.negotiationNeeded()) }
-            case .localCandidate(let candidate):
-                await perform(machine.localCandidate(candidate))
-            case .iceConnectionState(let state):
-                await perform(machine.iceConnectionChanged(state))
-            case .connectionState(let state):
-                await perform(machine.connectionChanged(state))
-            case .remoteAudioStarted:
-                break
+            if performing {
+                eventsDuringAction.append(event)
+            } else {
+                await handle(event)
             }
+        }
+    }
+
+    private func handle(_ event: PeerConnectionEvent) async {
+        switch event {
+        case .negotiationNeeded(let id):
+            if await peer.shouldNegotiate(id) { await perform(machine.negotiationNeeded()) }
+        case .localCandidate(let candidate):
+            await perform(machine.localCandidate(candidate))
+        case .iceConnectionState(let state):
+            await perform(machine.iceConnectionChanged(state))
+        case .connectionState(let state):
+            await perform(machine.connectionChanged(state))
+        case .remoteAudioStarted:
+            break
         }
     }
 
     public func close() {
         _ = machine.close()
         queue = []
+        eventsDuringAction = []
     }
 
     /// A description, a candidate or a restart request from the other party.
@@ -86,6 +102,10 @@ public actor Negotiator {
         while !queue.isEmpty {
             let action = queue.removeFirst()
             queue += await execute(action)
+            // Handling one may suspend (`shouldNegotiate`): what comes meanwhile waits its turn here too.
+            while !eventsDuringAction.isEmpty, !machine.isClosed {
+                await handle(eventsDuringAction.removeFirst())
+            }
         }
     }
 

@@ -8,9 +8,9 @@ import ServiceLifecycle
 ///
 /// The hub hands over a call each time it changes (`save`) and goes on at once; the writer's
 /// `run()`, a service of the server's, writes what has gathered, one transaction a batch, so a slow
-/// or locked database delays records, never signaling. A batch gathers for `gathering` (5 ms) before
-/// it is written, and meanwhile the previous one is written: many calls' changes go in one
-/// statement, not one each. Only the newest state of a call is written: a call that rang, was
+/// or locked database delays records, never signaling. A batch gathers for `gathering` (5 ms) from
+/// the first change handed over after the last batch was written, then goes in: many calls' changes
+/// in one statement, not one each. Only the newest state of a call is written: a call that rang, was
 /// answered and ended within one batch's time is one row. A failed batch stays queued and is retried
 /// with backoff, merged with newer states; `flush()` waits until everything handed over is in the
 /// store (graceful shutdown, tests).
@@ -110,8 +110,9 @@ public final class CallRecordWriter: Service, Sendable {
         var backoff = Duration.milliseconds(50)
         let stopping = { self.state.withLockedValue { $0.stopping } }
         while true {
-            // The last try at a stop writes at once.
-            if retrying, !stopping(), gathering > .zero { await pause(gathering) }
+            // Gathers only with something to gather (a writer with nothing to write goes idle at
+            // once); the last try at a stop writes at once.
+            if retrying, !stopping(), gathering > .zero, state.withLockedValue({ !$0.pending.isEmpty }) { await pause(gathering) }
             let batch: [StoredCall] = state.withLockedValue { state in
                 let batch = state.order.compactMap { state.pending[$0] }
                 state.inFlight = Set(state.order)

@@ -69,13 +69,14 @@ public final class PostgresCluster: ClusterLink, Service {
     static let applicationPrefix = "parley-node "
     /// Every live node: those with a listening connection, named after the node. Reading it copies
     /// every backend's activity, a tenth of a millisecond and more of the server's time however few
-    /// rows are wanted: the watcher reads it once a second, the queries of a setup use `live`.
+    /// rows are wanted: the watcher reads it once a second, and a hello's batch once (it joins it
+    /// with many rows); the queries of a setup, and takeovers, use `live`.
     private static let liveNodes = """
         SELECT substr(application_name, \(applicationPrefix.count + 1)) FROM pg_stat_get_activity(NULL)
         WHERE application_name LIKE 'parley-node %'
         """
-    /// What a node's advisory lock is keyed by (`hashtextextended` of its id with this seed).
-    static let lockSeed: Int64 = 0x7061_726C_6579
+    /// What a node's advisory lock is keyed by: `hashtextextended` of its id with this seed ("node").
+    static let lockSeed: Int64 = 0x6E6F_6465
     /// Whether the node named in `column` is live. A node holds a session lock keyed by its id on its
     /// listening connection, so the lock lives exactly as long as the connection `liveNodes` sees: a
     /// query that cannot take it shared knows the node lives from the lock table alone, and reads
@@ -461,7 +462,7 @@ public final class PostgresCluster: ClusterLink, Service {
                 WITH previous AS (
                   SELECT c.user_id, c.device_id, c.node_id FROM cluster_device c
                   JOIN unnest(\(users)::TEXT[], \(devices)::TEXT[]) AS t(u, d) ON c.user_id = t.u AND c.device_id = t.d
-                  WHERE c.node_id <> \(node) AND \(unescaped: live("c.node_id"))),
+                  WHERE c.node_id <> \(node) AND c.node_id IN (\(unescaped: liveNodes))),
                 claimed AS (
                   INSERT INTO cluster_device (user_id, device_id, node_id)
                   SELECT u, d, \(node) FROM unnest(\(users)::TEXT[], \(devices)::TEXT[]) AS t(u, d)
@@ -474,7 +475,7 @@ public final class PostgresCluster: ClusterLink, Service {
             let calling = try await store.client.query("""
                 SELECT DISTINCT t.u, c.owner_node FROM call c JOIN unnest(\(Array(Set(users)))::TEXT[]) AS t(u)
                   ON c.callee = t.u OR c.caller = t.u
-                WHERE c.ended_at IS NULL AND c.owner_node <> \(node) AND \(unescaped: live("c.owner_node"))
+                WHERE c.ended_at IS NULL AND c.owner_node <> \(node) AND c.owner_node IN (\(unescaped: liveNodes))
                 """, logger: logger)
             for try await (user, owner) in calling.decode((String, String).self) {
                 for key in keys where key.user.rawValue == user { told.append((key, owner)) }

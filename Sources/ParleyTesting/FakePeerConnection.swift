@@ -13,7 +13,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     }
 
     public let events: AsyncStream<PeerConnectionEvent>
-    private let sink: AsyncStream<PeerConnectionEvent>.Continuation
+    private let sink: EventQueue
     private let lock = NSLock()
     private let name: String
     private var state: PeerSignalingState = .stable
@@ -31,6 +31,7 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     public private(set) var offersMade: [Bool] = []
     private var networkDown = false
     private let offerGate = Gate()
+    private let remoteGate = Gate()
     /// Loss to report in statistics, in percent.
     public var simulatedLossPct: Double = 0
     /// Whether the far side's packets stop arriving: the received counters stand still from now
@@ -65,7 +66,9 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
         mediaFrom = holdsMedia ? nil : .zero
         microphoneOpened = !holdsMedia
         sendingChanges = [!holdsMedia]
-        (events, sink) = AsyncStream.makeStream()
+        let queue = EventQueue()
+        sink = queue
+        events = AsyncStream(unfolding: { await queue.next() })
         sink.yield(.negotiationNeeded(id: 1))
     }
 
@@ -163,6 +166,8 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
             return state == .stable
         }
         if completed { connect() }
+        // What it reported meanwhile (ICE on the new description) is out before it returns, as a real one's may be.
+        await remoteGate.pass()
     }
 
     /// webrtcbin cannot roll back a local offer, and neither can this fake: a test cannot pass on a
@@ -299,6 +304,15 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
     /// How many `createOffer` calls wait at a paused gate.
     public var offersWaiting: Int { offerGate.waiting }
 
+    /// Holds `setRemoteDescription` from returning, once the description is applied and what it
+    /// brought about reported, until `resumeRemoteDescriptions()`.
+    public func pauseRemoteDescriptions() { remoteGate.close() }
+    public func resumeRemoteDescriptions() { remoteGate.open() }
+    /// How many `setRemoteDescription` calls wait at a paused gate.
+    public var remoteDescriptionsWaiting: Int { remoteGate.waiting }
+    /// Events reported and not yet taken by the reader of `events`.
+    public var eventsUnread: Int { sink.unread }
+
     /// Simulates the network dropping: ICE fails.
     public func failIce() {
         lock.withLock { iceState = .failed }
@@ -337,6 +351,59 @@ public final class FakePeerConnection: PeerConnection, @unchecked Sendable {
 
     private func sdp(ufrag: String) -> String {
         "v=0\r\no=- \(name.hashValue & 0xFFFF) \(version) IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=ice-ufrag:\(ufrag)\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"
+    }
+}
+
+/// A peer connection's events, in order, counted as their one reader takes them; finished by `finish()`.
+private final class EventQueue: @unchecked Sendable {
+    private let lock = NSLock()
+    private var buffered: [PeerConnectionEvent] = []
+    private var finished = false
+    private var reader: CheckedContinuation<PeerConnectionEvent?, Never>?
+
+    var unread: Int { lock.withLock { buffered.count } }
+
+    func yield(_ event: PeerConnectionEvent) {
+        let waiting: CheckedContinuation<PeerConnectionEvent?, Never>? = lock.withLock {
+            guard !finished else { return nil }
+            if let reader {
+                self.reader = nil
+                return reader
+            }
+            buffered.append(event)
+            return nil
+        }
+        waiting?.resume(returning: event)
+    }
+
+    func finish() {
+        let waiting: CheckedContinuation<PeerConnectionEvent?, Never>? = lock.withLock {
+            finished = true
+            defer { reader = nil }
+            return reader
+        }
+        waiting?.resume(returning: nil)
+    }
+
+    /// The next event; nil once finished and read to the end, or when the reader is cancelled.
+    func next() async -> PeerConnectionEvent? {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let now: PeerConnectionEvent?? = lock.withLock {
+                    if !buffered.isEmpty { return .some(buffered.removeFirst()) }
+                    if finished || Task.isCancelled { return .some(nil) }
+                    reader = continuation
+                    return .none
+                }
+                if let now { continuation.resume(returning: now) }
+            }
+        } onCancel: {
+            let waiting = lock.withLock {
+                defer { reader = nil }
+                return reader
+            }
+            waiting?.resume(returning: nil)
+        }
     }
 }
 

@@ -222,7 +222,9 @@ struct ClusterTests {
         let cluster = PostgresCluster(store: store, logger: TestDatabase.logger)
         _ = try postgres.psql("""
             INSERT INTO cluster_device (user_id, device_id, node_id)
-            VALUES ('bob', 'locked', 'nlocked'), ('bob', 'older', 'nolder'), ('bob', 'gone', 'ngone')
+            VALUES ('bob', 'locked', 'nlocked'), ('bob', 'older', 'nolder'), ('bob', 'gone', 'ngone');
+            INSERT INTO call (call_id, caller, callee, caller_device, audio, video, created_at, expires_at, owner_node)
+            VALUES ('\(call)', 'alice', 'bob', 'a1', true, false, 1, 2, 'nlocked')
             """, database: database.name)
         let logger = TestDatabase.logger
         // The lock alone, on a connection not named as a node's.
@@ -234,10 +236,14 @@ struct ClusterTests {
         }
         let bob = { (device: DeviceID) in DeviceKey(user: "bob", device: device) }
         #expect(try await cluster.remoteDevices(of: "bob") == [bob("locked"): "nlocked", bob("older"): "nolder"])
+        #expect(try await cluster.owner(of: call) == "nlocked")
+        #expect(try await cluster.adopt(call).isEmpty, "a live node's call is not taken over")
         try await locked.close()
         try await eventually("a node whose connection closed is gone") {
             try await cluster.remoteDevices(of: "bob") == [bob("older"): "nolder"]
         }
+        #expect(try await cluster.owner(of: call) == nil)
+        #expect(try await cluster.adopt(call).map(\.record.call) == [call], "and its call is taken over")
         try await older.close()
         try await eventually("an older node's too") { try await cluster.remoteDevices(of: "bob") == [:] }
         await store.close()
