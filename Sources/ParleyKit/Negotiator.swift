@@ -6,10 +6,12 @@ import ParleyProtocol
 /// actions the machine returns, one at a time and in order, so that the engine sees one operation
 /// at a time and the far side gets our signals in the order the machine chose.
 ///
-/// What the peer connection reports while an action is performed reaches the machine after that
-/// action's result: it may be what the action brought about (an answer applied, then ICE failing
-/// on the credentials it brought, reported before the call returns), and the machine must see the
-/// answer applied first, or it would take the new credentials' failure for the old ones'.
+/// What it reads of the peer connection's events while an action is performed reaches the machine
+/// after that action's result: it may be what the action brought about (an answer applied, then ICE
+/// failing on the credentials it brought, reported before the call returns), and the machine must
+/// see the answer applied first, or it would take the new credentials' failure for the old ones'
+/// and never restart again. The port says nothing of ICE generations, so an old failure read during
+/// that call is taken for a new one too: it costs one more restart, where the other way a call hung.
 public actor Negotiator {
     public enum Outcome: Hashable, Sendable {
         /// ICE and DTLS connected (again): media can flow.
@@ -43,6 +45,8 @@ public actor Negotiator {
 
     /// ICE restarts since ICE last connected.
     var iceRestarts: Int { machine.iceRestarts }
+    /// Whether it is performing actions (tests wait for it to be idle).
+    var isPerforming: Bool { performing }
 
     /// Feeds the peer connection's events until it closes.
     public func run() async {

@@ -392,6 +392,7 @@ private final class EventQueue: @unchecked Sendable {
                 let now: PeerConnectionEvent?? = lock.withLock {
                     if !buffered.isEmpty { return .some(buffered.removeFirst()) }
                     if finished || Task.isCancelled { return .some(nil) }
+                    precondition(reader == nil, "a peer connection's events have one reader")
                     reader = continuation
                     return .none
                 }

@@ -579,6 +579,8 @@ struct NegotiatorTests {
         private var runs: [Task<Void, Never>] = []
         private let toCaller = AsyncStream<SignalPayload>.makeStream()
         private let toCallee = AsyncStream<SignalPayload>.makeStream()
+        private var holdingToCaller = false
+        private var heldToCaller: [SignalPayload] = []
 
         init() {
             caller = Negotiator(peer: callerPeer, polite: false, logger: .init(label: "test"),
@@ -589,7 +591,32 @@ struct NegotiatorTests {
                                 report: { [unowned self] outcome in self.lock.withLock { self.outcomes["callee", default: []].append(outcome) } })
             runs = [Task { await self.caller.run() }, Task { await self.callee.run() },
                     Task { for await signal in self.toCallee.stream { await self.callee.receive(signal) } },
-                    Task { for await signal in self.toCaller.stream { await self.caller.receive(signal) } }]
+                    Task {
+                        for await signal in self.toCaller.stream {
+                            let held = self.lock.withLock {
+                                if self.holdingToCaller { self.heldToCaller.append(signal) }
+                                return self.holdingToCaller
+                            }
+                            if !held { await self.caller.receive(signal) }
+                        }
+                    }]
+        }
+
+        /// Keeps the callee's signals from the caller until `releaseSignalsToCaller()`.
+        func holdSignalsToCaller() { lock.withLock { holdingToCaller = true } }
+        var signalsHeldForCaller: [SignalPayload] { lock.withLock { heldToCaller } }
+
+        /// Hands the caller what was held, in order, on this task; then lets signals through again.
+        func releaseSignalsToCaller() async {
+            while let next: SignalPayload = lock.withLock({
+                guard !heldToCaller.isEmpty else {
+                    holdingToCaller = false
+                    return nil
+                }
+                return heldToCaller.removeFirst()
+            }) {
+                await caller.receive(next)
+            }
         }
 
         func connected(_ side: String) -> Bool { lock.withLock { outcomes[side]?.contains(.connected) == true } }
@@ -645,10 +672,17 @@ struct NegotiatorTests {
         let pair = Pair()
         try await eventually { pair.connected("caller") && pair.connected("callee") }
         pair.callerPeer.pauseRemoteDescriptions()
+        pair.holdSignalsToCaller()
         pair.callerPeer.breakNetwork()
+        // The answer comes to a caller with nothing else to do, as from the signaling client: the
+        // caller's event loop is free to read while the answer is applied.
+        try await eventually("the callee answered the restart") { pair.signalsHeldForCaller.contains { $0.description?.type == "answer" } }
+        try await eventually("the caller is idle, every event read") { await !pair.caller.isPerforming && pair.callerPeer.eventsUnread == 0 }
+        let release = Task { await pair.releaseSignalsToCaller() }
         try await eventually("the caller applies the restart's answer") { pair.callerPeer.remoteDescriptionsWaiting == 1 }
         try await eventually("and has read ICE failing on it") { pair.callerPeer.eventsUnread == 0 }
         pair.callerPeer.resumeRemoteDescriptions()
+        await release.value
         try await eventually("the caller restarts until the restarts run out") { pair.failed("caller") }
         #expect(pair.callerPeer.offersMade == [false, true, true, true])
         await pair.close()
