@@ -23,7 +23,13 @@ public final class CallRecordWriter: Service, Sendable {
         /// First-handed-over order, so calls are written in the order they started.
         var order: [CallID] = []
         var writing = false
-        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        /// Changes handed over so far, counted; those up to `writtenThrough` are in the store, those
+        /// up to `takenThrough` were in a batch taken.
+        var handedOver: UInt64 = 0
+        var takenThrough: UInt64 = 0
+        var writtenThrough: UInt64 = 0
+        /// `flush()`es waiting, each for the changes up to its count.
+        var waiters: [UInt64: (through: UInt64, continuation: CheckedContinuation<Void, Never>)] = [:]
         var nextWaiter: UInt64 = 0
         var inFlight: Set<CallID> = []
         /// A graceful shutdown began: a failed batch is not retried any more, the last try is next.
@@ -70,6 +76,7 @@ public final class CallRecordWriter: Service, Sendable {
     /// Queues the newest state of a call; returns at once.
     public func save(_ call: StoredCall) {
         let start: Bool = state.withLockedValue { state in
+            state.handedOver += 1
             if state.pending.updateValue(call, forKey: call.record.call) == nil { state.order.append(call.record.call) }
             guard !state.writing else { return false }
             state.writing = true
@@ -83,25 +90,38 @@ public final class CallRecordWriter: Service, Sendable {
         state.withLockedValue { $0.pending[call] != nil || $0.inFlight.contains(call) }
     }
 
-    /// Returns once everything saved before the call is in the store (written by `run()`), or when
-    /// the task is cancelled (a store that keeps failing must not hold a shutdown forever).
+    /// Returns once everything saved before the call is in the store (written by `run()`; what is
+    /// saved meanwhile is not waited for), or when the task is cancelled (a store that keeps failing
+    /// must not hold a shutdown, or a read of the history, forever). A batch that someone waits for
+    /// does not gather.
     public func flush() async {
-        let id = state.withLockedValue { state in
+        let (id, through) = state.withLockedValue { state in
             state.nextWaiter += 1
-            return state.nextWaiter
+            return (state.nextWaiter, state.handedOver)
         }
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let done: Bool = state.withLockedValue { state in
-                    guard state.writing, !Task.isCancelled else { return true }
-                    state.waiters[id] = continuation
+                    guard state.writtenThrough < through, !Task.isCancelled else { return true }
+                    state.waiters[id] = (through, continuation)
                     return false
                 }
                 if done { continuation.resume() }
             }
         } onCancel: {
-            state.withLockedValue { $0.waiters.removeValue(forKey: id) }?.resume()
+            state.withLockedValue { $0.waiters.removeValue(forKey: id) }?.continuation.resume()
         }
+    }
+
+    /// The changes up to `through` are in the store: the flushes waiting for no more are answered.
+    private func written(through: UInt64) {
+        let answered: [CheckedContinuation<Void, Never>] = state.withLockedValue { state in
+            state.writtenThrough = max(state.writtenThrough, through)
+            let done = state.waiters.filter { $0.value.through <= state.writtenThrough }
+            for id in done.keys { state.waiters[id] = nil }
+            return done.values.map(\.continuation)
+        }
+        for continuation in answered { continuation.resume() }
     }
 
     /// Writes batches until nothing is left; a failed batch is tried again with backoff while
@@ -112,31 +132,38 @@ public final class CallRecordWriter: Service, Sendable {
         while true {
             // Gathers only with something to gather (a writer with nothing to write goes idle at
             // once); the last try at a stop writes at once.
-            if retrying, !stopping(), gathering > .zero, state.withLockedValue({ !$0.pending.isEmpty }) { await pause(gathering) }
+            if retrying, !stopping(), gathering > .zero, state.withLockedValue({ !$0.pending.isEmpty && $0.waiters.isEmpty }) {
+                await pause(gathering)
+            }
             let batch: [StoredCall] = state.withLockedValue { state in
                 let batch = state.order.compactMap { state.pending[$0] }
+                state.takenThrough = state.handedOver
                 state.inFlight = Set(state.order)
                 state.pending = [:]
                 state.order = []
                 return batch
             }
             if batch.isEmpty {
-                let waiters: [CheckedContinuation<Void, Never>]? = state.withLockedValue { state in
+                let idle: UInt64? = state.withLockedValue { state in
                     // Something may have arrived since the batch was taken: keep going then.
                     guard state.pending.isEmpty else { return nil }
                     state.writing = false
                     state.inFlight = []
-                    defer { state.waiters = [:] }
-                    return Array(state.waiters.values)
+                    return state.handedOver
                 }
-                guard let waiters else { continue }
-                for waiter in waiters { waiter.resume() }
+                guard let idle else { continue }
+                // Nothing pending and nothing in flight: everything handed over is written.
+                written(through: idle)
                 return
             }
             do {
                 try await store.saveCalls(batch)
                 backoff = .milliseconds(50)
-                state.withLockedValue { $0.inFlight = [] }
+                let through = state.withLockedValue { state in
+                    state.inFlight = []
+                    return state.takenThrough
+                }
+                written(through: through)
             } catch {
                 state.withLockedValue { state in
                     // Newer states handed over meanwhile win over the failed batch's.

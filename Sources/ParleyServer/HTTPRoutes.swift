@@ -23,6 +23,9 @@ struct HTTPRoutes: Sendable {
     let isPresent: @Sendable (UserID) async -> Bool
     /// A LAN listener's PIN tries and who may take a token.
     let lanGate: LANGate?
+    /// Waits (a moment at most) until the call changes made so far are in the store, so a history
+    /// read right after a call shows how it ended.
+    let recordsWritten: @Sendable () async -> Void
 
     static let maxBody = ParleyRequestContext.maxBody
     static let maxCallsLimit = 200
@@ -176,6 +179,7 @@ struct HTTPRoutes: Sendable {
             }
             limit = value
         }
+        await recordsWritten()
         return CallList(calls: try await Self.storing("the call history could not be read") {
             try await store.calls(of: identity.user, limit: limit)
         })

@@ -104,7 +104,11 @@ public final class SignalingServer: Sendable {
                    wallClock: { Int64(Date().timeIntervalSince1970 * 1000) },
                    isShuttingDown: { [hub] in await hub.isShuttingDown }, limiter: limiter,
                    isPresent: { [hub] user in await hub.isPresent(user) },
-                   lanGate: configuration.lan.map { LANGate(settings: $0, logger: logger) }).register(on: router)
+                   lanGate: configuration.lan.map { LANGate(settings: $0, logger: logger) },
+                   recordsWritten: { [hub] in
+                       // A store that cannot be written within 2 s is read as it is (its read says if it fails too).
+                       _ = try? await withDeadline(.seconds(2), "call records written") { await hub.records.flush() }
+                   }).register(on: router)
         let openConnections = OpenConnections()
         let endpoint = WebSocketEndpoint(hub: hub, tokens: tokens, metrics: metrics, open: openConnections, limiter: limiter,
                                          cluster: cluster, logger: logger)
