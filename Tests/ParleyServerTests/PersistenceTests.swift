@@ -129,7 +129,7 @@ struct PersistenceTests {
 }
 
 /// A store that keeps the calls of each batch written, in order, and stores them in another.
-final class BatchCountingStore: SignalingStore, @unchecked Sendable {
+final class BatchCountingStore: SignalingStore {
     private let store: any SignalingStore
     private let written = NIOLockedValueBox<[[CallID]]>([])
     var batches: [[CallID]] { written.withLockedValue { $0 } }
