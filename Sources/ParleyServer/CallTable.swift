@@ -48,10 +48,12 @@ struct CallTable {
     mutating func apply(_ id: CallID, at now: Duration, wallClock: Int64,
                         _ event: (inout HubCall, Int64) throws(ErrorMessage) -> [Delivery])
         throws(ErrorMessage) -> (deliveries: [Delivery], transition: Transition?)? {
-        guard var call = calls[id] else { return nil }
+        // One lookup of the id: a relayed frame is an event on its call.
+        guard let index = calls.index(forKey: id) else { return nil }
+        var call = calls.values[index]
         let before = call.phase
         let deliveries = try event(&call, wallClock)
-        calls[id] = call
+        calls.values[index] = call
         guard call.phase != before else { return (deliveries, nil) }
         if call.phase == .ended {
             for user in [call.caller.user, call.callee] {

@@ -190,19 +190,58 @@ struct SessionTable {
         return .welcomed(session: session.id, resumed: resumed, created: created, replaced: replaced, replay: replay)
     }
 
-    /// Changes a session in place; nil when the device has none.
+    /// Changes a session in place; nil when the device has none. One lookup of the key: every
+    /// frame a relay handles changes two sessions.
     @discardableResult
     mutating func modify<R>(_ key: DeviceKey, _ body: (inout Session) -> R) -> R? {
-        guard sessions[key] != nil else { return nil }
-        return body(&sessions[key]!)
+        guard let index = sessions.index(forKey: key) else { return nil }
+        return body(&sessions.values[index])
     }
 
     /// Changes a session in place if it is still the one named `id` (a request may outlive the
     /// session it came in: the session expires, or a hello replaces it); nil otherwise.
     @discardableResult
     mutating func modify<R>(_ key: DeviceKey, ifSession id: String, _ body: (inout Session) -> R) -> R? {
-        guard sessions[key]?.id == id else { return nil }
-        return body(&sessions[key]!)
+        guard let index = sessions.index(forKey: key), sessions.values[index].id == id else { return nil }
+        return body(&sessions.values[index])
+    }
+
+    /// Whether the device has a session here, live or held for resume.
+    func contains(_ key: DeviceKey) -> Bool { sessions.index(forKey: key) != nil }
+
+    /// The id of the device's session, if it has one.
+    func id(of key: DeviceKey) -> String? { sessions.index(forKey: key).map { sessions.values[$0].id } }
+
+    /// What a request that arrives in a session comes to.
+    enum RequestStart: Equatable {
+        /// Its id was answered already: the answer is sent again, and nothing runs again.
+        case answered(ServerMessage)
+        /// Its id is being worked on: its answer comes when that work is done.
+        case running
+        /// It runs, and is in flight until `answer`; from the device, as its session names it now.
+        case started(name: String?, address: String?)
+    }
+
+    /// A request arrives in the device's session: a repeated id is not run twice (protocol v1's
+    /// idempotent request ids). Nil without a session.
+    mutating func begin(_ requestID: String, in key: DeviceKey) -> RequestStart? {
+        modify(key) { session in
+            if let answer = session.answer(for: requestID) { return .answered(answer) }
+            guard session.inFlight.insert(requestID).inserted else { return .running }
+            return .started(name: session.name, address: session.address)
+        }
+    }
+
+    /// A request's answer, in the session it came in (`id`): no longer in flight, remembered for a
+    /// repeat of its id, and numbered and kept for resume like every frame. Answers the frame's
+    /// text and the connection to write it on, as `number` does; nil when that session is gone.
+    mutating func answer(_ requestID: String, with answer: ServerMessage, ifSession id: String, in key: DeviceKey,
+                         _ encode: (Int) -> String) -> (text: String, connection: UInt64?)? {
+        modify(key, ifSession: id) { session in
+            session.inFlight.remove(requestID)
+            session.remember(answer, for: requestID)
+            return (session.number(encode).text, session.connectionID)
+        }
     }
 
     /// A session with no connection for a device that has none here, held for resume from `now`

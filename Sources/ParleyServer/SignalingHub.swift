@@ -210,7 +210,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         metrics.framesIn.increment()
         // The session's id, not a copy of it: a copy held while the table's session changes would
         // make every change copy its resume buffer and remembered answers.
-        guard let key = entry.session, let sessionID = sessions[key]?.id else {
+        guard let key = entry.session, let sessionID = sessions.id(of: key) else {
             if case .hello(let hello) = message {
                 await handleHello(hello, on: entry)
             } else {
@@ -225,13 +225,20 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             sessions.modify(key) { $0.acknowledge(through: ack.seq) }
         default:
             guard let requestID = message.requestID else { return }
-            if let answer = sessions[key]?.answer(for: requestID) {
+            // Who asks, as the session says when the request comes (it may expire or change meanwhile).
+            let sender: Party
+            switch sessions.begin(requestID, in: key) {
+            case .answered(let answer)?:
                 send(answer, to: key)
                 return
+            case .running?, nil:
+                // Answered when the work in flight finishes (a repeated id is not run twice).
+                return
+            case .started(let name, let address)?:
+                sender = Party(user: key.user, device: key.device, name: name, address: address)
             }
-            // Answered when the work in flight finishes (a repeated id is not run twice).
-            guard sessions[key]?.inFlight.contains(requestID) == false else { return }
             if case .roomJoin(let join) = message, let audioBridge, await runsHere(join.room) {
+                // In flight until Janus answers.
                 beginAudioBridgeJoin(join, requestID: requestID, in: sessionID, of: key, bridge: audioBridge)
                 return
             }
@@ -239,10 +246,6 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             do throws(ErrorMessage) {
                 // Requests that read the store suspend here, and frames of other connections run
                 // meanwhile: what they read about calls is checked again after each read.
-                sessions.modify(key, ifSession: sessionID) { _ = $0.inFlight.insert(requestID) }
-                defer { sessions.modify(key, ifSession: sessionID) { _ = $0.inFlight.remove(requestID) } }
-                // Who asks, as the session said when the request came (it may expire or change meanwhile).
-                let sender = Party(user: key.user, device: key.device, name: sessions[key]?.name, address: sessions[key]?.address)
                 answer = .ack(Ack(re: requestID, result: try await execute(message, requestID: requestID, from: sender, text: text)))
             } catch {
                 answer = .error(ErrorMessage(re: requestID, code: error.code, message: error.message))
@@ -251,11 +254,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
     }
 
-    /// Remembers a request's answer and sends it, in the session the request came in: a session
-    /// that expired or was replaced while the request ran does not get it.
+    /// Ends a request: remembers its answer and sends it, in the session the request came in (a
+    /// session that expired or was replaced while the request ran does not get it).
     private func respond(to requestID: String, with answer: ServerMessage, in sessionID: String, of key: DeviceKey) {
-        guard sessions.modify(key, ifSession: sessionID, { $0.remember(answer, for: requestID) }) != nil else { return }
-        send(answer, to: key)
+        guard let frame = sessions.answer(requestID, with: answer, ifSession: sessionID, in: key, { seq in
+            encode(ServerFrame(seq: seq, message: answer))
+        }) else { return }
+        if case .error(let error) = answer { metrics.error(error.code) }
+        write(frame, to: key)
     }
 
     // MARK: Session
@@ -263,7 +269,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func handleHello(_ hello: Hello, on entry: ConnectionEntry) async {
         let identity = entry.connection.identity
         let key = DeviceKey(user: identity.user, device: hello.device)
-        if let resume = hello.resume, let cluster, sessions[key] == nil, !shuttingDown {
+        if let resume = hello.resume, let cluster, !sessions.contains(key), !shuttingDown {
             await fetchSession(resume.session, of: key, through: cluster)
             // The connection may have ended (or the hub begun to stop), or said hello again, while
             // the other node answered: then this hello comes to nothing.
@@ -386,7 +392,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// handled meanwhile undoes it; its ack names the Janus participant to keep then.
     private func forwardRoomRequest(_ message: ClientMessage, about room: RoomID, from key: DeviceKey, to runner: NodeID,
                                     frame text: String?) async throws(ErrorMessage) -> AckResult {
-        guard case .roomJoin(let join) = message, sessions[key] != nil else {
+        guard case .roomJoin(let join) = message, sessions.contains(key) else {
             return try await forward(message, from: key, to: runner, frame: text)
         }
         routes.joined(join, by: key, on: runner)
@@ -485,7 +491,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         // Devices of the callee on other nodes ring too.
         if let cluster, invite.to != caller.user {
             do {
-                for (key, node) in try await cluster.remoteDevices(of: invite.to) where sessions[key] == nil { routes.heard(key, isOn: node) }
+                for (key, node) in try await cluster.remoteDevices(of: invite.to) where !sessions.contains(key) { routes.heard(key, isOn: node) }
             } catch {
                 logger.error("could not read the callee's devices on other nodes", metadata: ["error": "\(error)"])
             }
@@ -806,7 +812,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             respond(to: requestID, with: answer, in: sessionID, of: key)
             return
         }
-        guard sessions.modify(key, ifSession: sessionID, { _ = $0.inFlight.insert(requestID) }) != nil else { return }
+        guard sessions.id(of: key) == sessionID else { return }
         routes.left(join.room, by: key)
         admissionBegins(to: join.room, of: key)
         hand {
@@ -868,7 +874,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         do {
             let adopted = try await cluster.adopt(callID).filter { calls[$0.record.call] == nil }
             for user in Set(adopted.flatMap { [$0.record.caller, $0.record.callee] }) {
-                for (key, node) in try await cluster.remoteDevices(of: user) where sessions[key] == nil {
+                for (key, node) in try await cluster.remoteDevices(of: user) where !sessions.contains(key) {
                     routes.heard(key, isOn: node)
                 }
             }
@@ -902,12 +908,12 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         guard let cluster else { return }
         switch message {
         case .deliver(let key, let frame, let from, let about):
-            if sessions[key] == nil, let node = routes.sendOn(key) {
+            if !sessions.contains(key), let node = routes.sendOn(key) {
                 // Handed over: on to the node that holds the session now, still from the call's owner.
                 cluster.send(.deliver(to: key, frame: frame, from: from, about: about), to: node)
                 return
             }
-            if let about, about.type != "call.incoming", sessions[key] != nil {
+            if let about, about.type != "call.incoming", sessions.contains(key) {
                 if let call = about.call, calls[call] == nil { routes.heard(call, ended: about.type == "call.ended", from: from) }
                 send(encoded: frame, to: key)
                 return
@@ -927,7 +933,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 do { request = try codec.decodeClientMessage(frame) } catch {
                     throw ErrorMessage(code: .badRequest, message: "a node forwarded what this one cannot read")
                 }
-                if sessions[sender] == nil { routes.heard(sender, isOn: from) }
+                if !sessions.contains(sender) { routes.heard(sender, isOn: from) }
                 // Run here as if its device were connected here (an invite only when its caller
                 // sent it again from another node: `startCall`).
                 result = .success(try await execute(request, from: Party(user: sender.user, device: sender.device)))
@@ -942,7 +948,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             return
         case .claimed(let key, let node):
             routes.claimed(key, by: node)
-            if sessions[key] != nil { forget(key) }
+            if sessions.contains(key) { forget(key) }
             // A device that connected elsewhere while a call to its user rings here rings too.
             for call in calls.ring(key) { deliver(.callIncoming(call.incoming), to: key) }
         case .left(let node):
@@ -1037,7 +1043,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// (here, claiming it, or on the node that claimed it first), naming its Janus participant so
     /// that admission is kept. The room lists it as before; the device hears nothing of it.
     private func rejoin(_ join: RoomJoin, by key: DeviceKey) async {
-        guard sessions[key] != nil else { return }
+        guard sessions.contains(key) else { return }
         do throws(ErrorMessage) {
             _ = try await execute(.roomJoin(join), requestID: join.id, from: Party(user: key.user, device: key.device))
         } catch {
@@ -1064,20 +1070,21 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// Sends to a device's session, live or held for resume, here or on the node that holds it; a
     /// device without one misses it.
     private func deliver(_ message: ServerMessage, to key: DeviceKey) {
-        if sessions[key] != nil {
-            send(message, to: key)
-        } else if let cluster, let node = routes.holder(of: key) {
+        if send(message, to: key) { return }
+        if let cluster, let node = routes.holder(of: key) {
             cluster.send(.deliver(to: key, frame: encode(ServerFrame(seq: nil, message: message)), from: cluster.node,
                                   about: DeliveredFrame(message)), to: node)
         }
     }
 
     /// Sends in the device's session: numbered and kept for resume, and written on its connection
-    /// if it has one.
-    private func send(_ message: ServerMessage, to key: DeviceKey) {
-        guard let frame = sessions.number(for: key, { seq in encode(ServerFrame(seq: seq, message: message)) }) else { return }
+    /// if it has one. False when the device has no session here.
+    @discardableResult
+    private func send(_ message: ServerMessage, to key: DeviceKey) -> Bool {
+        guard let frame = sessions.number(for: key, { seq in encode(ServerFrame(seq: seq, message: message)) }) else { return false }
         if case .error(let error) = message { metrics.error(error.code) }
         write(frame, to: key)
+        return true
     }
 
     /// Sends a frame another node encoded (a server frame without `seq`) in the device's session:
@@ -1096,10 +1103,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// Sends on a connection: numbered in its session after hello, unnumbered before.
     private func send(_ message: ServerMessage, on entry: ConnectionEntry) {
-        if let key = entry.session, sessions[key] != nil {
-            send(message, to: key)
-            return
-        }
+        if let key = entry.session, send(message, to: key) { return }
         if case .error(let error) = message { metrics.error(error.code) }
         entry.connection.outbound.write(.text(encode(ServerFrame(seq: nil, message: message))))
         metrics.framesOut.increment()

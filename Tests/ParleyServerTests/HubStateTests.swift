@@ -119,6 +119,27 @@ struct SessionTableTests {
         #expect(busy[phone]?.id == own.session, "its own session stays")
     }
 
+    /// A request id runs once: a repeat while it runs waits for its answer, a repeat after gets the
+    /// answer again; the answer ends it only in the session it came in, and is numbered like any frame.
+    @Test func aRequestRunsOnceAndItsAnswerIsRememberedInItsOwnSession() throws {
+        var table = SessionTable(bufferLimit: 8, answerLimit: 4)
+        let own = try hello(&table, phone, on: 1)
+        table.modify(phone) { $0.name = "Alice" }
+        #expect(table.begin("r1", in: phone) == .started(name: "Alice", address: nil))
+        #expect(table.begin("r1", in: phone) == .running)
+        #expect(table.begin("r1", in: laptop) == nil, "no session, nothing runs")
+
+        let answer = ServerMessage.ack(Ack(re: "r1"))
+        #expect(table.answer("r1", with: answer, ifSession: "another", in: phone) { "a\($0)" } == nil)
+        #expect(table.begin("r1", in: phone) == .running, "an answer for another session ends nothing")
+
+        let frame = try #require(table.answer("r1", with: answer, ifSession: own.session, in: phone) { "a\($0)" })
+        #expect(frame.text == "a1" && frame.connection == 1)
+        #expect(table[phone]?.inFlight.isEmpty == true)
+        #expect(table.begin("r1", in: phone) == .answered(answer))
+        #expect(table.begin("r2", in: phone) == .started(name: "Alice", address: nil))
+    }
+
     /// A session remembers the answers to its last `answerLimit` request ids (a retried id gets the
     /// same answer, not a second execution); older ones are forgotten, so memory stays bounded.
     @Test func rememberedAnswersAreBounded() {
