@@ -527,10 +527,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             save(call)
         } else {
             // In the store before any other node hears of it: a device of the callee's that connects
-            // to another node now finds it ringing there. Written here, it is not the writer's to
-            // write again (unless this write failed: the writer retries).
+            // to another node now finds it ringing there. Written at once, and counted by the writer
+            // like its batches (a stop waits for it); a write that failed goes to the batches.
             do {
-                try await store.saveCalls([call.stored.owned(by: cluster?.node)])
+                try await records.write(call.stored.owned(by: cluster?.node))
             } catch {
                 logger.error("a new call could not be stored: devices on other nodes will not find it ringing",
                              metadata: ["call.id": "\(invite.call)", "error": "\(error)"])
