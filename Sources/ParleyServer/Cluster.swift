@@ -86,6 +86,10 @@ public protocol ClusterDirectory: Sendable {
     func holds(_ key: DeviceKey, _ holding: Bool)
     /// The user's devices held on other live nodes, and where.
     func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID]
+    /// What an invite reads before it rings, from the directory and the store beside it: whether
+    /// the call id is taken, where the callee's devices are held on other live nodes, and the
+    /// callee's devices as the store keeps them (for pushes). One statement on PostgreSQL.
+    func reading(invite call: CallID, to callee: UserID, store: any SignalingStore) async throws -> InviteReading
     /// The live node that owns the call; nil if the call is unknown, or its owner is gone (then
     /// `adopt` takes it over).
     func owner(of call: CallID) async throws -> NodeID?
@@ -95,6 +99,30 @@ public protocol ClusterDirectory: Sendable {
     /// Takes over the unfinished calls whose owner is gone (one call, or all of them): answers the
     /// calls this node now owns. Two nodes never both get one.
     func adopt(_ call: CallID?) async throws -> [StoredCall]
+}
+
+/// What an invite reads before it rings (`ClusterDirectory.reading(invite:to:store:)`).
+public struct InviteReading: Sendable, Equatable {
+    /// Whether the store has a call with the invite's id.
+    public var taken: Bool
+    /// The callee's devices held on other live nodes, and where.
+    public var held: [DeviceKey: NodeID]
+    /// The callee's devices in the store, with their push registrations, in device order.
+    public var devices: [DeviceRecord]
+
+    public init(taken: Bool, held: [DeviceKey: NodeID], devices: [DeviceRecord]) {
+        self.taken = taken
+        self.held = held
+        self.devices = devices
+    }
+}
+
+extension ClusterDirectory {
+    /// The three reads, one after the other (a directory that shares no database with the store).
+    public func reading(invite call: CallID, to callee: UserID, store: any SignalingStore) async throws -> InviteReading {
+        InviteReading(taken: try await store.call(call) != nil, held: try await remoteDevices(of: callee),
+                      devices: try await store.devices(of: callee))
+    }
 }
 
 /// A hub's link to the other nodes: a mailbox and a directory. `PostgresCluster` is both, on the

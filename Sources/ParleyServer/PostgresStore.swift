@@ -289,19 +289,25 @@ public final class PostgresStore: SignalingStore, Service {
     public func devices(of user: UserID) async throws -> [DeviceRecord] {
         var devices: [DeviceRecord] = []
         for try await encoded in try await client.execute(Prepared<UserDevices>([user.rawValue]), logger: logger) {
-            let row = try encoded.decode((String, String, String, String?, String?, String?, String?, String?, String?, Int64).self)
-            func registration(_ token: String?, _ topic: String?, _ environment: String?) -> VoIPRegistration? {
-                guard let token, let topic, let environment = environment.flatMap(VoIPRegistration.Environment.init(rawValue:)) else {
-                    return nil
-                }
-                return VoIPRegistration(token: token, topic: topic, environment: environment)
-            }
-            guard let user = UserID(rawValue: row.0), let device = DeviceID(rawValue: row.1) else { continue }
-            devices.append(DeviceRecord(user: user, device: device, platform: Platform(rawValue: row.2),
-                                        voip: registration(row.3, row.4, row.5), alerts: registration(row.6, row.7, row.8),
-                                        updatedAt: row.9))
+            if let device = Self.deviceRecord(try encoded.decode(DeviceRow.self)) { devices.append(device) }
         }
         return devices
+    }
+
+    /// A `device` row's columns as `UserDevices` reads them: the user, the device, its platform, its
+    /// VoIP token, topic and environment, its alert token, topic and environment, when it was updated.
+    typealias DeviceRow = (String, String, String, String?, String?, String?, String?, String?, String?, Int64)
+
+    static func deviceRecord(_ row: DeviceRow) -> DeviceRecord? {
+        func registration(_ token: String?, _ topic: String?, _ environment: String?) -> VoIPRegistration? {
+            guard let token, let topic, let environment = environment.flatMap(VoIPRegistration.Environment.init(rawValue:)) else {
+                return nil
+            }
+            return VoIPRegistration(token: token, topic: topic, environment: environment)
+        }
+        guard let user = UserID(rawValue: row.0), let device = DeviceID(rawValue: row.1) else { return nil }
+        return DeviceRecord(user: user, device: device, platform: Platform(rawValue: row.2),
+                            voip: registration(row.3, row.4, row.5), alerts: registration(row.6, row.7, row.8), updatedAt: row.9)
     }
 
     public func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String,

@@ -474,7 +474,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func startCall(_ invite: CallInvite, from sender: Party) async throws(ErrorMessage) -> AckResult {
         let caller = sender.key
         if let result = try answerToKnownCall(invite, from: caller) { return result }
-        if let record = try await storedCall(invite.call) {
+        let reading = try await inviteReading(invite)
+        if reading?.taken ?? true, let record = try await storedCall(invite.call) {
             // An invite sent again after its caller moved to this node: the node that runs the call answers it.
             if cluster != nil, record.endedAt == nil, record.caller == caller.user, calls[invite.call] == nil,
                let runner = await owner(of: invite.call, adopting: false) {
@@ -489,12 +490,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
         }
         // Devices of the callee on other nodes ring too.
-        if let cluster, invite.to != caller.user {
-            do {
-                for (key, node) in try await cluster.remoteDevices(of: invite.to) where !sessions.contains(key) { routes.heard(key, isOn: node) }
-            } catch {
-                logger.error("could not read the callee's devices on other nodes", metadata: ["error": "\(error)"])
-            }
+        if let reading, invite.to != caller.user {
+            for (key, node) in reading.held where !sessions.contains(key) { routes.heard(key, isOn: node) }
         }
         // The same id may have been invited while the store was read.
         if let result = try answerToKnownCall(invite, from: caller) { return result }
@@ -544,7 +541,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         for device in online {
             deliver(.callIncoming(call.incoming), to: DeviceKey(user: invite.to, device: device))
         }
-        let pushed = await sendPushes(for: invite.call)
+        let pushed = await sendPushes(for: invite.call, devices: reading?.devices)
         logger.debug("call invited", metadata: ["call.id": "\(invite.call)", "peer.device": "\(caller)", "call.devices": "\(online.count)"])
         return .callInvite(CallInviteResult(call: invite.call, devices: online.count, pushed: pushed, expiresAt: expiresAt))
     }
@@ -567,16 +564,33 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
     }
 
+    /// With several nodes, what an invite reads before it rings, in one statement (`InviteReading`);
+    /// nil on a node of its own, which reads each when it needs it.
+    private func inviteReading(_ invite: CallInvite) async throws(ErrorMessage) -> InviteReading? {
+        guard let cluster else { return nil }
+        do {
+            return try await cluster.reading(invite: invite.call, to: invite.to, store: store)
+        } catch {
+            logger.log(level: Task.isCancelled ? .debug : .error, "what an invite reads could not be read",
+                       metadata: ["call.id": "\(invite.call)", "error": "\(error)"])
+            throw ErrorMessage(code: .unavailable, message: "the call records cannot be read right now; try again")
+        }
+    }
+
     /// VoIP pushes go to the callee's devices with a token and no live connection, while the call
-    /// still rings once they are read.
-    private func sendPushes(for callID: CallID) async -> Int {
+    /// still rings once they are read (`devices`: read with the invite; nil: read now).
+    private func sendPushes(for callID: CallID, devices read: [DeviceRecord]?) async -> Int {
         guard let pushes, let callee = calls[callID]?.callee else { return 0 }
         let devices: [DeviceRecord]
-        do {
-            devices = try await store.devices(of: callee)
-        } catch {
-            logger.error("could not read devices for push", metadata: ["error": "\(error)"])
-            return 0
+        if let read {
+            devices = read
+        } else {
+            do {
+                devices = try await store.devices(of: callee)
+            } catch {
+                logger.error("could not read devices for push", metadata: ["error": "\(error)"])
+                return 0
+            }
         }
         guard let call = calls[callID], call.phase == .ringing else { return 0 }
         var sent: [DeviceRecord] = []

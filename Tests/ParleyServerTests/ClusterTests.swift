@@ -249,6 +249,45 @@ struct ClusterTests {
         await store.close()
     }
 
+    /// An invite's three reads (is the id taken, where the callee's devices are held, the callee's
+    /// devices and their push registrations) go to PostgreSQL as one statement, and answer what the
+    /// three reads answer one by one.
+    @Test func anInvitesReadsInOneStatementAnswerWhatTheThreeReadsDo() async throws {
+        guard TestDatabase.canRun(.postgres, "cluster tests") else { return }
+        let database = try await TestDatabase(.postgres)
+        defer { database.close() }
+        let postgres = try #require(database.postgres)
+        let store = try #require(try await database.open() as? PostgresStore)
+        let cluster = PostgresCluster(store: store, logger: TestDatabase.logger)
+        _ = try postgres.psql("""
+            INSERT INTO cluster_device (user_id, device_id, node_id) VALUES ('bob', 'locked', 'nlocked'), ('bob', 'gone', 'ngone');
+            INSERT INTO call (call_id, caller, callee, caller_device, audio, video, created_at, expires_at, owner_node)
+            VALUES ('\(call)', 'alice', 'bob', 'a1', true, false, 1, 2, 'nlocked')
+            """, database: database.name)
+        let locked = try await PostgresStore.connect(store.location, logger: TestDatabase.logger, application: "a node")
+        try await PostgresCluster.lock("nlocked", on: locked, logger: TestDatabase.logger)
+        let voip = VoIPRegistration(token: String(repeating: "ab", count: 32), topic: "com.example.app.voip", environment: .sandbox)
+        let alerts = VoIPRegistration(token: String(repeating: "cd", count: 32), topic: "com.example.app", environment: .production)
+        try await store.upsertDevice(DeviceRecord(user: "bob", device: "phone", platform: .ios, voip: voip, alerts: alerts, updatedAt: 5))
+        try await store.upsertDevice(DeviceRecord(user: "bob", device: "laptop", platform: .linux, voip: nil, alerts: nil, updatedAt: 6))
+        var own = voip
+        own.token = String(repeating: "ef", count: 32)
+        try await store.upsertDevice(DeviceRecord(user: "alice", device: "a1", platform: .ios, voip: own, alerts: nil, updatedAt: 7))
+
+        let free: CallID = "0b9e8d7c-6b5a-4f3e-9d2c-1b0a9f8e7d6c"
+        for (id, user) in [(call, UserID("bob")), (free, "bob"), (call, "carol"), (free, "alice")] {
+            let one = try await cluster.reading(invite: id, to: user, store: store)
+            let three = InviteReading(taken: try await store.call(id) != nil, held: try await cluster.remoteDevices(of: user),
+                                      devices: try await store.devices(of: user))
+            #expect(one == three, "\(id) to \(user)")
+        }
+        let bob = try await cluster.reading(invite: call, to: "bob", store: store)
+        #expect(bob.taken && bob.held == [DeviceKey(user: "bob", device: "locked"): "nlocked"])
+        #expect(bob.devices.map(\.device) == ["laptop", "phone"] && bob.devices.last?.voip == voip && bob.devices.last?.alerts == alerts)
+        try await locked.close()
+        await store.close()
+    }
+
     /// What a logger was told at warning level or above, by every copy of it.
     struct Warnings: LogHandler {
         private let messages = NIOLockedValueBox<[String]>([])
