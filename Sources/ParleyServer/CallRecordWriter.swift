@@ -103,7 +103,7 @@ public final class CallRecordWriter: Service, Sendable {
 
     /// Writes a call's state now, without waiting for a batch, and returns once it is in the store;
     /// throws what the store threw. A state that could not be written is handed to the batches (they
-    /// retry it), unless a newer one is queued already. Either way `flush()` counts it as handed over
+    /// retry it), unless a newer one is queued or being written already. Either way `flush()` counts it as handed over
     /// when this was called: a stop waits for it as for a batch.
     public func write(_ call: StoredCall) async throws {
         let ticket = state.withLockedValue { state in
@@ -113,13 +113,19 @@ public final class CallRecordWriter: Service, Sendable {
         }
         do {
             try await store.saveCalls([call])
-            state.withLockedValue { $0.direct[ticket] = nil }
-            written(through: nil)
+            let idle: UInt64? = state.withLockedValue { state in
+                state.direct[ticket] = nil
+                // With nothing queued or being written, everything handed over is in the store but
+                // what other direct writes still write (they are counted apart).
+                return state.writing ? nil : state.handedOver
+            }
+            written(through: idle)
         } catch {
             let start: Bool = state.withLockedValue { state in
                 state.handedOver += 1
                 state.direct[ticket] = .retried(through: state.handedOver)
-                if state.pending[call.record.call] == nil {
+                // Unless a newer state is queued, or being written.
+                if state.pending[call.record.call] == nil, !state.inFlight.contains(call.record.call) {
                     state.pending[call.record.call] = call
                     state.order.append(call.record.call)
                 }

@@ -338,7 +338,7 @@ public final class PostgresCluster: ClusterLink, Service {
 
     /// What an invite reads, in one statement: a row `taken` if the call id is, a row `held` for each
     /// device of the callee's on another live node, and a row `device` for each of the callee's
-    /// devices in the store (its columns as `PostgresStore.UserDevices` reads them). Sent one by one,
+    /// devices in the store (its columns, and their order, as `PostgresStore.UserDevices` reads them). Sent one by one,
     /// three lookups cost PostgreSQL a wake-up, an executor start and a commit each, which was most of
     /// what it spent on a call setup.
     enum InviteReads: PreparedSQL {
@@ -354,6 +354,7 @@ public final class PostgresCluster: ClusterLink, Service {
             SELECT 'device', device_id, NULL, platform, voip_token, voip_topic, voip_environment,
                    alert_token, alert_topic, alert_environment, updated_at
               FROM device WHERE user_id = $1
+            ORDER BY kind, device_id
             """
     }
 
@@ -381,8 +382,6 @@ public final class PostgresCluster: ClusterLink, Service {
                 reading.devices.append(record)
             }
         }
-        // In the order the store's own read answers them.
-        reading.devices.sort { $0.device.rawValue < $1.device.rawValue }
         return reading
     }
 

@@ -932,11 +932,11 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 send(encoded: frame, to: key)
                 return
             }
-            guard let sessionID = sessions[key]?.id, let decoded = try? codec.decodeServerFrame(frame) else { return }
+            guard let sessionID = sessions.id(of: key), let decoded = try? codec.decodeServerFrame(frame) else { return }
             if case .callIncoming(let incoming) = decoded.message, !sessions.isConnected(key) {
                 await pushIncoming(incoming, to: key)
                 // A new session of the device's meanwhile hears of the call from its owner (`claimed`).
-                guard sessions[key]?.id == sessionID else { return }
+                guard sessions.id(of: key) == sessionID else { return }
             }
             if let callID = decoded.message.aboutCall, calls[callID] == nil { routes.heard(decoded.message, from: from) }
             send(decoded.message, to: key)

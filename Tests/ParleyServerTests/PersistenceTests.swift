@@ -141,6 +141,21 @@ struct PersistenceTests {
         await running.value
     }
 
+    /// A state written at once while the writer has nothing else to write is all there is: a flush
+    /// after it returns at once, and does not wait for a batch that nothing will start.
+    @Test func aFlushAfterAStateWrittenAtOnceWaitsForNoBatch() async throws {
+        let store = try SQLiteStore(path: nil)
+        let writer = CallRecordWriter(store: store, logger: .init(label: "test"))
+        let running = Task { await writer.run() }
+        try await writer.write(StoredCall(record: CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1",
+                                                             media: .audioOnly, createdAt: 1), expiresAt: 2))
+        #expect(!writer.isPending(call))
+        #expect(try await store.call(call) != nil)
+        try await withDeadline(.seconds(5), "the flush after a state written at once") { await writer.flush() }
+        running.cancel()
+        await running.value
+    }
+
     @Test func aGracefulShutdownWritesWhatIsLeftAndTheWriterEnds() async throws {
         let store = try SQLiteStore(path: nil)
         let writer = CallRecordWriter(store: store, logger: .init(label: "test"))
