@@ -209,23 +209,36 @@ struct ClusterTests {
         #expect(warnings.logged == [])
     }
 
+    /// A node on a new database, not running (its directory's queries need no join), and beside it
+    /// bob's devices held on the nodes `held` names (given this node's id), and a call of alice's to
+    /// bob that node `nlocked` runs.
+    func idleNode(held: (NodeID) -> [(device: String, node: String)]) async throws -> (TestDatabase, PostgresStore, PostgresCluster) {
+        let database = try await TestDatabase(.postgres)
+        do {
+            let postgres = try #require(database.postgres)
+            let store = try #require(try await database.open() as? PostgresStore)
+            let cluster = PostgresCluster(store: store, logger: TestDatabase.logger)
+            let rows = held(cluster.node).map { "('bob', '\($0.device)', '\($0.node)')" }.joined(separator: ", ")
+            _ = try postgres.psql("""
+                INSERT INTO cluster_device (user_id, device_id, node_id) VALUES \(rows);
+                INSERT INTO call (call_id, caller, callee, caller_device, audio, video, created_at, expires_at, owner_node)
+                VALUES ('\(call)', 'alice', 'bob', 'a1', true, false, 1, 2, 'nlocked')
+                """, database: database.name)
+            return (database, store, cluster)
+        } catch {
+            database.close()
+            throw error
+        }
+    }
+
     /// A node is live while its listening connection is. A query knows it by the lock the node
     /// holds on that connection, without reading every backend's activity; a node that holds no
     /// lock (one of an older version) by its connection's name; a node whose connection closed not
     /// at all. Only one connection holds a node's lock.
     @Test func aNodeIsLiveWhileItsListeningConnectionIs() async throws {
         guard TestDatabase.canRun(.postgres, "cluster tests") else { return }
-        let database = try await TestDatabase(.postgres)
+        let (database, store, cluster) = try await idleNode { _ in [("locked", "nlocked"), ("older", "nolder"), ("gone", "ngone")] }
         defer { database.close() }
-        let postgres = try #require(database.postgres)
-        let store = try #require(try await database.open() as? PostgresStore)
-        let cluster = PostgresCluster(store: store, logger: TestDatabase.logger)
-        _ = try postgres.psql("""
-            INSERT INTO cluster_device (user_id, device_id, node_id)
-            VALUES ('bob', 'locked', 'nlocked'), ('bob', 'older', 'nolder'), ('bob', 'gone', 'ngone');
-            INSERT INTO call (call_id, caller, callee, caller_device, audio, video, created_at, expires_at, owner_node)
-            VALUES ('\(call)', 'alice', 'bob', 'a1', true, false, 1, 2, 'nlocked')
-            """, database: database.name)
         let logger = TestDatabase.logger
         // The lock alone, on a connection not named as a node's.
         let locked = try await PostgresStore.connect(store.location, logger: logger, application: "not a node's name")
@@ -254,17 +267,8 @@ struct ClusterTests {
     /// three reads answer one by one.
     @Test func anInvitesReadsInOneStatementAnswerWhatTheThreeReadsDo() async throws {
         guard TestDatabase.canRun(.postgres, "cluster tests") else { return }
-        let database = try await TestDatabase(.postgres)
+        let (database, store, cluster) = try await idleNode { own in [("locked", "nlocked"), ("gone", "ngone"), ("here", own)] }
         defer { database.close() }
-        let postgres = try #require(database.postgres)
-        let store = try #require(try await database.open() as? PostgresStore)
-        let cluster = PostgresCluster(store: store, logger: TestDatabase.logger)
-        _ = try postgres.psql("""
-            INSERT INTO cluster_device (user_id, device_id, node_id)
-            VALUES ('bob', 'locked', 'nlocked'), ('bob', 'gone', 'ngone'), ('bob', 'here', '\(cluster.node)');
-            INSERT INTO call (call_id, caller, callee, caller_device, audio, video, created_at, expires_at, owner_node)
-            VALUES ('\(call)', 'alice', 'bob', 'a1', true, false, 1, 2, 'nlocked')
-            """, database: database.name)
         let locked = try await PostgresStore.connect(store.location, logger: TestDatabase.logger, application: "a node")
         try await PostgresCluster.lock("nlocked", on: locked, logger: TestDatabase.logger)
         let voip = VoIPRegistration(token: String(repeating: "ab", count: 32), topic: "com.example.app.voip", environment: .sandbox)

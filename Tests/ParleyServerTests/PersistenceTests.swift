@@ -174,18 +174,13 @@ struct PersistenceTests {
     }
 }
 
-/// A store that keeps the calls of each batch written, in order, and stores them in another.
-final class BatchCountingStore: SignalingStore {
-    private let store: any SignalingStore
-    private let written = NIOLockedValueBox<[[CallID]]>([])
-    var batches: [[CallID]] { written.withLockedValue { $0 } }
+/// A store in front of another: it passes on what it does not change itself.
+protocol StoreInFront: SignalingStore {
+    var store: any SignalingStore { get }
+}
 
-    init(_ store: any SignalingStore) { self.store = store }
-
-    func saveCalls(_ calls: [StoredCall]) async throws {
-        written.withLockedValue { $0.append(calls.map(\.record.call)) }
-        try await store.saveCalls(calls)
-    }
+extension StoreInFront {
+    func saveCalls(_ calls: [StoredCall]) async throws { try await store.saveCalls(calls) }
     func upsertDevice(_ device: DeviceRecord) async throws { try await store.upsertDevice(device) }
     func deleteDevice(user: UserID, device: DeviceID) async throws -> Bool { try await store.deleteDevice(user: user, device: device) }
     func devices(of user: UserID) async throws -> [DeviceRecord] { try await store.devices(of: user) }
@@ -198,11 +193,25 @@ final class BatchCountingStore: SignalingStore {
     func deploymentSecret(_ name: String) async throws -> [UInt8] { try await store.deploymentSecret(name) }
 }
 
+/// A store that keeps the calls of each batch written, in order, and stores them in another.
+final class BatchCountingStore: StoreInFront {
+    let store: any SignalingStore
+    private let written = NIOLockedValueBox<[[CallID]]>([])
+    var batches: [[CallID]] { written.withLockedValue { $0 } }
+
+    init(_ store: any SignalingStore) { self.store = store }
+
+    func saveCalls(_ calls: [StoredCall]) async throws {
+        written.withLockedValue { $0.append(calls.map(\.record.call)) }
+        try await store.saveCalls(calls)
+    }
+}
+
 /// A store whose first write of one call waits until released, then fails; everything else goes
 /// through to another store.
-final class HeldWriteStore: SignalingStore {
+final class HeldWriteStore: StoreInFront {
     struct Refused: Error {}
-    private let store: any SignalingStore
+    let store: any SignalingStore
     private let held: CallID
     private let released = Milestone()
     private let state = NIOLockedValueBox((holding: false, done: false))
@@ -228,16 +237,6 @@ final class HeldWriteStore: SignalingStore {
         }
         try await store.saveCalls(calls)
     }
-    func upsertDevice(_ device: DeviceRecord) async throws { try await store.upsertDevice(device) }
-    func deleteDevice(user: UserID, device: DeviceID) async throws -> Bool { try await store.deleteDevice(user: user, device: device) }
-    func devices(of user: UserID) async throws -> [DeviceRecord] { try await store.devices(of: user) }
-    func removePushToken(_ kind: PushTokenKind, user: UserID, device: DeviceID, token: String, registeredBefore: Int64?) async throws -> Bool {
-        try await store.removePushToken(kind, user: user, device: device, token: token, registeredBefore: registeredBefore)
-    }
-    func call(_ id: CallID) async throws -> CallRecord? { try await store.call(id) }
-    func calls(of user: UserID, limit: Int) async throws -> [CallRecord] { try await store.calls(of: user, limit: limit) }
-    func unfinishedCalls() async throws -> [StoredCall] { try await store.unfinishedCalls() }
-    func deploymentSecret(_ name: String) async throws -> [UInt8] { try await store.deploymentSecret(name) }
 }
 
 /// A store whose writes, and reads of calls, always fail (a full disk, a dropped database).
