@@ -103,8 +103,8 @@ public final class CallRecordWriter: Service, Sendable {
 
     /// Writes a call's state now, without waiting for a batch, and returns once it is in the store;
     /// throws what the store threw. A state that could not be written is handed to the batches (they
-    /// retry it), unless a newer one is queued or being written already. Either way `flush()` counts it as handed over
-    /// when this was called: a stop waits for it as for a batch.
+    /// retry it), unless a newer one is queued or being written already. Either way `flush()` counts
+    /// it as handed over when this was called: a stop waits for it as for a batch.
     public func write(_ call: StoredCall) async throws {
         let ticket = state.withLockedValue { state in
             state.handedOver += 1

@@ -338,9 +338,9 @@ public final class PostgresCluster: ClusterLink, Service {
 
     /// What an invite reads, in one statement: a row `taken` if the call id is, a row `held` for each
     /// device of the callee's on another live node, and a row `device` for each of the callee's
-    /// devices in the store (its columns, and their order, as `PostgresStore.UserDevices` reads them). Sent one by one,
-    /// three lookups cost PostgreSQL a wake-up, an executor start and a commit each, which was most of
-    /// what it spent on a call setup.
+    /// devices in the store (its columns, and their order, as `PostgresStore.UserDevices` reads
+    /// them). Sent one by one, three lookups cost PostgreSQL a wake-up, an executor start and a
+    /// commit each, which was most of what it spent on a call setup.
     enum InviteReads: PreparedSQL {
         static let sql = """
             SELECT 'taken' AS kind, NULL::TEXT AS device_id, NULL::TEXT AS node_id, NULL::TEXT AS platform,
