@@ -115,13 +115,19 @@ public struct InviteReading: Sendable, Equatable {
         self.held = held
         self.devices = devices
     }
+
+    /// The three reads, one after the other.
+    static func oneByOne(invite call: CallID, to callee: UserID, store: any SignalingStore,
+                         directory: some ClusterDirectory) async throws -> InviteReading {
+        InviteReading(taken: try await store.call(call) != nil, held: try await directory.remoteDevices(of: callee),
+                      devices: try await store.devices(of: callee))
+    }
 }
 
 extension ClusterDirectory {
     /// The three reads, one after the other (a directory that shares no database with the store).
     public func reading(invite call: CallID, to callee: UserID, store: any SignalingStore) async throws -> InviteReading {
-        InviteReading(taken: try await store.call(call) != nil, held: try await remoteDevices(of: callee),
-                      devices: try await store.devices(of: callee))
+        try await InviteReading.oneByOne(invite: call, to: callee, store: store, directory: self)
     }
 }
 

@@ -361,8 +361,7 @@ public final class PostgresCluster: ClusterLink, Service {
     public func reading(invite call: CallID, to callee: UserID, store: any SignalingStore) async throws -> InviteReading {
         // A store on another database than this cluster's is read as any directory reads it.
         guard store as? PostgresStore === self.store else {
-            return InviteReading(taken: try await store.call(call) != nil, held: try await remoteDevices(of: callee),
-                                 devices: try await store.devices(of: callee))
+            return try await InviteReading.oneByOne(invite: call, to: callee, store: store, directory: self)
         }
         var reading = InviteReading(taken: false, held: [:], devices: [])
         let rows = try await self.store.client.execute(Prepared<InviteReads>([callee.rawValue, node, call.rawValue]), logger: logger)
