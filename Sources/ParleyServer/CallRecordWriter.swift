@@ -13,8 +13,7 @@ import ServiceLifecycle
 /// in one statement, not one each. Only the newest state of a call is written: a call that rang, was
 /// answered and ended within one batch's time is one row. A failed batch stays queued and is retried
 /// with backoff, merged with newer states; `flush()` waits until everything handed over is in the
-/// store (graceful shutdown, tests). A state that must be in the store before the hub goes on (a new
-/// call other nodes must find) is written at once by `write`, and counted as handed over like the rest.
+/// store (graceful shutdown, tests).
 ///
 /// What a crash can lose is the batch gathering or being written at that instant: milliseconds of
 /// changes, and never a call's existence once it has been written once.
@@ -33,23 +32,8 @@ public final class CallRecordWriter: Service, Sendable {
         var waiters: [UInt64: (through: UInt64, continuation: CheckedContinuation<Void, Never>)] = [:]
         var nextWaiter: UInt64 = 0
         var inFlight: Set<CallID> = []
-        /// Calls written at once (`write`) and not yet settled, by the count they were handed over at.
-        var direct: [UInt64: DirectWrite] = [:]
         /// A graceful shutdown began: a failed batch is not retried any more, the last try is next.
         var stopping = false
-
-        /// Whether the changes up to `through` are in the store: the batches' and the direct writes'.
-        func isWritten(through: UInt64) -> Bool {
-            writtenThrough >= through && !direct.keys.contains { $0 <= through }
-        }
-    }
-
-    /// A write at once of a call's state, until it is in the store.
-    private enum DirectWrite {
-        /// Under way.
-        case writing(CallID)
-        /// It failed, and its state went to the batches: written once they are through `retry`.
-        case retried(through: UInt64)
     }
 
     private let store: any SignalingStore
@@ -101,49 +85,9 @@ public final class CallRecordWriter: Service, Sendable {
         if start { wake.yield() }
     }
 
-    /// Writes a call's state now, without waiting for a batch, and returns once it is in the store;
-    /// throws what the store threw. A state that could not be written is handed to the batches (they
-    /// retry it), unless a newer one is queued or being written already. Either way `flush()` counts
-    /// it as handed over when this was called: a stop waits for it as for a batch.
-    public func write(_ call: StoredCall) async throws {
-        let ticket = state.withLockedValue { state in
-            state.handedOver += 1
-            state.direct[state.handedOver] = .writing(call.record.call)
-            return state.handedOver
-        }
-        do {
-            try await store.saveCalls([call])
-            let idle: UInt64? = state.withLockedValue { state in
-                state.direct[ticket] = nil
-                // With nothing queued or being written, everything handed over is in the store but
-                // what other direct writes still write (they are counted apart).
-                return state.writing ? nil : state.handedOver
-            }
-            written(through: idle)
-        } catch {
-            let start: Bool = state.withLockedValue { state in
-                state.handedOver += 1
-                state.direct[ticket] = .retried(through: state.handedOver)
-                // Unless a newer state is queued, or being written.
-                if state.pending[call.record.call] == nil, !state.inFlight.contains(call.record.call) {
-                    state.pending[call.record.call] = call
-                    state.order.append(call.record.call)
-                }
-                guard !state.writing else { return false }
-                state.writing = true
-                return true
-            }
-            if start { wake.yield() }
-            throw error
-        }
-    }
-
     /// Whether a call has changes not yet in the store.
     public func isPending(_ call: CallID) -> Bool {
-        state.withLockedValue { state in
-            state.pending[call] != nil || state.inFlight.contains(call)
-                || state.direct.values.contains { if case .writing(call) = $0 { true } else { false } }
-        }
+        state.withLockedValue { $0.pending[call] != nil || $0.inFlight.contains(call) }
     }
 
     /// Returns once everything saved before the call is in the store (written by `run()`; what is
@@ -158,7 +102,7 @@ public final class CallRecordWriter: Service, Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let done: Bool = state.withLockedValue { state in
-                    guard !state.isWritten(through: through), !Task.isCancelled else { return true }
+                    guard state.writtenThrough < through, !Task.isCancelled else { return true }
                     state.waiters[id] = (through, continuation)
                     return false
                 }
@@ -169,17 +113,11 @@ public final class CallRecordWriter: Service, Sendable {
         }
     }
 
-    /// The batches' changes up to `through` are in the store (nil: a direct write's are): the direct
-    /// writes they retried are settled, and the flushes waiting for no more are answered.
-    private func written(through: UInt64?) {
+    /// The changes up to `through` are in the store: the flushes waiting for no more are answered.
+    private func written(through: UInt64) {
         let answered: [CheckedContinuation<Void, Never>] = state.withLockedValue { state in
-            if let through { state.writtenThrough = max(state.writtenThrough, through) }
-            let writtenThrough = state.writtenThrough
-            state.direct = state.direct.filter { _, write in
-                guard case .retried(let retry) = write else { return true }
-                return retry > writtenThrough
-            }
-            let done = state.waiters.filter { state.isWritten(through: $0.value.through) }
+            state.writtenThrough = max(state.writtenThrough, through)
+            let done = state.waiters.filter { $0.value.through <= state.writtenThrough }
             for id in done.keys { state.waiters[id] = nil }
             return done.values.map(\.continuation)
         }

@@ -86,10 +86,12 @@ public protocol ClusterDirectory: Sendable {
     func holds(_ key: DeviceKey, _ holding: Bool)
     /// The user's devices held on other live nodes, and where.
     func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID]
-    /// What an invite reads before it rings, from the directory and the store beside it: whether
-    /// the call id is taken, where the callee's devices are held on other live nodes, and the
-    /// callee's devices as the store keeps them (for pushes). One statement on PostgreSQL.
-    func reading(invite call: CallID, to callee: UserID, store: any SignalingStore) async throws -> InviteReading
+    /// Stores a new call unless its id is taken, and reads what its invite needs before it rings:
+    /// whether the id was taken (then nothing was stored), where the callee's devices are held on
+    /// other live nodes, and the callee's devices as the store keeps them (for pushes). Once this
+    /// returns, a device of the callee's that connects to another node finds the call ringing. One
+    /// statement on PostgreSQL, which claims the id atomically.
+    func claim(_ call: StoredCall, store: any SignalingStore) async throws -> InviteClaim
     /// The live node that owns the call; nil if the call is unknown, or its owner is gone (then
     /// `adopt` takes it over).
     func owner(of call: CallID) async throws -> NodeID?
@@ -101,9 +103,9 @@ public protocol ClusterDirectory: Sendable {
     func adopt(_ call: CallID?) async throws -> [StoredCall]
 }
 
-/// What an invite reads before it rings (`ClusterDirectory.reading(invite:to:store:)`).
-public struct InviteReading: Sendable, Equatable {
-    /// Whether the store has a call with the invite's id.
+/// What a new call's claim answers (`ClusterDirectory.claim(_:store:)`).
+public struct InviteClaim: Sendable, Equatable {
+    /// Whether the store had a call with the invite's id already: then the new one was not stored.
     public var taken: Bool
     /// The callee's devices held on other live nodes, and where.
     public var held: [DeviceKey: NodeID]
@@ -116,18 +118,21 @@ public struct InviteReading: Sendable, Equatable {
         self.devices = devices
     }
 
-    /// The three reads, one after the other.
-    static func oneByOne(invite call: CallID, to callee: UserID, store: any SignalingStore,
-                         directory: some ClusterDirectory) async throws -> InviteReading {
-        InviteReading(taken: try await store.call(call) != nil, held: try await directory.remoteDevices(of: callee),
-                      devices: try await store.devices(of: callee))
+    /// The claim one step after the other: the id read, the call stored if it was free, then the
+    /// two reads. Unlike PostgreSQL's one statement, two nodes that claim one id at the same moment
+    /// may both find it free.
+    static func stepByStep(_ call: StoredCall, store: any SignalingStore, directory: some ClusterDirectory) async throws -> InviteClaim {
+        let taken = try await store.call(call.record.call) != nil
+        if !taken { try await store.saveCalls([call]) }
+        return InviteClaim(taken: taken, held: try await directory.remoteDevices(of: call.record.callee),
+                           devices: try await store.devices(of: call.record.callee))
     }
 }
 
 extension ClusterDirectory {
-    /// The three reads, one after the other (a directory that shares no database with the store).
-    public func reading(invite call: CallID, to callee: UserID, store: any SignalingStore) async throws -> InviteReading {
-        try await InviteReading.oneByOne(invite: call, to: callee, store: store, directory: self)
+    /// The claim step by step (a directory that shares no database with the store).
+    public func claim(_ call: StoredCall, store: any SignalingStore) async throws -> InviteClaim {
+        try await InviteClaim.stepByStep(call, store: store, directory: self)
     }
 }
 

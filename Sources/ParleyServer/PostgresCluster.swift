@@ -336,17 +336,26 @@ public final class PostgresCluster: ClusterLink, Service {
         return devices
     }
 
-    /// What an invite reads, in one statement: a row `taken` if the call id is, a row `held` for each
-    /// device of the callee's on another live node, and a row `device` for each of the callee's
-    /// devices in the store (its columns, and their order, as `PostgresStore.UserDevices` reads
-    /// them). Sent one by one, three lookups cost PostgreSQL a wake-up, an executor start and a
-    /// commit each, which was most of what it spent on a call setup.
-    enum InviteReads: PreparedSQL {
+    /// A new call's claim, in one statement: the call's row goes in unless its id is taken (then a
+    /// row `taken` says so), and with it come a row `held` for each device of the callee's on another
+    /// live node and a row `device` for each of the callee's devices in the store (its columns, and
+    /// their order, as `PostgresStore.UserDevices` reads them). As separate statements the insert and
+    /// the reads cost PostgreSQL a wake-up, an executor start and a commit each, which was most of
+    /// what it spent on a call setup; and the id is claimed atomically (a concurrent insert of it
+    /// is waited for, and then finds it taken).
+    enum ClaimCall: PreparedSQL {
         static let sql = """
+            WITH claimed AS (
+              INSERT INTO call (call_id, caller, callee, caller_device, callee_device, audio, video, created_at, answered_at,
+                                ended_at, reason, duration, quality, recordings, expires_at, caller_name, metadata, owner_node)
+              VALUES ($3, $4, $1, $5, $6::TEXT, $7, $8, $9, $10::BIGINT, $11::BIGINT, $12::TEXT, $13::DOUBLE PRECISION,
+                      $14::TEXT::JSONB, $15::TEXT::JSONB, $16, $17::TEXT, $18::TEXT::JSONB, $19::TEXT)
+              ON CONFLICT (call_id) DO NOTHING
+              RETURNING call_id)
             SELECT 'taken' AS kind, NULL::TEXT AS device_id, NULL::TEXT AS node_id, NULL::TEXT AS platform,
                    NULL::TEXT AS voip_token, NULL::TEXT AS voip_topic, NULL::TEXT AS voip_environment,
                    NULL::TEXT AS alert_token, NULL::TEXT AS alert_topic, NULL::TEXT AS alert_environment, 0::BIGINT AS updated_at
-              FROM call WHERE call_id = $3
+              WHERE NOT EXISTS (SELECT FROM claimed)
             UNION ALL
             SELECT 'held', device_id, node_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0 FROM cluster_device
               WHERE user_id = $1 AND node_id <> $2 AND \(live("node_id"))
@@ -358,30 +367,38 @@ public final class PostgresCluster: ClusterLink, Service {
             """
     }
 
-    public func reading(invite call: CallID, to callee: UserID, store: any SignalingStore) async throws -> InviteReading {
-        // A store on another database than this cluster's is read as any directory reads it.
+    public func claim(_ call: StoredCall, store: any SignalingStore) async throws -> InviteClaim {
+        // A store on another database than this cluster's is claimed in as any directory claims in it.
         guard store as? PostgresStore === self.store else {
-            return try await InviteReading.oneByOne(invite: call, to: callee, store: store, directory: self)
+            return try await InviteClaim.stepByStep(call, store: store, directory: self)
         }
-        var reading = InviteReading(taken: false, held: [:], devices: [])
-        let rows = try await self.store.client.execute(Prepared<InviteReads>([callee.rawValue, node, call.rawValue]), logger: logger)
-        for try await row in rows {
+        let record = call.record
+        let json = try StoredCall.jsonColumns(of: [call])[0]
+        let values: [(any PostgresDynamicTypeEncodable)?] = [
+            record.callee.rawValue, node, record.call.rawValue, record.caller.rawValue, record.callerDevice.rawValue,
+            record.calleeDevice?.rawValue, record.media.audio, record.media.video, record.createdAt, record.answeredAt,
+            record.endedAt, record.reason?.rawValue, record.duration, json.quality, json.recordings, call.expiresAt,
+            call.callerName, json.metadata, call.owner,
+        ]
+        var claim = InviteClaim(taken: false, held: [:], devices: [])
+        for try await row in try await self.store.client.execute(Prepared<ClaimCall>(values), logger: logger) {
             let (kind, device, node, platform, voipToken, voipTopic, voipEnvironment, alertToken, alertTopic, alertEnvironment, updatedAt)
                 = try row.decode((String, String?, String?, String?, String?, String?, String?, String?, String?, String?, Int64).self)
             switch kind {
             case "taken":
-                reading.taken = true
+                claim.taken = true
             case "held":
                 guard let device = device.flatMap(DeviceID.init(rawValue:)), let node else { continue }
-                reading.held[DeviceKey(user: callee, device: device)] = node
+                claim.held[DeviceKey(user: record.callee, device: device)] = node
             default:
                 guard let device, let platform,
-                      let record = PostgresStore.deviceRecord((callee.rawValue, device, platform, voipToken, voipTopic, voipEnvironment,
-                                                               alertToken, alertTopic, alertEnvironment, updatedAt)) else { continue }
-                reading.devices.append(record)
+                      let stored = PostgresStore.deviceRecord((record.callee.rawValue, device, platform, voipToken, voipTopic,
+                                                               voipEnvironment, alertToken, alertTopic, alertEnvironment, updatedAt))
+                else { continue }
+                claim.devices.append(stored)
             }
         }
-        return reading
+        return claim
     }
 
     /// The live node that runs an unfinished call (a request about a call this node does not run asks).

@@ -16,11 +16,14 @@ struct Prepared<Statement: PreparedSQL>: PostgresPreparedStatement {
 
     let bindings: PostgresBindings
 
-    /// The statement with `values` for `$1`, `$2`, … in order. None may be NULL: a connection
-    /// prepares the statement with the types of the values it is first run with.
-    init(_ values: [any PostgresDynamicTypeEncodable]) {
+    /// The statement with `values` for `$1`, `$2`, … in order (nil: NULL). A connection prepares
+    /// the statement with the types of the values it is first run with, and a NULL has none: the
+    /// statement gives each parameter that may be NULL its type (`$6::TEXT`).
+    init(_ values: [(any PostgresDynamicTypeEncodable)?]) {
         var bindings = PostgresBindings(capacity: values.count)
-        for value in values { bindings.append(value) }
+        for value in values {
+            if let value { bindings.append(value) } else { bindings.appendNull() }
+        }
         self.bindings = bindings
     }
 

@@ -474,8 +474,23 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     private func startCall(_ invite: CallInvite, from sender: Party) async throws(ErrorMessage) -> AckResult {
         let caller = sender.key
         if let result = try answerToKnownCall(invite, from: caller) { return result }
-        let reading = try await inviteReading(invite)
-        if reading?.taken ?? true, let record = try await storedCall(invite.call) {
+        guard invite.to != caller.user else { throw ErrorMessage(code: .badRequest, message: "a user cannot call themselves") }
+        let now = wallClock()
+        let expiresAt = now + Int64(configuration.ringTimeout.components.seconds * 1000)
+            + configuration.ringTimeout.components.attoseconds / 1_000_000_000_000_000
+        // On a LAN the callee is shown where the call comes from: the name is the caller's own choice.
+        let address = configuration.lan != nil ? sender.address : nil
+        var call = HubCall(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: sender.name,
+                                                                   address: address),
+                                    callee: invite.to, media: invite.media, metadata: invite.metadata,
+                                    createdAt: now, expiresAt: expiresAt)
+        // With several nodes the call is in the store before any other node hears of it (a device of
+        // the callee's that connects to another node finds it ringing there), and its id is claimed
+        // with what the invite reads, in one statement.
+        let claim = try await self.claim(call)
+        if claim?.taken ?? true, let record = try await storedCall(invite.call) {
+            // The same invite may have been sent again while the store was read, and claimed the id.
+            if let result = try answerToKnownCall(invite, from: caller) { return result }
             // An invite sent again after its caller moved to this node: the node that runs the call answers it.
             if cluster != nil, record.endedAt == nil, record.caller == caller.user, calls[invite.call] == nil,
                let runner = await owner(of: invite.call, adopting: false) {
@@ -489,13 +504,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             }
             throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
         }
-        // Devices of the callee on other nodes ring too.
-        if let reading, invite.to != caller.user {
-            for (key, node) in reading.held where !sessions.contains(key) { routes.heard(key, isOn: node) }
-        }
         // The same id may have been invited while the store was read.
         if let result = try answerToKnownCall(invite, from: caller) { return result }
-        guard invite.to != caller.user else { throw ErrorMessage(code: .badRequest, message: "a user cannot call themselves") }
+        // A LAN listener's server is a node of its own: nothing was claimed.
         if let lan = configuration.lan {
             guard invite.to == lan.host else {
                 throw ErrorMessage(code: .forbidden, message: "this is \(lan.host)'s device on a local network: it takes calls to \(lan.host) only")
@@ -505,43 +516,18 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 throw ErrorMessage(code: .rateLimited, message: "\(lan.host) is being called already; try again in a moment")
             }
         }
-
-        let now = wallClock()
-        let expiresAt = now + Int64(configuration.ringTimeout.components.seconds * 1000)
-            + configuration.ringTimeout.components.attoseconds / 1_000_000_000_000_000
-        // On a LAN the callee is shown where the call comes from: the name is the caller's own choice.
-        let address = configuration.lan != nil ? sender.address : nil
-        var call = HubCall(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: sender.name,
-                                                                   address: address),
-                                    callee: invite.to, media: invite.media, metadata: invite.metadata,
-                                    createdAt: now, expiresAt: expiresAt)
+        // Devices of the callee on other nodes ring too.
+        for (key, node) in claim?.held ?? [:] where !sessions.contains(key) { routes.heard(key, isOn: node) }
         let online = sessions.devices(of: invite.to).union(routes.remoteDevices(of: invite.to)).sorted()
         for device in online { call.rang(device) }
         calls.insert(call)
         metrics.callsStarted.increment()
         metrics.ringingCalls.increment()
-        if cluster == nil {
-            save(call)
-        } else {
-            // In the store before any other node hears of it: a device of the callee's that connects
-            // to another node now finds it ringing there. Written at once, and counted by the writer
-            // like its batches (a stop waits for it); a write that failed goes to the batches.
-            do {
-                try await records.write(call.stored.owned(by: cluster?.node))
-            } catch {
-                logger.error("a new call could not be stored: devices on other nodes will not find it ringing",
-                             metadata: ["call.id": "\(invite.call)", "error": "\(error)"])
-                // Its state now: it may have moved on meanwhile, and the writer keeps the newest it is given.
-                if let current = calls[invite.call] { save(current) }
-            }
-            guard calls[invite.call]?.phase == .ringing else {
-                return .callInvite(CallInviteResult(call: invite.call, devices: online.count, pushed: 0, expiresAt: expiresAt))
-            }
-        }
+        if cluster == nil { save(call) }
         for device in online {
             deliver(.callIncoming(call.incoming), to: DeviceKey(user: invite.to, device: device))
         }
-        let pushed = await sendPushes(for: invite.call, devices: reading?.devices)
+        let pushed = await sendPushes(for: invite.call, devices: claim?.devices)
         logger.debug("call invited", metadata: ["call.id": "\(invite.call)", "peer.device": "\(caller)", "call.devices": "\(online.count)"])
         return .callInvite(CallInviteResult(call: invite.call, devices: online.count, pushed: pushed, expiresAt: expiresAt))
     }
@@ -564,15 +550,16 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
     }
 
-    /// With several nodes, what an invite reads before it rings, in one statement (`InviteReading`);
-    /// nil on a node of its own, which reads each when it needs it.
-    private func inviteReading(_ invite: CallInvite) async throws(ErrorMessage) -> InviteReading? {
+    /// With several nodes, a new call stored unless its id is taken, with what its invite reads
+    /// (`ClusterDirectory.claim`); nil on a node of its own, which reads each when it needs it and
+    /// hands the call to the record writer.
+    private func claim(_ call: HubCall) async throws(ErrorMessage) -> InviteClaim? {
         guard let cluster else { return nil }
         do {
-            return try await cluster.reading(invite: invite.call, to: invite.to, store: store)
+            return try await cluster.claim(call.stored.owned(by: cluster.node), store: store)
         } catch {
-            logger.log(level: Task.isCancelled ? .debug : .error, "what an invite reads could not be read",
-                       metadata: ["call.id": "\(invite.call)", "error": "\(error)"])
+            logger.log(level: Task.isCancelled ? .debug : .error, "a new call could not be stored",
+                       metadata: ["call.id": "\(call.id)", "error": "\(error)"])
             throw ErrorMessage(code: .unavailable, message: "the call records cannot be read right now; try again")
         }
     }

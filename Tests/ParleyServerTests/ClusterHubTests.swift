@@ -46,6 +46,29 @@ struct ClusterHubTests {
         #expect(ended.reason == .hangup)
     }
 
+    /// A new call is in the store before any other node hears of it: one that cannot be stored is
+    /// refused ("try again") and rings no one, and leaves nothing behind; once the store takes writes
+    /// again, the same invite rings.
+    @Test func aNewCallThatCannotBeStoredIsRefusedAndRingsNoOne() async throws {
+        let sqlite = try SQLiteStore(path: nil)
+        let store = WriteRefusingStore(sqlite)
+        let deployment = InMemoryDeployment(sharing: store)
+        let clock = ManualClock()
+        let hubs = (0..<2).map { _ in HubHarness(node: deployment.join(), of: deployment, store: sqlite, clock: clock) }
+        let alice = await hubs[0].device("alice", "a1")
+        let bob = await hubs[1].device("bob", "b1")
+        store.refusing = true
+        let refused = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        #expect(refused.errorCode == .unavailable)
+        store.refusing = false
+        let invited = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        #expect(try invited.get().decodeResult(CallInviteResult.self).devices == 1)
+        _ = try await heard(bob, "bob is rung") { if case .callIncoming(let m) = $0 { m } else { nil } }
+        // The node's messages arrive in order: a ring of the refused invite would have come first.
+        let rest = bob.pending.map(\.message) + bob.sink.take().map(\.message)
+        #expect(!rest.contains { if case .callIncoming = $0 { true } else { false } }, "rung once, by the invite that was stored")
+    }
+
     /// The handover (`NodeMessage.handover`): bob resumes on the other node with what he had not
     /// acknowledged, and a request he repeats there is answered from memory.
     @Test func aSessionResumedOnAnotherNodeIsHandedOver() async throws {

@@ -262,10 +262,11 @@ struct ClusterTests {
         await store.close()
     }
 
-    /// An invite's three reads (is the id taken, where the callee's devices are held, the callee's
-    /// devices and their push registrations) go to PostgreSQL as one statement, and answer what the
-    /// three reads answer one by one.
-    @Test func anInvitesReadsInOneStatementAnswerWhatTheThreeReadsDo() async throws {
+    /// A new call's claim goes to PostgreSQL as one statement: it stores the call unless the id is
+    /// taken (a call there is left as it was), and answers what the claim step by step answers: the
+    /// id taken or not, where the callee's devices are held, the callee's devices and their push
+    /// registrations. Of two claims of one id at once, one wins.
+    @Test func aNewCallsClaimIsOneStatementThatStoresItUnlessItsIdIsTaken() async throws {
         guard TestDatabase.canRun(.postgres, "cluster tests") else { return }
         let (database, store, cluster) = try await idleNode { own in [("locked", "nlocked"), ("gone", "ngone"), ("here", own)] }
         defer { database.close() }
@@ -281,18 +282,56 @@ struct ClusterTests {
         own.token = String(repeating: "ef", count: 32)
         try await store.upsertDevice(DeviceRecord(user: "alice", device: "a1", platform: .ios, voip: own, alerts: nil, updatedAt: 7))
 
-        let free: CallID = "0b9e8d7c-6b5a-4f3e-9d2c-1b0a9f8e7d6c"
-        for (id, user) in [(call, UserID("bob")), (free, "bob"), (call, "carol"), (free, "alice")] {
-            let one = try await cluster.reading(invite: id, to: user, store: store)
-            let three = InviteReading(taken: try await store.call(id) != nil, held: try await cluster.remoteDevices(of: user),
-                                      devices: try await store.devices(of: user))
-            #expect(one == three, "\(id) to \(user)")
+        // Every column a new call may leave NULL, left NULL and set, in turn.
+        func newCall(_ id: CallID, to callee: UserID, extras: Bool) -> StoredCall {
+            StoredCall(record: CallRecord(call: id, caller: "mallory", callee: callee, callerDevice: "m1",
+                                          media: MediaSpec(audio: true, video: extras), createdAt: 10),
+                       expiresAt: 40, callerName: extras ? "Mallory O'Brien" : nil,
+                       metadata: extras ? .object(["topic": .string("tax"), "tags": .array([.number(1.5), .null])]) : nil,
+                       owner: cluster.node)
         }
-        let bob = try await cluster.reading(invite: call, to: "bob", store: store)
-        #expect(bob.taken && bob.held == [DeviceKey(user: "bob", device: "locked"): "nlocked"])
+        let ids: [CallID] = ["0b9e8d7c-6b5a-4f3e-9d2c-1b0a9f8e7d6c", "1c0f9e8d-7c6b-4a5f-8e3d-2c1b0a9f8e7d",
+                             "2d1a0f9e-8d7c-4b6a-9f4e-3d2c1b0a9f8e", "3e2b1a0f-9e8d-4c7b-8a5f-4e3d2c1b0a9f",
+                             "4f3c2b1a-0f9e-4d8c-9b6a-5f4e3d2c1b0a", "5a4d3c2b-1a0f-4e9d-8c7b-6a5f4e3d2c1b"]
+        // (one statement's id, the step-by-step claim's id, callee, with every column set)
+        let cases: [(CallID, CallID, UserID, Bool)] = [(call, call, "bob", true), (ids[0], ids[1], "bob", true),
+                                                       (ids[2], ids[3], "bob", false), (ids[4], ids[5], "carol", true)]
+        for (one, stepwise, callee, extras) in cases {
+            let claimed = try await cluster.claim(newCall(one, to: callee, extras: extras), store: store)
+            let steps = try await InviteClaim.stepByStep(newCall(stepwise, to: callee, extras: extras), store: store, directory: cluster)
+            #expect(claimed == steps, "\(one) to \(callee)")
+        }
+        let bob = try await cluster.claim(newCall(ids[0], to: "bob", extras: true), store: store)
+        #expect(bob.taken, "an id claimed once is taken")
+        #expect(bob.held == [DeviceKey(user: "bob", device: "locked"): "nlocked"], "devices on other live nodes only")
         #expect(Set(bob.devices.map(\.device)) == ["laptop", "phone", "Tablet"], "the callee's devices in the store, not another user's")
         let phone = bob.devices.first { $0.device == "phone" }
         #expect(phone?.voip == voip && phone?.alerts == alerts)
+
+        // A taken id's call is left as it was; a free id's call is stored as given, the same both ways.
+        let stored = try await store.unfinishedCalls()
+        #expect(stored.first { $0.record.call == call }?.record.caller == "alice")
+        for (one, stepwise, callee, extras) in cases.dropFirst() {
+            var expected = newCall(one, to: callee, extras: extras)
+            expected.owner = nil  // not among the columns a store reads back
+            #expect(stored.first { $0.record.call == one } == expected)
+            expected.record.call = stepwise
+            #expect(stored.first { $0.record.call == stepwise } == expected)
+        }
+        let owners = try #require(database.postgres).psql("SELECT DISTINCT owner_node FROM call WHERE caller = 'mallory'",
+                                                          database: database.name)
+        #expect(owners == cluster.node)
+
+        // Two claims of one free id at once: one stores its call, the other finds the id taken.
+        let contested: CallID = "6b5e4d3c-2b1a-4f0e-9d8c-7b6a5f4e3d2c"
+        var carols = newCall(contested, to: "bob", extras: false)
+        carols.record.caller = "carol"
+        async let first = cluster.claim(newCall(contested, to: "bob", extras: false), store: store)
+        async let second = cluster.claim(carols, store: store)
+        let (a, b) = try await (first, second)
+        #expect(a.taken != b.taken, "exactly one claim won")
+        let winner = try await store.call(contested)?.caller
+        #expect(winner == (a.taken ? "carol" : "mallory"), "the winner's call is the one stored")
         try await locked.close()
         await store.close()
     }

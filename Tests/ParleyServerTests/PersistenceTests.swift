@@ -110,52 +110,6 @@ struct PersistenceTests {
         #expect(try await store.call(call)?.answeredAt == 5)
     }
 
-    /// A state written at once (a new call on PostgreSQL, which other nodes must find) is handed
-    /// over like the batches' states: a flush (a stop) waits for it, and for its retry when the write
-    /// fails, even while the batches of other calls go in meanwhile.
-    @Test func aFlushWaitsForAStateWrittenAtOnceAndForItsRetry() async throws {
-        let store = HeldWriteStore(try SQLiteStore(path: nil), holding: call)
-        let writer = CallRecordWriter(store: store, logger: .init(label: "test"), gathering: .zero)
-        let other: CallID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
-        let running = Task { await writer.run() }
-        let direct = Task {
-            try await writer.write(StoredCall(record: CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1",
-                                                                 media: .audioOnly, createdAt: 1), expiresAt: 2))
-        }
-        try await eventually("the write at once is under way") { store.isHolding }
-        #expect(writer.isPending(call))
-        writer.save(StoredCall(record: CallRecord(call: other, caller: "carol", callee: "dave", callerDevice: "c1", media: .audioOnly,
-                                                  createdAt: 3), expiresAt: 4))
-        // What the store holds when the flush returns.
-        let flushed = Task {
-            await writer.flush()
-            return try await store.call(call) != nil
-        }
-        try await eventually("the other call's batch is written") { try await store.call(other) != nil }
-        // The held write fails: its state goes to the batches, which write it.
-        store.release()
-        await #expect(throws: HeldWriteStore.Refused.self) { try await direct.value }
-        #expect(try await flushed.value, "the flush returned only once the call written at once was in the store")
-        #expect(!writer.isPending(call))
-        running.cancel()
-        await running.value
-    }
-
-    /// A state written at once while the writer has nothing else to write is all there is: a flush
-    /// after it returns at once, and does not wait for a batch that nothing will start.
-    @Test func aFlushAfterAStateWrittenAtOnceWaitsForNoBatch() async throws {
-        let store = try SQLiteStore(path: nil)
-        let writer = CallRecordWriter(store: store, logger: .init(label: "test"))
-        let running = Task { await writer.run() }
-        try await writer.write(StoredCall(record: CallRecord(call: call, caller: "alice", callee: "bob", callerDevice: "a1",
-                                                             media: .audioOnly, createdAt: 1), expiresAt: 2))
-        #expect(!writer.isPending(call))
-        #expect(try await store.call(call) != nil)
-        try await withDeadline(.seconds(5), "the flush after a state written at once") { await writer.flush() }
-        running.cancel()
-        await running.value
-    }
-
     @Test func aGracefulShutdownWritesWhatIsLeftAndTheWriterEnds() async throws {
         let store = try SQLiteStore(path: nil)
         let writer = CallRecordWriter(store: store, logger: .init(label: "test"))
@@ -207,34 +161,20 @@ final class BatchCountingStore: StoreInFront {
     }
 }
 
-/// A store whose first write of one call waits until released, then fails; everything else goes
-/// through to another store.
-final class HeldWriteStore: StoreInFront {
+/// A store that refuses every write of calls while `refusing`, and passes all else to another.
+final class WriteRefusingStore: StoreInFront {
     struct Refused: Error {}
     let store: any SignalingStore
-    private let held: CallID
-    private let released = Milestone()
-    private let state = NIOLockedValueBox((holding: false, done: false))
-    var isHolding: Bool { state.withLockedValue { $0.holding } }
-
-    init(_ store: any SignalingStore, holding held: CallID) {
-        self.store = store
-        self.held = held
+    private let state = NIOLockedValueBox(false)
+    var refusing: Bool {
+        get { state.withLockedValue { $0 } }
+        set { state.withLockedValue { $0 = newValue } }
     }
 
-    func release() { released.reach() }
+    init(_ store: any SignalingStore) { self.store = store }
 
     func saveCalls(_ calls: [StoredCall]) async throws {
-        let holds = state.withLockedValue { state in
-            guard !state.done, calls.contains(where: { $0.record.call == held }) else { return false }
-            state = (true, true)
-            return true
-        }
-        if holds {
-            try await released.wait()
-            state.withLockedValue { $0.holding = false }
-            throw Refused()
-        }
+        if refusing { throw Refused() }
         try await store.saveCalls(calls)
     }
 }
