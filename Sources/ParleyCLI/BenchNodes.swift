@@ -20,7 +20,9 @@ struct BenchNodes: AsyncParsableCommand {
             Then runs --calls complete call setups, each between a device on one node and a device on the next. \
             With --nodes 1 --store sqlite, the same run on one node and SQLite, for comparison. With --compare, \
             one run measures one node, then --nodes on each bus (postgres: NOTIFY; direct: node-to-node \
-            WebSockets), each on a private PostgreSQL of its own, and prints the ratios to one node.
+            WebSockets), each on a private PostgreSQL of its own, and prints the ratios to one node; it does so \
+            --rounds times, alternating, and prints each round's ratios and their medians (a machine's speed \
+            drifts over minutes, so a ratio is taken within a round).
             """
     )
 
@@ -50,6 +52,9 @@ struct BenchNodes: AsyncParsableCommand {
     @Flag(help: "Measure one node, then --nodes on each bus, in one run (a private PostgreSQL each), and print the ratios.")
     var compare = false
 
+    @Option(help: "With --compare: rounds, each measuring every deployment in turn (default 3).")
+    var rounds: Int?
+
     @Flag(help: "Print the statements that took the private PostgreSQL's time during the setups (pg_stat_statements).")
     var statements = false
 
@@ -59,6 +64,8 @@ struct BenchNodes: AsyncParsableCommand {
         guard !compare || (store == .postgres && database == nil && nodes >= 2) else {
             throw ValidationError("--compare starts its own PostgreSQL (no --database, no --store sqlite) and needs --nodes 2 or more")
         }
+        guard rounds == nil || compare else { throw ValidationError("--rounds goes with --compare") }
+        guard (rounds ?? 1) >= 1 else { throw ValidationError("--rounds must be at least 1") }
         guard !statements || (store == .postgres && database == nil) else {
             throw ValidationError("--statements reads the private PostgreSQL the bench starts (no --database, no --store sqlite)")
         }
@@ -120,17 +127,45 @@ struct BenchNodes: AsyncParsableCommand {
             let label = "\(nodes) node(s) on \(store == .postgres ? "PostgreSQL" : "SQLite")\(store == .postgres && nodes > 1 ? ", bus \(bus.rawValue)" : "")"
             return print(try await measure(label: label, nodes: nodes, bus: bus, database: database).report)
         }
-        var runs: [Figures] = []
-        for (count, bus) in [(1, NodeBus.direct), (nodes, .postgres), (nodes, .direct)] {
-            let label = count == 1 ? "1 node on PostgreSQL" : "\(count) nodes on PostgreSQL, bus \(bus.rawValue)"
-            benchLog("— \(label)")
-            // A PostgreSQL of its own each: nothing an earlier run left it to write lands on this one's CPU.
-            let figures = try await measure(label: label, nodes: count, bus: bus, database: nil)
-            print(figures.report)
-            runs.append(figures)
+        let rounds = self.rounds ?? 3
+        let deployments = [(1, NodeBus.direct), (nodes, .postgres), (nodes, .direct)]
+        var table: [[Figures]] = []
+        for round in 1...rounds {
+            var runs: [Figures] = []
+            for (count, bus) in deployments {
+                let label = count == 1 ? "1 node on PostgreSQL" : "\(count) nodes on PostgreSQL, bus \(bus.rawValue)"
+                benchLog("round \(round)/\(rounds): \(label)")
+                // A PostgreSQL of its own each: nothing an earlier run left it to write lands on this one's CPU.
+                let figures = try await measure(label: label, nodes: count, bus: bus, database: nil)
+                print(figures.report)
+                runs.append(figures)
+            }
+            print(Self.sideBySide(runs, title: "Round \(round) of \(rounds) (\(connections) connections, \(calls) setups, \(concurrency) at a time): each ÷ one node"))
+            table.append(runs)
         }
+        guard rounds > 1 else { return }
+        // Each deployment's medians, and the medians of its ratios to one node within a round.
+        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+        let columns = ["", "setups/s", "CPU per setup (nodes + PostgreSQL)", "PostgreSQL CPU per setup", "relay p50"]
+        var lines = ["", "Medians of \(rounds) rounds: each, and its ratio to one node in the same round"]
+        lines.append("  " + columns.map { $0.padding(toLength: 36, withPad: " ", startingAt: 0) }.joined())
+        for index in deployments.indices {
+            let runs = table.map { $0[index] }
+            func cell(_ unit: String, _ value: (Figures) -> Double) -> String {
+                "\(format(median(runs.map(value))))\(unit) (\(format(median(table.map { value($0[index]) / value($0[0]) })))×)"
+            }
+            let cells = [runs[0].label, cell("", \.setupsPerSecond), cell(" ms", \.cpuPerSetup),
+                         "\(format(median(runs.map { $0.postgresCPUPerSetup ?? 0 }))) ms",
+                         cell(" ms") { seconds($0.relayMedian) * 1000 }]
+            lines.append("  " + cells.map { $0.padding(toLength: 36, withPad: " ", startingAt: 0) }.joined())
+        }
+        print(lines.joined(separator: "\n"))
+    }
+
+    /// One round's deployments side by side, each ÷ the first (one node).
+    static func sideBySide(_ runs: [Figures], title: String) -> String {
         let one = runs[0]
-        var lines = ["", "Side by side, one run (\(connections) connections, \(calls) setups, \(concurrency) at a time): each ÷ one node"]
+        var lines = ["", title]
         lines.append("  " + ["", "setups/s", "CPU per setup (nodes + PostgreSQL)", "PostgreSQL CPU per setup", "relay p50"].map { $0.padding(toLength: 36, withPad: " ", startingAt: 0) }.joined())
         for figures in runs {
             let cells = [
@@ -142,7 +177,7 @@ struct BenchNodes: AsyncParsableCommand {
             ]
             lines.append("  " + cells.map { $0.padding(toLength: 36, withPad: " ", startingAt: 0) }.joined())
         }
-        print(lines.joined(separator: "\n"))
+        return lines.joined(separator: "\n")
     }
 
     /// One deployment: `nodes` nodes on `database` (a private PostgreSQL when nil), measured.

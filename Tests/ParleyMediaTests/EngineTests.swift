@@ -7,17 +7,32 @@ import ParleyServerTesting
 import Testing
 
 /// Two peer connections of the engine wired directly to each other (no signaling server), over loopback.
+/// A directory of a test's own under the temporary directory, removed with the last reference to it.
+final class ScratchDirectory: Sendable {
+    let url: URL
+
+    init(_ prefix: String) throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: url) }
+}
+
 struct DirectCall {
     let connection: DirectConnection
-    let directory: URL
+    /// The two recordings' directory, gone with the call.
+    private let scratch: ScratchDirectory
+    var directory: URL { scratch.url }
     var a: GStreamerPeerConnection { connection.a }
     var b: GStreamerPeerConnection { connection.b }
 
     /// `prepare` acts on both peer connections before they negotiate.
     init(_ configure: (inout MediaEngineConfiguration, inout MediaEngineConfiguration) -> Void = { _, _ in },
          media: MediaSpec = .audioOnly, prepare: (GStreamerPeerConnection, GStreamerPeerConnection) async -> Void = { _, _ in }) async throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-engine-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let scratch = try ScratchDirectory("parley-engine")
+        self.scratch = scratch
+        let directory = scratch.url
         var a = MediaEngineConfiguration()
         a.input = .tone(hertz: 440)
         a.output = .file(directory.appendingPathComponent("a.wav"))
@@ -115,7 +130,11 @@ struct EngineTests {
     }
 
     @Test func bitrateChangesLiveWhenTheControllerSaysSo() async throws {
-        let call = try await DirectCall { a, _ in a.input = .file(Self.noise, loop: true) }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-noise-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let noise = try Self.noise(in: directory)
+        let call = try await DirectCall { a, _ in a.input = .file(noise, loop: true) }
         func sendRate(over seconds: Double) async throws -> Double {
             let before = try await call.a.statistics()
             try await Task.sleep(for: .seconds(seconds))
@@ -133,18 +152,19 @@ struct EngineTests {
         #expect(low < 30, "about 16 kbps of Opus: \(low)")
     }
 
-    /// Half a second of white noise: Opus spends whatever bitrate it is given on it.
-    static let noise: URL = {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("parley-noise-\(UUID().uuidString.prefix(8)).wav")
+    /// Half a second of white noise, in `directory`: Opus spends whatever bitrate it is given on it.
+    static func noise(in directory: URL) throws -> URL {
+        let url = directory.appendingPathComponent("noise.wav")
         var generator = SystemRandomNumberGenerator()
         let samples = (0..<24_000).map { _ in Float.random(in: -0.3...0.3, using: &generator) }
-        try? WAV.write(WAV.Audio(sampleRate: 48_000, channels: 1, samples: samples), to: url)
+        try WAV.write(WAV.Audio(sampleRate: 48_000, channels: 1, samples: samples), to: url)
         return url
-    }()
+    }
 
     @Test func wavFileInputPlaysOnceOrLooped() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-wav-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
         let clip = directory.appendingPathComponent("clip.wav")
         let samples = (0..<24_000).map { Float(0.4 * sin(2 * Double.pi * 1000 * Double($0) / 48_000)) }  // 0.5 s of 1 kHz
         try WAV.write(WAV.Audio(sampleRate: 48_000, channels: 1, samples: samples), to: clip)
@@ -210,6 +230,7 @@ struct EngineTests {
     @Test func noiseSuppressionLowersANoiseOnlyInput() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-ns-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
         let noise = directory.appendingPathComponent("noise.wav")
         var generator = SystemRandomNumberGenerator()
         let samples = (0..<(48_000 * 3)).map { _ in Float.random(in: -0.2...0.2, using: &generator) }
