@@ -496,13 +496,15 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                let runner = await owner(of: invite.call, adopting: false) {
                 return try await forward(.callInvite(invite), from: caller, to: runner)
             }
-            guard record.caller == caller.user || record.callee == caller.user else {
-                throw ErrorMessage(code: .callNotFound, message: "no such call")
+            if try await !isLostClaim(record, of: invite, from: caller) {
+                guard record.caller == caller.user || record.callee == caller.user else {
+                    throw ErrorMessage(code: .callNotFound, message: "no such call")
+                }
+                if record.caller == caller.user, record.endedAt != nil {
+                    throw ErrorMessage(code: .callEnded, message: "call \(invite.call) has ended")
+                }
+                throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
             }
-            if record.caller == caller.user, record.endedAt != nil {
-                throw ErrorMessage(code: .callEnded, message: "call \(invite.call) has ended")
-            }
-            throw ErrorMessage(code: .badRequest, message: "call id \(invite.call) is already in use")
         }
         // The same id may have been invited while the store was read.
         if let result = try answerToKnownCall(invite, from: caller) { return result }
@@ -560,6 +562,21 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         } catch {
             logger.log(level: Task.isCancelled ? .debug : .error, "a new call could not be stored",
                        metadata: ["call.id": "\(call.id)", "error": "\(error)"])
+            throw ErrorMessage(code: .unavailable, message: "the call records cannot be read right now; try again")
+        }
+    }
+
+    /// Whether a stored call is this invite's own, claimed by this node although the invite was
+    /// refused: the claim went in and its answer was lost (`unavailable`, "try again"). It is the
+    /// same device's invite of the same callee, unanswered and unfinished, held by no node's memory,
+    /// and the directory says this node runs it. Then the invite sent again rings now.
+    private func isLostClaim(_ record: CallRecord, of invite: CallInvite, from caller: DeviceKey) async throws(ErrorMessage) -> Bool {
+        guard let cluster, calls[invite.call] == nil, record.caller == caller.user, record.callerDevice == caller.device,
+              record.callee == invite.to, record.answeredAt == nil, record.endedAt == nil else { return false }
+        do {
+            return try await cluster.owner(of: invite.call) == cluster.node && calls[invite.call] == nil
+        } catch {
+            logger.error("could not find the node of a call", metadata: ["call.id": "\(invite.call)", "error": "\(error)"])
             throw ErrorMessage(code: .unavailable, message: "the call records cannot be read right now; try again")
         }
     }

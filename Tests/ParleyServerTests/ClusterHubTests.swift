@@ -46,27 +46,53 @@ struct ClusterHubTests {
         #expect(ended.reason == .hangup)
     }
 
+    /// Two nodes whose hubs write their calls through `FailingCallWrites` in front of the deployment's store.
+    func nodesFailingCallWrites() throws -> (FailingCallWrites, [HubHarness]) {
+        let sqlite = try SQLiteStore(path: nil)
+        let deployment = InMemoryDeployment(sharing: sqlite)
+        let writes = FailingCallWrites(deployment.store)
+        let clock = ManualClock()
+        return (writes, (0..<2).map { _ in HubHarness(node: deployment.join(), store: sqlite, hubStore: writes, clock: clock) })
+    }
+
     /// A new call is in the store before any other node hears of it: one that cannot be stored is
     /// refused ("try again") and rings no one, and leaves nothing behind; once the store takes writes
     /// again, the same invite rings.
     @Test func aNewCallThatCannotBeStoredIsRefusedAndRingsNoOne() async throws {
-        let sqlite = try SQLiteStore(path: nil)
-        let store = WriteRefusingStore(sqlite)
-        let deployment = InMemoryDeployment(sharing: store)
-        let clock = ManualClock()
-        let hubs = (0..<2).map { _ in HubHarness(node: deployment.join(), of: deployment, store: sqlite, clock: clock) }
+        let (writes, hubs) = try nodesFailingCallWrites()
         let alice = await hubs[0].device("alice", "a1")
         let bob = await hubs[1].device("bob", "b1")
-        store.refusing = true
+        writes.failing = .refusing
         let refused = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
         #expect(refused.errorCode == .unavailable)
-        store.refusing = false
+        writes.failing = .no
         let invited = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
         #expect(try invited.get().decodeResult(CallInviteResult.self).devices == 1)
         _ = try await heard(bob, "bob is rung") { if case .callIncoming(let m) = $0 { m } else { nil } }
         // The node's messages arrive in order: a ring of the refused invite would have come first.
         let rest = bob.pending.map(\.message) + bob.sink.take().map(\.message)
         #expect(!rest.contains { if case .callIncoming = $0 { true } else { false } }, "rung once, by the invite that was stored")
+    }
+
+    /// A new call stored although its invite was refused (the store's answer lost on the way back):
+    /// the same invite sent again from the same device rings it, and the call goes on; from another
+    /// of the caller's devices, or to another callee, the id stays taken.
+    @Test func anInviteSentAgainAfterItsStoredAnswerWasLostRings() async throws {
+        let (writes, hubs) = try nodesFailingCallWrites()
+        let alice = await hubs[0].device("alice", "a1")
+        let otherPhone = await hubs[0].device("alice", "a2")
+        let bob = await hubs[1].device("bob", "b1")
+        writes.failing = .losingAnswers
+        let lost = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        #expect(lost.errorCode == .unavailable)
+        writes.failing = .no
+        #expect(await otherPhone.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.errorCode == .badRequest)
+        #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "carol")) }.errorCode == .badRequest)
+        let again = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        #expect(try again.get().decodeResult(CallInviteResult.self).devices == 1, "rung by the invite sent again")
+        _ = try await heard(bob, "bob is rung") { if case .callIncoming(let m) = $0 { m } else { nil } }
+        #expect(await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess, "and the call goes on")
+        _ = try await heard(alice, "alice hears the accept") { if case .callAccepted(let m) = $0 { m } else { nil } }
     }
 
     /// The handover (`NodeMessage.handover`): bob resumes on the other node with what he had not

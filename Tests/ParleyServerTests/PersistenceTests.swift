@@ -161,12 +161,14 @@ final class BatchCountingStore: StoreInFront {
     }
 }
 
-/// A store that refuses every write of calls while `refusing`, and passes all else to another.
-final class WriteRefusingStore: StoreInFront {
+/// A store in front of another whose writes of calls fail while `failing`: before they reach the
+/// other store (`.refusing`), or after it has them (`.losingAnswers`: the answer lost on the way back).
+final class FailingCallWrites: StoreInFront {
+    enum Failing { case no, refusing, losingAnswers }
     struct Refused: Error {}
     let store: any SignalingStore
-    private let state = NIOLockedValueBox(false)
-    var refusing: Bool {
+    private let state = NIOLockedValueBox(Failing.no)
+    var failing: Failing {
         get { state.withLockedValue { $0 } }
         set { state.withLockedValue { $0 = newValue } }
     }
@@ -174,8 +176,10 @@ final class WriteRefusingStore: StoreInFront {
     init(_ store: any SignalingStore) { self.store = store }
 
     func saveCalls(_ calls: [StoredCall]) async throws {
-        if refusing { throw Refused() }
+        let failing = self.failing
+        if failing == .refusing { throw Refused() }
         try await store.saveCalls(calls)
+        if failing == .losingAnswers { throw Refused() }
     }
 }
 

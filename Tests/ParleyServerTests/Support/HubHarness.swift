@@ -66,6 +66,11 @@ struct HubHarness {
         self.init(store: store, hubStore: deployment.store, clock: clock, cluster: node, configure: { _ in })
     }
 
+    /// A node of an in-memory deployment whose hub uses `hubStore`, a store in front of the deployment's.
+    init(node: InMemoryDeployment.Node, store: SQLiteStore, hubStore: any SignalingStore, clock: ManualClock) {
+        self.init(store: store, hubStore: hubStore, clock: clock, cluster: node, configure: { _ in })
+    }
+
     private init(store: SQLiteStore, hubStore: (any SignalingStore)? = nil, clock: ManualClock, cluster: (any ClusterLink)? = nil,
                  configure: (inout ServerConfiguration) -> Void) {
         var configuration = ServerConfiguration()
