@@ -145,7 +145,10 @@ struct BenchNodes: AsyncParsableCommand {
         }
         guard rounds > 1 else { return }
         // Each deployment's medians, and the medians of its ratios to one node within a round.
-        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+        func median(_ values: [Double]) -> Double {
+            let sorted = values.sorted()
+            return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+        }
         let columns = ["", "setups/s", "CPU per setup (nodes + PostgreSQL)", "PostgreSQL CPU per setup", "relay p50"]
         var lines = ["", "Medians of \(rounds) rounds: each, and its ratio to one node in the same round"]
         lines.append("  " + columns.map { $0.padding(toLength: 36, withPad: " ", startingAt: 0) }.joined())

@@ -89,8 +89,9 @@ public protocol ClusterDirectory: Sendable {
     /// Stores a new call unless its id is taken, and reads what its invite needs before it rings:
     /// whether the id was taken (then nothing was stored), where the callee's devices are held on
     /// other live nodes, and the callee's devices as the store keeps them (for pushes). Once this
-    /// returns, a device of the callee's that connects to another node finds the call ringing. One
-    /// statement on PostgreSQL, which claims the id atomically.
+    /// returns the store has the call and names this node as the one that runs it, so a request
+    /// about it on another node is forwarded here. One statement on PostgreSQL, which claims the id
+    /// atomically.
     func claim(_ call: StoredCall, store: any SignalingStore) async throws -> InviteClaim
     /// The live node that owns the call; nil if the call is unknown, or its owner is gone (then
     /// `adopt` takes it over).

@@ -121,7 +121,11 @@ public struct ServerConfiguration: Sendable {
         if let pin = lan?.pin, pin.count < 4 || pin.utf8.count > 64 {
             throw ConfigurationError("a LAN PIN is 4 to 64 characters")
         }
-        if let database = databasePath, PostgresLocation.isURL(database) { _ = try PostgresLocation(url: database) }
+        if let database = databasePath, PostgresLocation.isURL(database) {
+            // A LAN listener's server is a node of its own; one on PostgreSQL would be a deployment's.
+            if lan != nil { throw ConfigurationError("a LAN listener keeps its calls in memory or SQLite, not on PostgreSQL") }
+            _ = try PostgresLocation(url: database)
+        }
         if let nodeAddress, !Self.isNodeAddress(nodeAddress) {
             throw ConfigurationError("a node address is host:port (10.0.0.5:8080, [2001:db8::5]:8080), not '\(nodeAddress)'")
         }

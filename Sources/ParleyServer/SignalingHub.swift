@@ -475,15 +475,19 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let caller = sender.key
         if let result = try answerToKnownCall(invite, from: caller) { return result }
         guard invite.to != caller.user else { throw ErrorMessage(code: .badRequest, message: "a user cannot call themselves") }
+        if invite.metadata?.holdsNUL == true {
+            throw ErrorMessage(code: .badRequest, message: "metadata may not hold U+0000 in a string or a key")
+        }
         let now = wallClock()
         let expiresAt = now + Int64(configuration.ringTimeout.components.seconds * 1000)
             + configuration.ringTimeout.components.attoseconds / 1_000_000_000_000_000
         // On a LAN the callee is shown where the call comes from: the name is the caller's own choice.
         let address = configuration.lan != nil ? sender.address : nil
-        var call = HubCall(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: sender.name,
-                                                                   address: address),
-                                    callee: invite.to, media: invite.media, metadata: invite.metadata,
-                                    createdAt: now, expiresAt: expiresAt)
+        func newCall(createdAt: Int64) -> HubCall {
+            HubCall(id: invite.call, caller: Party(user: caller.user, device: caller.device, name: sender.name, address: address),
+                    callee: invite.to, media: invite.media, metadata: invite.metadata, createdAt: createdAt, expiresAt: expiresAt)
+        }
+        var call = newCall(createdAt: now)
         // With several nodes the call is in the store before any other node hears of it (a device of
         // the callee's that connects to another node finds it ringing there), and its id is claimed
         // with what the invite reads, in one statement.
@@ -496,7 +500,12 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                let runner = await owner(of: invite.call, adopting: false) {
                 return try await forward(.callInvite(invite), from: caller, to: runner)
             }
-            if try await !isLostClaim(record, of: invite, from: caller) {
+            if try await isLostClaim(record, of: invite, from: caller) {
+                // It rings as the call the store has, which started then.
+                call = newCall(createdAt: record.createdAt)
+            } else {
+                // The same invite may have been sent again meanwhile, and rung.
+                if let result = try answerToKnownCall(invite, from: caller) { return result }
                 guard record.caller == caller.user || record.callee == caller.user else {
                     throw ErrorMessage(code: .callNotFound, message: "no such call")
                 }
@@ -508,7 +517,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
         // The same id may have been invited while the store was read.
         if let result = try answerToKnownCall(invite, from: caller) { return result }
-        // A LAN listener's server is a node of its own: nothing was claimed.
+        // A LAN listener is never on PostgreSQL (`ServerConfiguration.validate`): nothing was claimed.
         if let lan = configuration.lan {
             guard invite.to == lan.host else {
                 throw ErrorMessage(code: .forbidden, message: "this is \(lan.host)'s device on a local network: it takes calls to \(lan.host) only")
@@ -568,11 +577,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// Whether a stored call is this invite's own, claimed by this node although the invite was
     /// refused: the claim went in and its answer was lost (`unavailable`, "try again"). It is the
-    /// same device's invite of the same callee, unanswered and unfinished, held by no node's memory,
-    /// and the directory says this node runs it. Then the invite sent again rings now.
+    /// same device's invite of the same callee with the same media, unanswered and unfinished, held
+    /// by no node's memory, and the directory says this node runs it. Then the invite sent again
+    /// rings now.
     private func isLostClaim(_ record: CallRecord, of invite: CallInvite, from caller: DeviceKey) async throws(ErrorMessage) -> Bool {
         guard let cluster, calls[invite.call] == nil, record.caller == caller.user, record.callerDevice == caller.device,
-              record.callee == invite.to, record.answeredAt == nil, record.endedAt == nil else { return false }
+              record.callee == invite.to, record.media == invite.media, record.answeredAt == nil, record.endedAt == nil
+        else { return false }
         do {
             return try await cluster.owner(of: invite.call) == cluster.node && calls[invite.call] == nil
         } catch {
@@ -1202,4 +1213,17 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// Whether a device of `user` is connected or held for resume.
     public func isPresent(_ user: UserID) -> Bool { !sessions.devices(of: user).isEmpty }
     public var sessionCount: Int { sessions.count }
+}
+
+extension JSONValue {
+    /// Whether a string or a key in it holds U+0000, which PostgreSQL stores in neither `TEXT` nor
+    /// `JSONB` (a call's metadata goes in the call's row).
+    var holdsNUL: Bool {
+        switch self {
+        case .string(let text): text.utf8.contains(0)
+        case .array(let values): values.contains { $0.holdsNUL }
+        case .object(let members): members.contains { $0.key.utf8.contains(0) || $0.value.holdsNUL }
+        case .null, .bool, .number: false
+        }
+    }
 }

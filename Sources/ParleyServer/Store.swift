@@ -50,8 +50,9 @@ public enum PushTokenKind: Sendable, Equatable {
 /// have not ended (restored after a restart, so a restart ends no call).
 ///
 /// SQLite (`SQLiteStore`) is the embedded default; PostgreSQL (`PostgresStore`) is shared by
-/// several nodes of one deployment. The hub never writes itself: it hands calls to a
-/// `CallRecordWriter`, which writes them in batches off its path.
+/// several nodes of one deployment. The hub hands a call's changes to a `CallRecordWriter`, which
+/// writes them in batches off its path; with several nodes a new call goes in first with its
+/// invite's reads (`ClusterDirectory.claim`).
 public protocol SignalingStore: Sendable {
     func upsertDevice(_ device: DeviceRecord) async throws
     /// Removes a device; answers whether it existed.

@@ -6,7 +6,6 @@ import ParleyProtocol
 import ParleyServerTesting
 import Testing
 
-/// Two peer connections of the engine wired directly to each other (no signaling server), over loopback.
 /// A directory of a test's own under the temporary directory, removed with the last reference to it.
 final class ScratchDirectory: Sendable {
     let url: URL
@@ -19,6 +18,7 @@ final class ScratchDirectory: Sendable {
     deinit { try? FileManager.default.removeItem(at: url) }
 }
 
+/// Two peer connections of the engine wired directly to each other (no signaling server), over loopback.
 struct DirectCall {
     let connection: DirectConnection
     /// The two recordings' directory, gone with the call.

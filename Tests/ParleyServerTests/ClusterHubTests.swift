@@ -47,24 +47,25 @@ struct ClusterHubTests {
     }
 
     /// Two nodes whose hubs write their calls through `FailingCallWrites` in front of the deployment's store.
-    func nodesFailingCallWrites() throws -> (FailingCallWrites, [HubHarness]) {
+    func nodesFailingCallWrites() throws -> (FailingCallWrites, [HubHarness], SQLiteStore) {
         let sqlite = try SQLiteStore(path: nil)
         let deployment = InMemoryDeployment(sharing: sqlite)
         let writes = FailingCallWrites(deployment.store)
         let clock = ManualClock()
-        return (writes, (0..<2).map { _ in HubHarness(node: deployment.join(), store: sqlite, hubStore: writes, clock: clock) })
+        return (writes, (0..<2).map { _ in HubHarness(node: deployment.join(), store: sqlite, hubStore: writes, clock: clock) }, sqlite)
     }
 
     /// A new call is in the store before any other node hears of it: one that cannot be stored is
     /// refused ("try again") and rings no one, and leaves nothing behind; once the store takes writes
     /// again, the same invite rings.
     @Test func aNewCallThatCannotBeStoredIsRefusedAndRingsNoOne() async throws {
-        let (writes, hubs) = try nodesFailingCallWrites()
+        let (writes, hubs, sqlite) = try nodesFailingCallWrites()
         let alice = await hubs[0].device("alice", "a1")
         let bob = await hubs[1].device("bob", "b1")
         writes.failing = .refusing
         let refused = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
         #expect(refused.errorCode == .unavailable)
+        #expect(try await sqlite.call(call) == nil, "nothing stored")
         writes.failing = .no
         let invited = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
         #expect(try invited.get().decodeResult(CallInviteResult.self).devices == 1)
@@ -78,16 +79,19 @@ struct ClusterHubTests {
     /// the same invite sent again from the same device rings it, and the call goes on; from another
     /// of the caller's devices, or to another callee, the id stays taken.
     @Test func anInviteSentAgainAfterItsStoredAnswerWasLostRings() async throws {
-        let (writes, hubs) = try nodesFailingCallWrites()
+        let (writes, hubs, sqlite) = try nodesFailingCallWrites()
         let alice = await hubs[0].device("alice", "a1")
         let otherPhone = await hubs[0].device("alice", "a2")
         let bob = await hubs[1].device("bob", "b1")
         writes.failing = .losingAnswers
         let lost = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
         #expect(lost.errorCode == .unavailable)
+        #expect(try await sqlite.call(call) != nil, "stored all the same")
         writes.failing = .no
         #expect(await otherPhone.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.errorCode == .badRequest)
         #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "carol")) }.errorCode == .badRequest)
+        let video = MediaSpec(audio: true, video: true)
+        #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob", media: video)) }.errorCode == .badRequest)
         let again = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
         #expect(try again.get().decodeResult(CallInviteResult.self).devices == 1, "rung by the invite sent again")
         _ = try await heard(bob, "bob is rung") { if case .callIncoming(let m) = $0 { m } else { nil } }

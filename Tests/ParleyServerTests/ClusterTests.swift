@@ -322,16 +322,23 @@ struct ClusterTests {
                                                           database: database.name)
         #expect(owners == cluster.node)
 
-        // Two claims of one free id at once: one stores its call, the other finds the id taken.
+        // An id another transaction is inserting: the claim waits for it, and then finds the id taken
+        // (a read, then a write, would find it free and then write over that call).
         let contested: CallID = "6b5e4d3c-2b1a-4f0e-9d8c-7b6a5f4e3d2c"
-        var carols = newCall(contested, to: "bob", extras: false)
-        carols.record.caller = "carol"
-        async let first = cluster.claim(newCall(contested, to: "bob", extras: false), store: store)
-        async let second = cluster.claim(carols, store: store)
-        let (a, b) = try await (first, second)
-        #expect(a.taken != b.taken, "exactly one claim won")
-        let winner = try await store.call(contested)?.caller
-        #expect(winner == (a.taken ? "carol" : "mallory"), "the winner's call is the one stored")
+        let other = try await PostgresStore.connect(store.location, logger: TestDatabase.logger, application: "another node")
+        _ = try await other.query("BEGIN", logger: TestDatabase.logger)
+        _ = try await other.query("""
+            INSERT INTO call (call_id, caller, callee, caller_device, audio, video, created_at, expires_at, owner_node)
+            VALUES (\(contested.rawValue), 'carol', 'bob', 'c1', true, false, 1, 2, 'nlocked')
+            """, logger: TestDatabase.logger)
+        let claiming = Task { try await cluster.claim(newCall(contested, to: "bob", extras: false), store: store) }
+        try await eventually("the claim waits for the other transaction") {
+            try database.postgres?.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'", database: database.name) == "1"
+        }
+        _ = try await other.query("COMMIT", logger: TestDatabase.logger)
+        #expect(try await claiming.value.taken, "the id the other transaction inserted is taken")
+        #expect(try await store.call(contested)?.caller == "carol", "and its call left as it was")
+        try await other.close()
         try await locked.close()
         await store.close()
     }

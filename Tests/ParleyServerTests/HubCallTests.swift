@@ -104,6 +104,21 @@ struct HubCallTests {
         #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.errorCode == .callEnded)
     }
 
+    /// PostgreSQL stores U+0000 in neither `TEXT` nor `JSONB`: metadata holding one is refused on
+    /// every store, and rings no one (on PostgreSQL it could not be stored, and its batch would fail).
+    @Test func metadataHoldingNULIsRefused() async throws {
+        let h = try HubHarness()
+        let alice = await h.device("alice", "a1")
+        let bob = await h.device("bob", "b1")
+        for metadata: JSONValue in [.string("a\u{0}b"), .array([.object(["topic": .string("\u{0}")])]), .object(["k\u{0}": .null])] {
+            let refused = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob", metadata: metadata)) }
+            #expect(refused.errorCode == .badRequest, "\(metadata)")
+        }
+        #expect(bob.events().isEmpty)
+        let fine: JSONValue = .object(["topic": .string("taxes \u{1}"), "n": .number(0)])
+        #expect(await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob", metadata: fine)) }.isSuccess)
+    }
+
     @Test func declineBusyEndsTheCallEverywhere() async throws {
         let h = try HubHarness()
         let alice = await h.device("alice", "a1")

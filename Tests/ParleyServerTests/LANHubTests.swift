@@ -102,7 +102,8 @@ struct LANHubTests {
         try await server.stop()
     }
 
-    @Test func aLANConfigurationIsRefusedInDevelopmentModeOrWithAnEmptyPIN() {
+    /// And on PostgreSQL: a LAN listener's server is a node of its own, never a deployment's.
+    @Test func aLANConfigurationIsRefusedInDevelopmentModeOrWithAnEmptyPINOrOnPostgreSQL() {
         var configuration = ServerConfiguration()
         configuration.lan = LANSettings(host: "bob")
         #expect(throws: ConfigurationError.self) { try configuration.validate() }
@@ -111,6 +112,8 @@ struct LANHubTests {
         #expect(throws: ConfigurationError.self) { try configuration.validate() }
         configuration.lan?.pin = "1234"
         #expect(throws: Never.self) { try configuration.validate() }
+        configuration.databasePath = "postgres://parley@127.0.0.1/parley"
+        #expect(throws: ConfigurationError.self) { try configuration.validate() }
     }
 
     @Test func aCallerCannotTakeAnotherCallersUserIdOrReadAnythingUnderIt() async throws {
