@@ -147,8 +147,9 @@ struct HTTPRoutes: Sendable {
             guard !push.token.isEmpty, push.token.count <= 200, push.token.allSatisfy(\.isHexDigit) else {
                 throw APIError(.badRequest, .badRequest, "\(field).token must be the device token in hex")
             }
-            guard !push.topic.isEmpty, push.topic.count <= 255 else {
-                throw APIError(.badRequest, .badRequest, "\(field).topic must be the app's bundle id")
+            // The topic goes in an HTTP/2 header to APNs, and in the store.
+            guard Self.isBundleID(push.topic) else {
+                throw APIError(.badRequest, .badRequest, "\(field).topic must be the app's bundle id (A-Z a-z 0-9 - .)")
             }
         }
         let limit = configuration.limits.devicesPerUser
@@ -160,6 +161,18 @@ struct HTTPRoutes: Sendable {
                                   voip: registration.voip, alerts: registration.alerts, updatedAt: wallClock())
         try await Self.storing("the device could not be stored") { try await store.upsertDevice(record) }
         return record
+    }
+
+    /// Apple's rule for a bundle id: letters A–Z and a–z, digits, hyphens and periods (and at most
+    /// 255 bytes here).
+    static func isBundleID(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.count <= 255 && text.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."): true
+            default: false
+            }
+        }
     }
 
     @Sendable func removeDevice(_ request: Request, context: ParleyRequestContext) async throws -> HTTPResponse.Status {

@@ -155,6 +155,13 @@ struct HTTPEndpointTests {
         let alice = try await server.token("alice")
         try refusal(try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: #"{"platform":"ios","voip":{"token":"ab"}}"#),
                     400, .badRequest, "topic")
+        // A bundle id (Apple's rule): a NUL, a space or a line break is none, whatever the store.
+        for topic in [#"net.parley\u0000app"#, "net.parley app", #"net.parley\r\napns-priority: 5"#, "net.parley.app/"] {
+            let json = #"{"platform":"ios","voip":{"token":"ab","topic":"\#(topic)","environment":"sandbox"}}"#
+            try refusal(try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: json), 400, .badRequest, "bundle id")
+        }
+        #expect(try await server.http("PUT", "/v1/devices/iphone-1", token: alice,
+                                      json: #"{"platform":"ios","voip":{"token":"ab","topic":"net.Parley-2.app","environment":"sandbox"}}"#).status == 200)
         try refusal(try await server.http("DELETE", "/v1/devices/nothing-here", token: alice), 404, .notFound, "no such device")
         try refusal(try await server.http("GET", "/v1/signal", token: alice), 426, .badRequest, "WebSocket")
         try refusal(try await server.http("GET", "/v1/signal"), 401, .unauthorized, "access token")
