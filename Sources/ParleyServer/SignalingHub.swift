@@ -947,7 +947,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 send(encoded: frame, to: key)
                 return
             }
-            guard let sessionID = sessions.id(of: key), let decoded = try? codec.decodeServerFrame(frame) else { return }
+            guard let sessionID = sessions.id(of: key) else { return }
+            let decoded: ServerFrame
+            do { decoded = try codec.decodeServerFrame(frame) } catch {
+                // A node of another version, or a bug: the device misses the frame, and the log says so.
+                logger.warning("a frame from another node could not be read; it is not delivered",
+                               metadata: ["cluster.peer": "\(from)", "peer.device": "\(key)", "error": "\(error)"])
+                return
+            }
             if case .callIncoming(let incoming) = decoded.message, !sessions.isConnected(key) {
                 await pushIncoming(incoming, to: key)
                 // A new session of the device's meanwhile hears of the call from its owner (`claimed`).
