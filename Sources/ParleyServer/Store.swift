@@ -51,7 +51,7 @@ public enum PushTokenKind: Sendable, Equatable {
 ///
 /// SQLite (`SQLiteStore`) is the embedded default; PostgreSQL (`PostgresStore`) is shared by
 /// several nodes of one deployment. The hub hands a call's changes to a `CallRecordWriter`, which
-/// writes them in batches off its path; with several nodes a new call goes in first with its
+/// writes them in batches off its path; on PostgreSQL a new call goes in first with its
 /// invite's reads (`ClusterDirectory.claim`).
 public protocol SignalingStore: Sendable {
     func upsertDevice(_ device: DeviceRecord) async throws
