@@ -37,9 +37,11 @@ extension ConnectionSink {
 ///
 /// Frames written while the channel's event loop is busy wait for its next turn and go out
 /// together, with one flush (one `writev`): a busy relay writes many frames to one connection
-/// between two turns, and a flush per frame was a fifth of its time.
+/// between two turns, and a flush per frame was a fifth of its time. They are encoded together too,
+/// into one buffer (`EncodedFrameWriter`), where NIO's WebSocket encoder made two a frame.
 final class ChannelOutbound: ConnectionSink {
     private let channel: any Channel
+    private let frames: NIOLoopBound<EncodedFrameWriter>
     private let limit: Int
     private let onOverflow: @Sendable () -> Void
     private let closeHandshake: @Sendable (CloseCode, String) -> Void
@@ -51,9 +53,11 @@ final class ChannelOutbound: ConnectionSink {
     }
     private let state = NIOLockedValueBox(State())
 
-    init(channel: any Channel, limit: Int, onOverflow: @escaping @Sendable () -> Void,
+    /// - Parameter frames: the connection's writer of encoded frames, installed in its pipeline.
+    init(channel: any Channel, frames: NIOLoopBound<EncodedFrameWriter>, limit: Int, onOverflow: @escaping @Sendable () -> Void,
          closeHandshake: @escaping @Sendable (CloseCode, String) -> Void) {
         self.channel = channel
+        self.frames = frames
         self.limit = limit
         self.onOverflow = onOverflow
         self.closeHandshake = closeHandshake
@@ -100,25 +104,69 @@ final class ChannelOutbound: ConnectionSink {
         if first { channel.eventLoop.execute { self.writePending() } }
     }
 
-    /// On the event loop: every frame gathered since its last turn, in order, and one flush.
+    /// On the event loop: every frame gathered since its last turn, in order, in one buffer, and one flush.
     private func writePending() {
-        let frames = state.withLockedValue { state in
+        let pending = state.withLockedValue { state in
             defer { state.pending = [] }
             return state.pending
         }
-        guard let last = frames.last else { return }
-        var counted = 0
-        for (text, size) in frames.dropLast() {
-            channel.write(WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(string: text)), promise: nil)
-            counted += size
+        guard !pending.isEmpty else { return }
+        let counted = pending.reduce(0) { $0 + $1.counted }
+        guard counted > 0 else {
+            frames.value.write(pending.lazy.map(\.text), promise: nil)
+            return
         }
-        counted += last.counted
-        // Writes complete in order: the last one's completion says the bytes of all have left.
         let written = channel.eventLoop.makePromise(of: Void.self)
-        channel.write(WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(string: last.text)), promise: written)
-        channel.flush()
-        guard counted > 0 else { return }
-        written.futureResult.whenComplete { [state, counted] _ in state.withLockedValue { $0.queuedBytes -= counted } }
+        frames.value.write(pending.lazy.map(\.text), promise: written)
+        written.futureResult.whenComplete { [state] _ in state.withLockedValue { $0.queuedBytes -= counted } }
+    }
+}
+
+/// Writes the hub's frames of a connection (`ChannelOutbound`), encoded as WebSocket text frames
+/// into one buffer a batch, straight to the socket's side of the pipeline: it sits between NIO's
+/// WebSocket frame encoder and the socket (or TLS). Frames go out unmasked and unextended: a server
+/// masks nothing, and Parley negotiates no WebSocket extension.
+///
+/// Nothing follows a close frame (RFC 6455, 5.5.1): `FrameActivityHandler` sees every close that
+/// goes out, the hub's and swift-websocket's own, and shuts this writer (`closeSent`).
+final class EncodedFrameWriter: ChannelOutboundHandler, RemovableChannelHandler {
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// Touched on the channel's event loop only, as everything here.
+    private var context: ChannelHandlerContext?
+    /// A close frame went out: what comes after it is not written.
+    var closeSent = false
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    /// Writes the texts as one buffer of text frames, and flushes.
+    func write(_ texts: some Collection<String>, promise: EventLoopPromise<Void>?) {
+        guard let context, !closeSent else {
+            promise?.fail(ChannelError.outputClosed)
+            return
+        }
+        var buffer = context.channel.allocator.buffer(capacity: texts.reduce(0) { $0 + 10 + $1.utf8.count })
+        for text in texts { Self.appendTextFrame(text, to: &buffer) }
+        context.writeAndFlush(wrapOutboundOut(buffer), promise: promise)
+    }
+
+    /// A final, unmasked text frame (RFC 6455, 5.2): FIN and the opcode, the length in 7 bits or
+    /// 126 and 16 bits or 127 and 64 bits, then the payload.
+    static func appendTextFrame(_ text: String, to buffer: inout ByteBuffer) {
+        let length = text.utf8.count
+        buffer.writeInteger(UInt8(0x81))
+        if length < 126 {
+            buffer.writeInteger(UInt8(length))
+        } else if length <= Int(UInt16.max) {
+            buffer.writeInteger(UInt8(126))
+            buffer.writeInteger(UInt16(length))
+        } else {
+            buffer.writeInteger(UInt8(127))
+            buffer.writeInteger(UInt64(length))
+        }
+        buffer.writeString(text)
     }
 }
 

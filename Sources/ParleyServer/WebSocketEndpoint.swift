@@ -145,7 +145,15 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         defer { open.closed() }
         let limits = hub.configuration.limits
         let inboundEnded = NIOLockedValueBox(false)
-        let outboundQueue = ChannelOutbound(channel: channel, limit: limits.outboundBufferBytes) { [logger, metrics] in
+        let frames: NIOLoopBound<EncodedFrameWriter>
+        do {
+            frames = try await Self.installFrameWriter(on: channel)
+        } catch {
+            // The connection closed before it could be served.
+            logger.debug("websocket closed before it was served", metadata: ["connection.id": "\(id)", "error": "\(error)"])
+            return
+        }
+        let outboundQueue = ChannelOutbound(channel: channel, frames: frames, limit: limits.outboundBufferBytes) { [logger, metrics] in
             logger.notice("closing a connection that reads too slowly", metadata: ["connection.id": "\(id)"])
             metrics.slowConnections.increment()
         } closeHandshake: { [open] code, reason in
@@ -170,7 +178,7 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         }
         let connection = Connection(id: id, identity: identity, outbound: outboundQueue, now: hub.now(),
                                     address: channel.remoteAddress?.ipAddress)
-        await Self.observeActivity(on: channel) { [hub] in connection.touch(now: hub.now()) }
+        await Self.observeActivity(on: channel, closing: frames) { [hub] in connection.touch(now: hub.now()) }
         await hub.connect(connection)
 
         var limiter = RateLimiter(rate: limits.framesPerSecond, burst: limits.burst, maxRefused: limits.maxRefused,
@@ -216,20 +224,35 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
         await hub.disconnected(id)
     }
 
+    /// Installs the writer of the hub's frames right before NIO's WebSocket frame encoder (on the
+    /// socket's side of it).
+    private static func installFrameWriter(on channel: any Channel) async throws -> NIOLoopBound<EncodedFrameWriter> {
+        try await channel.eventLoop.submit {
+            let encoder = try channel.pipeline.syncOperations.handler(type: WebSocketFrameEncoder.self)
+            let writer = EncodedFrameWriter()
+            try channel.pipeline.syncOperations.addHandler(writer, position: .before(encoder))
+            return NIOLoopBound(writer, eventLoop: channel.eventLoop)
+        }.get()
+    }
+
     /// Installs a handler right after the WebSocket frame decoder that notes every inbound frame,
-    /// WebSocket pings included, so they count as heartbeats.
-    private static func observeActivity(on channel: any Channel, _ onFrame: @escaping @Sendable () -> Void) async {
+    /// WebSocket pings included, so they count as heartbeats, and shuts `closing` once a close frame
+    /// goes out.
+    private static func observeActivity(on channel: any Channel, closing frames: NIOLoopBound<EncodedFrameWriter>,
+                                        _ onFrame: @escaping @Sendable () -> Void) async {
         try? await channel.eventLoop.submit {
             let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<WebSocketFrameDecoder>.self)
-            try channel.pipeline.syncOperations.addHandler(FrameActivityHandler(onFrame: onFrame), position: .after(decoder))
+            try channel.pipeline.syncOperations.addHandler(FrameActivityHandler(onFrame: onFrame, closing: frames.value),
+                                                           position: .after(decoder))
         }.get()
     }
 }
 
 /// Sits right after the WebSocket frame decoder. Inbound, it notes every frame the client sends.
-/// Outbound, it lets nothing follow a close frame (RFC 6455, 5.5.1): the hub writes into the channel
-/// directly (`ChannelOutbound`), and until it learns of a close that swift-websocket sent on its own
-/// (answering the client's, or a protocol error) its frames would go out after it.
+/// Outbound, it lets nothing follow a close frame (RFC 6455, 5.5.1): the hub writes below it
+/// (`EncodedFrameWriter`), and until it learns of a close that swift-websocket sent on its own
+/// (answering the client's, or a protocol error) its frames would go out after it. Once a close
+/// passes here, that writer is shut too.
 final class FrameActivityHandler: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
     typealias InboundOut = WebSocketFrame
@@ -237,10 +260,15 @@ final class FrameActivityHandler: ChannelDuplexHandler {
     typealias OutboundOut = WebSocketFrame
 
     let onFrame: @Sendable () -> Void
-    /// Touched on the channel's event loop only: the handler is made and added there.
+    /// The hub's writer, shut with this handler. Touched on the channel's event loop only: the
+    /// handler is made and added there.
+    private let closing: EncodedFrameWriter?
     private var closeSent = false
 
-    init(onFrame: @escaping @Sendable () -> Void) { self.onFrame = onFrame }
+    init(onFrame: @escaping @Sendable () -> Void, closing: EncodedFrameWriter? = nil) {
+        self.onFrame = onFrame
+        self.closing = closing
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // Pongs only answer the server; the heartbeat is what the client sends of its own accord.
@@ -253,7 +281,10 @@ final class FrameActivityHandler: ChannelDuplexHandler {
             promise?.fail(ChannelError.outputClosed)
             return
         }
-        if unwrapOutboundIn(data).opcode == .connectionClose { closeSent = true }
+        if unwrapOutboundIn(data).opcode == .connectionClose {
+            closeSent = true
+            closing?.closeSent = true
+        }
         context.write(data, promise: promise)
     }
 }
