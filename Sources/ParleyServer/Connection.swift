@@ -1,6 +1,5 @@
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOWebSocket
 import ParleyProtocol
 
 /// What the hub asks a connection's writer to do.
