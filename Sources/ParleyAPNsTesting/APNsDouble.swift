@@ -374,7 +374,8 @@ private final class StreamHandler: ChannelInboundHandler {
 }
 
 /// A developer team for tests: a signing key written as a `.p8` file, with its ids, and doubles
-/// that trust it.
+/// that trust it. The file is the test's to remove (`removeKeyFile`), in a `defer`, so that a test
+/// that fails does not leave a private key in the temporary directory.
 public struct APNsTestTeam: Sendable {
     public let keyID = "ABC123DEFG"
     public let teamID = "DEF123GHIJ"

@@ -150,8 +150,18 @@ public final class SignalingServer: Sendable {
         if let cluster { services.append(.init(service: cluster, failureTerminationBehavior: .gracefullyShutdownGroup)) }
         services.append(.init(service: HubService(hub: hub, open: openConnections, store: store, cluster: cluster,
                                                   readsRoomKey: configuration.janus != nil, started: started)))
-        return ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: signals, logger: logger))
+        var group = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: signals, logger: logger)
+        // Every step of the stop has its own bound (the hub's records 10 s and 5 s, the clients'
+        // drain 5 s, pushes 5 s, the HTTP server 5 s): past all of them together the stop is
+        // cancelled, and a service that ignores even that ends the process. A node stuck in its
+        // stop holds its port and its clients' calls from the nodes that would take them over.
+        group.maximumGracefulShutdownDuration = Self.stopLimit
+        group.maximumCancellationDuration = .seconds(10)
+        return ServiceGroup(configuration: group)
     }
+
+    /// How long a graceful stop may take before it is cancelled.
+    public static var stopLimit: Duration { .seconds(40) }
 }
 
 /// Runs the store the server opened (a `PostgresStore`'s pool), and closes it when the server stops.

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import ParleyProtocol
+import ParleyServer
 import ParleyServerTesting
 import Testing
 
@@ -68,11 +69,11 @@ struct ClusterCallTests {
         let owner = { try postgres.psql("SELECT owner_node FROM call", database: name) }
 
         var one = try await ServeProcess(port: 0, database: database)
-        defer { if one.process.isRunning { one.process.terminate() } }
+        defer { stopProcess(one.process, with: SIGTERM, grace: 10) }
         var two = try await ServeProcess(port: 0, database: database)
-        defer { if two.process.isRunning { two.process.terminate() } }
+        defer { stopProcess(two.process, with: SIGTERM, grace: 10) }
         let three = disruption == .killTheCallsNodeOfThree ? try await ServeProcess(port: 0, database: database) : nil
-        defer { if let three, three.process.isRunning { three.process.terminate() } }
+        defer { if let three { stopProcess(three.process, with: SIGTERM, grace: 10) } }
         // Alice's door prefers node one, Bob's node two; each falls back to the other (to the
         // third first, if there is one).
         let balancer = try await HAProxy.start(preferences: [[one.port] + [three?.port, two.port].compactMap { $0 },
@@ -113,7 +114,10 @@ struct ClusterCallTests {
         case .restartPostgreSQL:
             try await postgres.restart()
             for node in [one, two] {
-                try await eventually(timeout: .seconds(20), "the node on port \(node.port) stops") { !node.process.isRunning }
+                // A stop past its bound is cancelled, and a stop that ignores that too ends the process.
+                try await eventually(timeout: SignalingServer.stopLimit + .seconds(20), "the node on port \(node.port) stops") {
+                    !node.process.isRunning
+                }
                 #expect(node.process.terminationStatus != 0, "a node that lost its listening connection fails, for its supervisor to see")
             }
             one = try await ServeProcess(port: one.port, database: database)

@@ -39,6 +39,7 @@ struct APNsClientTests {
 
     @Test func aVoIPPushCarriesEveryHeaderAPNsChecksOnOneConnection() async throws {
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let double = try await team.makeDouble()
         double.addDevice(token: Self.token, topic: Self.topic)
         let client = try Self.client(team, double)
@@ -66,11 +67,11 @@ struct APNsClientTests {
         #expect(Set(double.requests.compactMap(\.providerToken)).count == 1)
         try await client.shutdown()
         await double.stop()
-        team.removeKeyFile()
     }
 
     @Test func aSandboxTokenGoesToTheSandboxOnly() async throws {
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let production = try await team.makeDouble()
         let sandbox = try await team.makeDouble()
         sandbox.addDevice(token: Self.token, topic: Self.topic)
@@ -93,11 +94,11 @@ struct APNsClientTests {
         try await client.shutdown()
         await production.stop()
         await sandbox.stop()
-        team.removeKeyFile()
     }
 
     @Test func aProviderTokenSignedWithAnotherKeyIsRefused() async throws {
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let double = try await team.makeDouble()
         double.addDevice(token: Self.token, topic: Self.topic)
         // Right ids, wrong key: the signature does not verify with the team's public key.
@@ -114,12 +115,12 @@ struct APNsClientTests {
         try await client.shutdown()
         try await other.shutdown()
         await double.stop()
-        team.removeKeyFile()
     }
 
     @Test func theProviderTokenIsKeptFortyMinutesAndRenewedOnceWhenExpired() async throws {
         let clock = ManualWallClock()
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let double = try await team.makeDouble { clock.now }
         double.addDevice(token: Self.token, topic: Self.topic)
         let client = try Self.client(team, double) { clock.now }
@@ -148,11 +149,11 @@ struct APNsClientTests {
         try await client.shutdown()
         try await staleClient.shutdown()
         await double.stop()
-        team.removeKeyFile()
     }
 
     @Test func busyAndFailingAnswersAreRetriedUntilDelivered() async throws {
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let double = try await team.makeDouble()
         double.addDevice(token: Self.token, topic: Self.topic)
         let client = try Self.client(team, double)
@@ -168,11 +169,11 @@ struct APNsClientTests {
         #expect(double.requests.suffix(2).map(\.status) == [0, 200])
         try await client.shutdown()
         await double.stop()
-        team.removeKeyFile()
     }
 
     @Test func retriesStopAtTheNotificationsExpiry() async throws {
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let double = try await team.makeDouble()
         double.addDevice(token: Self.token, topic: Self.topic)
         let client = try Self.client(team, double)
@@ -186,11 +187,11 @@ struct APNsClientTests {
         #expect(ContinuousClock.now - started < .seconds(5), "it stopped at the expiry, not later")
         try await client.shutdown()
         await double.stop()
-        team.removeKeyFile()
     }
 
     @Test func whatAPNsWouldRefuseIsNotSentOrNotRetried() async throws {
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let double = try await team.makeDouble()
         double.addDevice(token: Self.token, topic: Self.topic)
         let client = try Self.client(team, double)
@@ -213,11 +214,11 @@ struct APNsClientTests {
         #expect(double.requests.count == 3)
         try await client.shutdown()
         await double.stop()
-        team.removeKeyFile()
     }
 
     @Test func anEndpointWhoseCertificateIsNotTrustedFailsAtOnce() async throws {
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let double = try await team.makeDouble()
         double.addDevice(token: Self.token, topic: Self.topic)
         var configuration = APNsClient.Configuration(key: try APNsSigningKey(file: team.keyFile, keyID: team.keyID, teamID: team.teamID))
@@ -231,7 +232,6 @@ struct APNsClientTests {
         #expect(double.requests.isEmpty)
         try await client.shutdown()
         await double.stop()
-        team.removeKeyFile()
     }
 
     @Test func aKeyThatIsNotAP8FileOrIdsThatAreNotApplesAreRefusedClearly() throws {

@@ -37,6 +37,7 @@ struct PushCommandTests {
 
     @Test func pushTestSaysWhatAPNsAnsweredForEachDevice() async throws {
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let apns = try await team.makeDouble()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-push-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -81,12 +82,12 @@ struct PushCommandTests {
 
         try await server.stop()
         await apns.stop()
-        team.removeKeyFile()
         try? FileManager.default.removeItem(at: directory)
     }
 
     @Test func serveWithTheAPNsFlagsPushesToASleepingDevice() async throws {
         let team = try APNsTestTeam()
+        defer { team.removeKeyFile() }
         let apns = try await team.makeDouble()
         let token = String(repeating: "ef", count: 32)
         apns.addDevice(token: token, topic: "net.parley.app")
@@ -137,6 +138,5 @@ struct PushCommandTests {
         #expect(bad.status != 0)
         #expect(bad.error.contains("cannot read the APNs key file /nonexistent.p8"), "\(bad.error)")
         await apns.stop()
-        team.removeKeyFile()
     }
 }
