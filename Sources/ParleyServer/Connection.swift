@@ -111,13 +111,10 @@ final class ChannelOutbound: ConnectionSink {
         }
         guard !pending.isEmpty else { return }
         let counted = pending.reduce(0) { $0 + $1.counted }
-        guard counted > 0 else {
-            frames.value.write(pending.lazy.map(\.text), promise: nil)
-            return
-        }
-        let written = channel.eventLoop.makePromise(of: Void.self)
+        // Counted bytes leave the bound once written (or once the write failed).
+        let written = counted > 0 ? channel.eventLoop.makePromise(of: Void.self) : nil
         frames.value.write(pending.lazy.map(\.text), promise: written)
-        written.futureResult.whenComplete { [state] _ in state.withLockedValue { $0.queuedBytes -= counted } }
+        written?.futureResult.whenComplete { [state] _ in state.withLockedValue { $0.queuedBytes -= counted } }
     }
 }
 
