@@ -51,6 +51,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// Hellos waiting for the node that held their session to hand it over (`fetchSession`), by
     /// the id of their wait in `routes`; each goes on without it at its deadline (`sweep`).
     private var handovers: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    /// Whether `run()` has stopped sweeping: the waits above are ended then, and none starts after
+    /// (no deadline would end it), so nothing of the hub's waits for another node as it stops.
+    private var waitsEnded = false
     /// How long a resume waits for another node to hand its session over.
     static var handoverTimeout: Duration { .seconds(2) }
     /// Janus admissions under way, by device and room, and the leaves waiting for them: a
@@ -109,9 +112,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 do { try await clock.sleep(for: interval) } catch { break }
                 sweep()
             }
+            // Before the children are waited for: work handed off (a device joining a room again
+            // where it runs now) may wait for another node's answer, which only a sweep (stopped
+            // now) or this ends.
+            waitsEnded = true
+            endWaits(at: nil)
             group.cancelAll()
         }
-        endWaits(at: nil)
         // Admissions handed off and never run: the leaves waiting for them are answered.
         for leaves in admitting.values.flatMap({ $0.values.map(\.leaves) }) { for leave in leaves { leave.resume() } }
         admitting = [:]
@@ -333,7 +340,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                            metadata: ["peer.device": "\(key)", "session.id": "\(session)", "error": "\(error)"])
             return
         }
-        guard let holder = holders[key], holder != cluster.node else { return }
+        guard let holder = holders[key], holder != cluster.node, !waitsEnded else { return }
         let id = routes.wait(.handover, on: holder, until: now() + Self.handoverTimeout)
         await withCheckedContinuation { continuation in
             handovers[id] = continuation
@@ -917,6 +924,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// `frame`: the client's own text of the request, if it came from the device as is.
     private func forward(_ message: ClientMessage, from key: DeviceKey, to node: NodeID, frame text: String? = nil) async throws(ErrorMessage) -> AckResult {
         guard let cluster else { throw ErrorMessage(code: .internal, message: "no cluster") }
+        guard !waitsEnded else { throw ErrorMessage(code: .unavailable, message: "the server is stopping; try again") }
         let id = routes.wait(.forward, on: node, until: now() + Self.forwardTimeout)
         // The client's own text, unless it is padded out far past what it says (whitespace is JSON too).
         let frame = text.flatMap { $0.utf8.count <= 4096 ? $0 : nil } ?? String(decoding: codec.encode(message), as: UTF8.self)

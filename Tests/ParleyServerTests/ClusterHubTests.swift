@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import ParleyProtocol
 @testable import ParleyServer
 import ParleyServerTesting
@@ -122,6 +123,41 @@ struct ClusterHubTests {
         await moved.send(.callAccept(accept))
         #expect(moved.events().contains { if case .ack(let ack) = $0 { ack.re == accept.id } else { false } },
                 "the same id again: answered from memory, not run again (that would be call_already_answered)")
+    }
+
+    /// A node stops while work it handed itself waits for another node's answer: a device held
+    /// here was in a room of a node that left, and joins again where the room runs, on a node that
+    /// does not answer. The hub's `run()` returns all the same. Only a sweep ended such a wait, and
+    /// the sweeps stop with `run()`, which waits for that work: in CI a node stayed in its stop for
+    /// good after PostgreSQL restarted under it.
+    @Test func aNodeStopsWhileARejoinWaitsForASilentNode() async throws {
+        let store = try SQLiteStore(path: nil)
+        let deployment = InMemoryDeployment(sharing: store)
+        let node = deployment.join()
+        let stopping = HubHarness(node: node, of: deployment, store: store, clock: ManualClock())
+        // A node without a hub runs the room: the test answers for it, once.
+        let roomNode = deployment.join()
+        #expect(try await roomNode.roomOwner("r1", claim: true) == roomNode.node)
+        let forwarded = NIOLockedValueBox<[(id: UInt64, frame: String)]>([])
+        let reading = Task {
+            for await message in roomNode.messages {
+                if case .request(let id, _, _, let frame) = message { forwarded.withLockedValue { $0.append((id, frame)) } }
+            }
+        }
+        defer { reading.cancel() }
+
+        let bob = await stopping.device("bob", "b1")
+        async let joined = bob.request { .roomJoin(RoomJoin(id: $0, room: "r1")) }
+        try await eventually(timeout: .seconds(5), "the join forwarded to the room's node") { forwarded.withLockedValue { $0.count == 1 } }
+        roomNode.send(.reply(id: forwarded.withLockedValue { $0[0].id }, result: .done, error: nil), to: node.node)
+        #expect(await joined.isSuccess)
+
+        // Told that the room's node left: bob joins again where the room runs, the same node still.
+        roomNode.send(.left(roomNode.node), to: node.node)
+        try await eventually(timeout: .seconds(5), "the join made again") { forwarded.withLockedValue { $0.count == 2 } }
+        #expect(forwarded.withLockedValue { $0[1].frame }.contains("room.join"))
+
+        try await stopping.stopRunning()
     }
 
     /// The in-memory directory and mailboxes themselves, under `PostgresCluster`'s rules.

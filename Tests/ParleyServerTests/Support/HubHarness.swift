@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import ParleyProtocol
 @testable import ParleyServer
 import ParleyServerTesting
@@ -50,6 +51,9 @@ struct HubHarness {
     let hub: SignalingHub<ManualClock>
     let configuration: ServerConfiguration
     private let ids = Counter()
+    /// The hub's `run()` (or its handed-off work) and its record writer, as the server runs them.
+    private let running: Task<Void, Never>
+    private let runEnded = NIOLockedValueBox(false)
 
     init(configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
         try self.init(store: SQLiteStore(path: nil), clock: ManualClock(), configure: configure)
@@ -85,15 +89,25 @@ struct HubHarness {
                            wallClock: { clock.wallNow })
         // What the hub hands off (Janus admissions and releases) and its record writer run as under
         // the server; the clock is the test's, and so are the sweeps (`advance`). Abandoned with the
-        // harness, as its hub is.
+        // harness, as its hub is, unless a test stops it (`stopRunning`).
         // With other nodes it runs whole, to hear them (its sweeps wait on the manual clock).
         let clustered = cluster != nil
-        Task { [hub] in
+        running = Task { [hub, runEnded] in
             await withDiscardingTaskGroup { group in
-                group.addTask { clustered ? await hub.run() : await hub.runHandedOffWork() }
+                group.addTask {
+                    clustered ? await hub.run() : await hub.runHandedOffWork()
+                    runEnded.withLockedValue { $0 = true }
+                }
                 group.addTask { await hub.records.run() }
             }
         }
+    }
+
+    /// Cancels the hub's `run()` (or its handed-off work), as the server does as it stops, and waits
+    /// at most `limit` for it to return.
+    func stopRunning(within limit: Duration = .seconds(5)) async throws {
+        running.cancel()
+        try await eventually(timeout: limit, "the hub's run() returned") { runEnded.withLockedValue { $0 } }
     }
 
     final class Counter: @unchecked Sendable {
