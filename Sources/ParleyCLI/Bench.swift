@@ -303,7 +303,7 @@ struct ChildServer {
             }
         }
         process.terminate()
-        throw ValidationError("the server did not start: \(text)")
+        throw BenchFailure("the server did not start: \(text)")
     }
 
     static func stopOnSignals(_ child: ChildServer) -> [any DispatchSourceSignal] {
@@ -331,6 +331,13 @@ struct ChildServer {
     }
 }
 
+/// A benchmark that could not go on: the server did not start, or answered what it should not
+/// have. Said as it is (not as a mistake in the command line, with its usage).
+struct BenchFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
 /// One benchmark connection: frames in through a stream consumed by one task at a time.
 final class BenchClient: @unchecked Sendable {
     private let socket: TextWebSocket
@@ -350,7 +357,7 @@ final class BenchClient: @unchecked Sendable {
         request.httpBody = Data(#"{"user":"\#(user)"}"#.utf8)
         let (data, response) = try await URLSession.shared.data(for: request)
         guard (response as? HTTPURLResponse)?.statusCode == 200 else {
-            throw ValidationError("the server did not mint a token (is it in development mode?)")
+            throw BenchFailure("the server did not mint a token (is it in development mode?)")
         }
         return try JSONDecoder().decode(DevTokenResponse.self, from: data).token
     }
@@ -383,19 +390,23 @@ final class BenchClient: @unchecked Sendable {
     }
 
     /// Acknowledges server frames now and then, as a real client does, so the server can drop
-    /// them from its resume buffer.
-    private func next() async -> String? {
+    /// them from its resume buffer. An error that answers no request (the server could not read a
+    /// frame the bench sent) fails the run: the bench would measure the server refusing it.
+    private func next() async throws -> String? {
         guard case .text(let text)? = await inbound.next() else { return nil }
         received += 1
         if received % 32 == 0, let range = text.range(of: #""seq":(\d+)"#, options: .regularExpression) {
-            send(#"{"type":"ack","\#(text[range])}"#)
+            send(#"{"type":"ack",\#(text[range])}"#)
+        }
+        if text.contains(#""type":"error""#), !text.contains(#""re":"#) {
+            throw BenchFailure("the server refused a frame the bench sent: \(text)")
         }
         return text
     }
 
-    /// Reads (and acknowledges) every frame until the connection ends.
-    func drain() async {
-        while await next() != nil {}
+    /// Reads (and acknowledges) every frame until the connection ends, or the server refuses one.
+    func drain() async throws {
+        while try await next() != nil {}
     }
 
     /// Sends a request and waits for its ack; an error answer fails the run.
@@ -405,21 +416,21 @@ final class BenchClient: @unchecked Sendable {
 
     /// Waits for the answer to request `id`; an error answer fails the run.
     func awaitAnswer(to id: String, of type: String = "request") async throws {
-        while let text = await next() {
+        while let text = try await next() {
             guard text.contains(#""re":"\#(id)""#) else { continue }
-            if text.contains(#""type":"error""#) { throw ValidationError("\(type) failed: \(text)") }
+            if text.contains(#""type":"error""#) { throw BenchFailure("\(type) failed: \(text)") }
             return
         }
-        throw ValidationError("the connection closed")
+        throw BenchFailure("the connection closed")
     }
 
     /// Waits for a frame of `type` (about `call`, when given), skipping others.
     func expect(type: String, call: String?) async throws -> String {
-        while let text = await next() {
+        while let text = try await next() {
             guard text.contains(#""type":"\#(type)""#) else { continue }
             if let call, !text.contains(call) { continue }
             return text
         }
-        throw ValidationError("the connection closed while waiting for \(type)")
+        throw BenchFailure("the connection closed while waiting for \(type)")
     }
 }

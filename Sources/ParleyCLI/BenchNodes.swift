@@ -442,7 +442,11 @@ struct BenchHold: AsyncParsableCommand {
         }
         Self.say("held \(clients.count)")
         // Each client reads what it is sent and acknowledges it, as a real one does.
-        for client in clients { Task { await client.drain() } }
+        for client in clients {
+            Task {
+                do { try await client.drain() } catch { Self.say("\(error)") }
+            }
+        }
         // One heartbeat per connection every 15 s (the server allows 60 s of silence), spread evenly.
         let batch = 500
         let pause = Duration.seconds(15) / max(1, clients.count / batch)
