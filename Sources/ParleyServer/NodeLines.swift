@@ -36,21 +36,20 @@ enum NodeLine {
     /// The message of a compact line; nil for one that is not (JSON, or malformed).
     static func parse(_ line: Substring) -> NodeMessage? {
         guard line.utf8.count >= 3, line.dropFirst().first == " " else { return nil }
-        let body = line.dropFirst(2)
+        var rest = line.dropFirst(2)
         switch line.first {
         case "D":
-            guard let (words, frame) = split(body, words: 5), let to = key(words[0], words[1]) else { return nil }
-            let call = words[4] == "-" ? nil : CallID(rawValue: String(words[4]))
-            guard words[4] == "-" || call != nil else { return nil }
-            return .deliver(to: to, frame: String(frame), from: String(words[2]),
-                            about: DeliveredFrame(type: String(words[3]), call: call))
+            guard let user = word(&rest), let device = word(&rest), let from = word(&rest), let type = word(&rest),
+                  let callWord = word(&rest), !rest.isEmpty, let to = key(user, device) else { return nil }
+            let call = callWord == "-" ? nil : CallID(rawValue: String(callWord))
+            guard callWord == "-" || call != nil else { return nil }
+            return .deliver(to: to, frame: String(rest), from: String(from), about: DeliveredFrame(type: String(type), call: call))
         case "Q":
-            guard let (words, frame) = split(body, words: 4), let id = UInt64(words[0]), let sender = key(words[2], words[3]) else {
-                return nil
-            }
-            return .request(id: id, from: String(words[1]), sender: sender, frame: String(frame))
+            guard let idWord = word(&rest), let id = UInt64(idWord), let from = word(&rest), let user = word(&rest),
+                  let device = word(&rest), !rest.isEmpty, let sender = key(user, device) else { return nil }
+            return .request(id: id, from: String(from), sender: sender, frame: String(rest))
         case "A":
-            return UInt64(body).map { .reply(id: $0, result: .done, error: nil) }
+            return UInt64(rest).map { .reply(id: $0, result: .done, error: nil) }
         default:
             return nil
         }
@@ -61,16 +60,12 @@ enum NodeLine {
         !frame.isEmpty && !frame.utf8.contains { $0 < 0x20 }
     }
 
-    /// The first `count` words of `text` and the rest after them (which may hold spaces).
-    private static func split(_ text: Substring, words count: Int) -> ([Substring], Substring)? {
-        var words: [Substring] = []
-        var rest = text
-        while words.count < count {
-            guard let space = rest.firstIndex(of: " ") else { return nil }
-            words.append(rest[..<space])
-            rest = rest[rest.index(after: space)...]
-        }
-        return rest.isEmpty ? nil : (words, rest)
+    /// The next word of `rest`, which then starts after the space that ends it; nil when no space
+    /// follows (the last word, a line's frame, is what is left).
+    private static func word(_ rest: inout Substring) -> Substring? {
+        guard let space = rest.utf8.firstIndex(of: UInt8(ascii: " ")) else { return nil }
+        defer { rest = rest[rest.utf8.index(after: space)...] }
+        return rest[..<space]
     }
 
     private static func key(_ user: Substring, _ device: Substring) -> DeviceKey? {

@@ -237,7 +237,7 @@ public final class PostgresCluster: ClusterLink, Service {
                 heard = true
                 ready.reach()
                 for try await notification in notifications {
-                    guard let message = await Self.decode(notification.payload, store: store, logger: logger, heard: heardCounts) else { continue }
+                    guard let message = await Self.decode(notification.payload[...], store: store, logger: logger, heard: heardCounts) else { continue }
                     inbox.yield(message)
                 }
             }
@@ -310,7 +310,7 @@ public final class PostgresCluster: ClusterLink, Service {
         for await frame in frames {
             // By bytes: "\r\n" is one Character, and a line must end at every newline.
             for line in frame.utf8.split(separator: UInt8(ascii: "\n")) {
-                guard let message = await Self.decode(String(Substring(line)), store: store, logger: logger, heard: heardCounts) else { continue }
+                guard let message = await Self.decode(Substring(line), store: store, logger: logger, heard: heardCounts) else { continue }
                 inbox.yield(message)
             }
         }
@@ -640,19 +640,19 @@ public final class PostgresCluster: ClusterLink, Service {
         }
     }
 
-    private static func decode(_ numbered: String, store: PostgresStore, logger: Logger,
+    private static func decode(_ numbered: Substring, store: PostgresStore, logger: Logger,
                                heard: NIOLockedValueBox<(json: Int, compact: Int)>) async -> NodeMessage? {
-        let payload = numbered.firstIndex(of: " ").map { String(numbered[numbered.index(after: $0)...]) } ?? numbered
+        let payload = numbered.firstIndex(of: " ").map { numbered[numbered.index(after: $0)...] } ?? numbered
         let compact = payload.first.map { $0 != "{" && $0 != "@" } ?? false
         heard.withLockedValue { if compact { $0.compact += 1 } else { $0.json += 1 } }
         if compact {
-            guard let message = NodeLine.parse(payload[...]) else {
+            guard let message = NodeLine.parse(payload) else {
                 logger.error("a node sent a line this one cannot read", metadata: ["line.start": "\(payload.prefix(40))"])
                 return nil
             }
             return message
         }
-        var json = payload
+        var json = String(payload)
         if payload.hasPrefix("@"), let id = Int64(payload.dropFirst()) {
             do {
                 let rows = try await store.client.query("SELECT payload FROM cluster_message WHERE id = \(id)", logger: logger)

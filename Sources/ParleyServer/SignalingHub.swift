@@ -950,7 +950,9 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 cluster.send(.deliver(to: key, frame: frame, from: from, about: about), to: node)
                 return
             }
-            if let about, about.type != "call.incoming", sessions.contains(key) {
+            // As it came, numbered here: all but a ring for a device without a connection, which
+            // is decoded for its push.
+            if let about, sessions.contains(key), about.type != "call.incoming" || sessions.isConnected(key) {
                 if let call = about.call, calls[call] == nil { routes.heard(call, ended: about.type == "call.ended", from: from) }
                 send(encoded: frame, to: key)
                 return

@@ -226,8 +226,12 @@ struct ShutdownDeadline<Wrapped: Service>: Service {
 /// Starts the server (`start()`), then runs the hub's timeouts. On graceful shutdown it shuts the
 /// hub down and waits (up to 5 s) until every client has its last frames and its close, before the
 /// cluster leaves and the HTTP server stops.
-struct HubService<C: Clock>: Service where C.Duration == Duration {
-    let hub: SignalingHub<C>
+///
+/// On the server's own clock, not generic over it: `ServiceGroup` calls `run()` through `Service`,
+/// and a generic service would run the hub's `run()` (every message from another node, every
+/// sweep) as unspecialized generic code.
+struct HubService: Service {
+    let hub: SignalingHub<ContinuousClock>
     let open: OpenConnections
     let store: any SignalingStore
     let cluster: PostgresCluster?
