@@ -1,6 +1,8 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
 import ParleyProtocol
 import ServiceLifecycle
 
@@ -49,7 +51,7 @@ public final class CallRecordWriter: Service, Sendable {
     /// `pause` waits out a batch's gathering (tests hold it to see what gathers).
     public init(store: any SignalingStore, logger: Logger, maxBackoff: Duration = .seconds(5),
                 gathering: Duration = .milliseconds(5),
-                pause: @escaping @Sendable (Duration) async -> Void = { try? await Task.sleep(for: $0) }) {
+                pause: @escaping @Sendable (Duration) async -> Void = CallRecordWriter.pauseOnEventLoop) {
         self.store = store
         self.logger = logger
         self.maxBackoff = maxBackoff
@@ -70,6 +72,19 @@ public final class CallRecordWriter: Service, Sendable {
         } onGracefulShutdown: {
             self.state.withLockedValue { $0.stopping = true }
             self.wake.finish()
+        }
+    }
+
+    /// Waits `duration` (or until the task is cancelled) on a timer of one of NIO's event loops,
+    /// kept in its own wait for sockets. On Linux a `Task.sleep` arms a dispatch timer through
+    /// libdispatch's manager thread, woken for each: for a writer that gathers some 150 batches a
+    /// second, that was 3 % of a busy server's CPU.
+    @Sendable public static func pauseOnEventLoop(_ duration: Duration) async {
+        let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(duration)) {}
+        await withTaskCancellationHandler {
+            _ = try? await timer.futureResult.get()
+        } onCancel: {
+            timer.cancel()
         }
     }
 
