@@ -17,6 +17,21 @@ struct ServeProcessTests {
         return FileManager.default.isExecutableFile(atPath: candidate.path) ? candidate : nil
     }
 
+    /// Runs `parley` with `arguments` to its end; answers its exit status and all it printed.
+    static func parley(_ arguments: [String]) throws -> (status: Int32, printed: String) {
+        let executable = try #require(executable, "swift build --build-tests builds the parley executable")
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, printed)
+    }
+
     @Test func sigtermClosesClientsWith1001EndsNoCallAndTheNextStartRestoresIt() async throws {
         let executable = try #require(Self.executable, "swift build --build-tests builds the parley executable")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-serve-\(UUID().uuidString)")

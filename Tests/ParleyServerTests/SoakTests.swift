@@ -8,17 +8,9 @@ import Testing
 @Suite("Chaos soak", .timeLimit(.minutes(10)))
 struct SoakTests {
     @Test func aShortSoakKeepsEveryInvariant() async throws {
-        let executable = try #require(ServeProcessTests.executable, "swift build --build-tests builds the parley executable")
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = ["bench", "soak", "--seconds", "25", "--users", "8", "--kill-every", "6", "--cut-every", "0.5", "--seed", "7"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(printed)")
+        let (status, printed) = try ServeProcessTests.parley(["bench", "soak", "--seconds", "25", "--users", "8", "--kill-every", "6",
+                                                              "--cut-every", "0.5", "--seed", "7"])
+        #expect(status == 0, "\(printed)")
         #expect(printed.contains("every check held"), "\(printed)")
         // The chaos happened: the server was stopped at least once, and connections were cut.
         #expect(printed.contains("started again"), "\(printed)")
