@@ -78,7 +78,7 @@ public final class CallRecordWriter: Service, Sendable {
     /// Waits `duration` (or until the task is cancelled) on a timer of one of NIO's event loops,
     /// kept in its own wait for sockets. On Linux a `Task.sleep` arms a dispatch timer through
     /// libdispatch's manager thread, woken for each: for a writer that gathers some 150 batches a
-    /// second, that was 3 % of a busy server's CPU.
+    /// second, that was 0.8 % of a busy server's CPU (docs/benchmarks.md).
     @Sendable public static func pauseOnEventLoop(_ duration: Duration) async {
         let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(duration)) {}
         await withTaskCancellationHandler {
