@@ -147,7 +147,9 @@ struct LiveServerTests {
             default: break
             }
         }
-        #expect(acks >= 200, "the burst is served")
+        // The burst is 200 frames, the hello one of them; the bucket refills at 50 a second, so a
+        // slower read gets more (a fast machine read all 700 before one more came: 199 acks).
+        #expect(acks >= 199, "the burst is served")
         #expect(limited == 100, "more than 100 refusals within 2 s close the connection")
         #expect(await flooder.closeCode() == 4008)
         #expect(try await bystander.request { .ping(Ping(id: $0)) }.isSuccess)
