@@ -22,7 +22,15 @@ public enum JSONValue: Sendable, Hashable, Codable {
         } else if let value = try? container.decode([JSONValue].self) {
             self = .array(value)
         } else {
-            self = .object(try container.decode([String: JSONValue].self))
+            // Field by field in the order of their names: of an object with several bad values the
+            // same one is named every time (Foundation's decoder lists an object's keys in an order
+            // of its own, which differs from one decoding to the next).
+            let object = try decoder.container(keyedBy: AnyKey.self)
+            var fields: [String: JSONValue] = [:]
+            for key in object.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) {
+                fields[key.stringValue] = try object.decode(JSONValue.self, forKey: key)
+            }
+            self = .object(fields)
         }
     }
 
