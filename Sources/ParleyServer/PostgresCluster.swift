@@ -296,10 +296,13 @@ public final class PostgresCluster: ClusterLink, Service {
     }
 
     /// Hears another node's link until it closes, or until this node leaves (which closes it).
-    /// `frames` are the link's text frames (lines, as `NOTIFY` carries them), read by the caller
-    /// apart from this: a line's `@row` is read from the database meanwhile, and a link whose frames
-    /// are not read does not answer its node's pings either.
-    func hear(link channel: any Channel, from other: NodeID, frames: AsyncStream<String>) async {
+    /// `frames` are the link's text frames (lines, as `NOTIFY` carries them). A frame's messages go
+    /// to the hub as the frame is read, on the reading task: no task between the socket and the hub.
+    /// Only a frame with a line kept in the database (`@row`) is handed to a task beside, which reads
+    /// the row meanwhile, so that the link is still read (a link whose frames are not read does not
+    /// answer its node's pings either); the frames read while it has any follow it there, so that
+    /// the messages keep their order.
+    func hear(link channel: any Channel, from other: NodeID, frames: some AsyncSequence<String, any Error>) async {
         let id = ObjectIdentifier(channel)
         guard heardLinks.withLockedValue({ state in
             if !state.left { state.channels[id] = channel }
@@ -307,14 +310,42 @@ public final class PostgresCluster: ClusterLink, Service {
         }) else { return }
         defer { _ = heardLinks.withLockedValue { $0.channels.removeValue(forKey: id) } }
         logger.debug("a node linked to this one", metadata: ["cluster.peer": "\(other)"])
-        for await frame in frames {
-            // By bytes: "\r\n" is one Character, and a line must end at every newline.
-            for line in frame.utf8.split(separator: UInt8(ascii: "\n")) {
-                guard let message = await Self.decode(Substring(line), store: store, logger: logger, heard: heardCounts) else { continue }
-                inbox.yield(message)
+        let (besides, beside) = AsyncStream<String>.makeStream()
+        // Frames handed to the task beside and not yet heard: the reading task hears a frame itself
+        // only when there are none.
+        let handed = NIOLockedValueBox(0)
+        await withDiscardingTaskGroup { group in
+            group.addTask { [store, logger, inbox, heardCounts] in
+                for await frame in besides {
+                    for line in Self.lines(of: frame) {
+                        if let message = await Self.decode(line, store: store, logger: logger, heard: heardCounts) { inbox.yield(message) }
+                    }
+                    handed.withLockedValue { $0 -= 1 }
+                }
             }
+            do {
+                for try await frame in frames {
+                    let lines = Self.lines(of: frame)
+                    if handed.withLockedValue({ $0 }) == 0, !lines.contains(where: Self.isStored) {
+                        for line in lines {
+                            if let message = Self.read(Self.payload(of: line), logger: logger, heard: heardCounts) { inbox.yield(message) }
+                        }
+                    } else {
+                        handed.withLockedValue { $0 += 1 }
+                        beside.yield(frame)
+                    }
+                }
+            } catch {
+                logger.debug("a node's link failed", metadata: ["cluster.peer": "\(other)", "error": "\(error)"])
+            }
+            beside.finish()
         }
         logger.debug("a node's link ended", metadata: ["cluster.peer": "\(other)"])
+    }
+
+    /// A frame's lines (by bytes: "\r\n" is one Character, and a line must end at every newline).
+    private static func lines(of frame: String) -> [Substring] {
+        frame.utf8.split(separator: UInt8(ascii: "\n")).map { Substring($0) }
     }
 
     /// Where a user's devices are, on live nodes other than this one (every invite asks).
@@ -640,10 +671,36 @@ public final class PostgresCluster: ClusterLink, Service {
         }
     }
 
+    /// A numbered line's message: `<number> <payload>`.
+    private static func payload(of numbered: Substring) -> Substring {
+        numbered.firstIndex(of: " ").map { numbered[numbered.index(after: $0)...] } ?? numbered
+    }
+
+    /// Whether a line's message is kept in the database (`@row`), to be read from there.
+    private static func isStored(_ numbered: Substring) -> Bool { payload(of: numbered).first == "@" }
+
+    /// A line's message, read from the database if it is kept there (`@row`).
     private static func decode(_ numbered: Substring, store: PostgresStore, logger: Logger,
                                heard: NIOLockedValueBox<(json: Int, compact: Int)>) async -> NodeMessage? {
-        let payload = numbered.firstIndex(of: " ").map { numbered[numbered.index(after: $0)...] } ?? numbered
-        let compact = payload.first.map { $0 != "{" && $0 != "@" } ?? false
+        let payload = payload(of: numbered)
+        guard payload.first == "@" else { return read(payload, logger: logger, heard: heard) }
+        guard let id = Int64(payload.dropFirst()) else {
+            logger.error("a node sent a line this one cannot read", metadata: ["line.start": "\(payload.prefix(40))"])
+            return nil
+        }
+        do {
+            let rows = try await store.client.query("SELECT payload FROM cluster_message WHERE id = \(id)", logger: logger)
+            for try await text in rows.decode(String.self) { return read(Substring(text), logger: logger, heard: heard) }
+            logger.error("a node's message was not found", metadata: ["cluster.row": "\(id)"])
+        } catch {
+            logger.error("could not read a node's message", metadata: ["error": "\(PostgresStore.explain(error))"])
+        }
+        return nil
+    }
+
+    /// A message as a line carries it: JSON, or compact (`NodeLine`).
+    private static func read(_ payload: Substring, logger: Logger, heard: NIOLockedValueBox<(json: Int, compact: Int)>) -> NodeMessage? {
+        let compact = payload.first.map { $0 != "{" } ?? false
         heard.withLockedValue { if compact { $0.compact += 1 } else { $0.json += 1 } }
         if compact {
             guard let message = NodeLine.parse(payload) else {
@@ -652,18 +709,8 @@ public final class PostgresCluster: ClusterLink, Service {
             }
             return message
         }
-        var json = String(payload)
-        if payload.hasPrefix("@"), let id = Int64(payload.dropFirst()) {
-            do {
-                let rows = try await store.client.query("SELECT payload FROM cluster_message WHERE id = \(id)", logger: logger)
-                for try await text in rows.decode(String.self) { json = text }
-            } catch {
-                logger.error("could not read a node's message", metadata: ["error": "\(PostgresStore.explain(error))"])
-                return nil
-            }
-        }
         do {
-            return try JSONDecoder().decode(NodeMessage.self, from: Data(json.utf8))
+            return try JSONDecoder().decode(NodeMessage.self, from: Data(payload.utf8))
         } catch {
             logger.error("a node sent what this one cannot read", metadata: ["error": "\(error)"])
             return nil

@@ -99,23 +99,12 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
             return await refuse(.unauthorized, .unauthorized, "a node link needs this deployment's key", on: channel)
         }
         return .upgrade([:]) { inbound, _, _ in
-            // Read here, handled by the cluster beside: reading answers the other node's pings.
-            let (frames, sink) = AsyncStream<String>.makeStream()
-            await withDiscardingTaskGroup { group in
-                group.addTask {
-                    await cluster.hear(link: channel, from: other, frames: frames)
-                    // Heard no more (this node leaves): the link closes, and the reading below ends.
-                    channel.close(promise: nil)
-                }
-                do {
-                    for try await message in inbound.messages(maxSize: NodeLinks.frameLimit + 8 * 1024) {
-                        if case .text(let text) = message { sink.yield(text) }
-                    }
-                } catch {
-                    logger.debug("a node's link ended", metadata: ["cluster.peer": "\(other)", "error": "\(error)"])
-                }
-                sink.finish()
+            let frames = inbound.messages(maxSize: NodeLinks.frameLimit + 8 * 1024).compactMap { message -> String? in
+                if case .text(let text) = message { text } else { nil }
             }
+            await cluster.hear(link: channel, from: other, frames: frames)
+            // Heard no more (this node leaves): the link closes.
+            channel.close(promise: nil)
         }
     }
 

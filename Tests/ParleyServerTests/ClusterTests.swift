@@ -163,6 +163,38 @@ struct ClusterTests {
         }
     }
 
+    /// A message too large for a link's frame travels by its row in the database, and what is sent
+    /// after it waits for it: the messages behind it on the link keep their places. Signals sent
+    /// back to back (none waits for its ack), the second one too large: the callee on the other
+    /// node hears every one once, in the order sent, and none went by `NOTIFY`.
+    @Test func aMessageTooLargeForALinkKeepsItsPlace() async throws {
+        try await withNodes { nodes, database in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let bob = try await b.device("bob", "b1")
+            try await published(1, devicesOf: "bob", in: database)
+            #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+            _ = try await bob.expect(Self.incoming)
+            #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+
+            let sdps = (0..<12).map { index in "v=0 \(index) " + (index == 1 ? String(repeating: "a", count: 61_000) : "") }
+            for (index, sdp) in sdps.enumerated() {
+                alice.send(.callSignal(CallSignal(id: "signal-\(index)", call: call,
+                                                  signal: SignalPayload(description: SessionDescription(type: "offer", sdp: sdp)))))
+            }
+            var heard: [String] = []
+            for _ in sdps {
+                heard.append(try await bob.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } })
+            }
+            #expect(heard.map { $0.prefix(8) } == sdps.map { $0.prefix(8) }, "in the order sent")
+            #expect(heard.map(\.utf8.count) == sdps.map(\.utf8.count), "whole")
+            let stored = try #require(try database.postgres?.psql("SELECT count(*) FROM cluster_message", database: database.name))
+            #expect(stored == "1", "the large one went by its row")
+            let sentByA = try #require(a.server.cluster?.sent)
+            #expect(sentByA.notified == 0 && sentByA.direct > 0, "over the link: \(sentByA)")
+        }
+    }
+
     /// A server is a node of the deployment while it runs, and only then: made, it has joined nothing
     /// and holds no connection (the others, which count a node live while it listens, would send it
     /// calls it never hears); running, it listens; stopped, it has left and closed every connection.
