@@ -673,17 +673,17 @@ public final class PostgresCluster: ClusterLink, Service {
 
     /// A numbered line's message: `<number> <payload>`.
     private static func payload(of numbered: Substring) -> Substring {
-        numbered.firstIndex(of: " ").map { numbered[numbered.index(after: $0)...] } ?? numbered
+        numbered.utf8.firstIndex(of: UInt8(ascii: " ")).map { numbered[numbered.utf8.index(after: $0)...] } ?? numbered
     }
 
     /// Whether a line's message is kept in the database (`@row`), to be read from there.
-    private static func isStored(_ numbered: Substring) -> Bool { payload(of: numbered).first == "@" }
+    private static func isStored(_ numbered: Substring) -> Bool { payload(of: numbered).utf8.first == UInt8(ascii: "@") }
 
     /// A line's message, read from the database if it is kept there (`@row`).
     private static func decode(_ numbered: Substring, store: PostgresStore, logger: Logger,
                                heard: NIOLockedValueBox<(json: Int, compact: Int)>) async -> NodeMessage? {
         let payload = payload(of: numbered)
-        guard payload.first == "@" else { return read(payload, logger: logger, heard: heard) }
+        guard payload.utf8.first == UInt8(ascii: "@") else { return read(payload, logger: logger, heard: heard) }
         guard let id = Int64(payload.dropFirst()) else {
             logger.error("a node sent a line this one cannot read", metadata: ["line.start": "\(payload.prefix(40))"])
             return nil
@@ -700,7 +700,7 @@ public final class PostgresCluster: ClusterLink, Service {
 
     /// A message as a line carries it: JSON, or compact (`NodeLine`).
     private static func read(_ payload: Substring, logger: Logger, heard: NIOLockedValueBox<(json: Int, compact: Int)>) -> NodeMessage? {
-        let compact = payload.first.map { $0 != "{" } ?? false
+        let compact = payload.utf8.first.map { $0 != UInt8(ascii: "{") } ?? false
         heard.withLockedValue { if compact { $0.compact += 1 } else { $0.json += 1 } }
         if compact {
             guard let message = NodeLine.parse(payload) else {
