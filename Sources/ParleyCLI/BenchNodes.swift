@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import NIOConcurrencyHelpers
 import ParleyLocalServices
 import ParleyProtocol
 import ParleyServer
@@ -19,10 +20,11 @@ struct BenchNodes: AsyncParsableCommand {
             one load generator process per node holding its share of --connections (authenticated, with heartbeats). \
             Then runs --calls complete call setups, each between a device on one node and a device on the next. \
             With --nodes 1 --store sqlite, the same run on one node and SQLite, for comparison. With --compare, \
-            one run measures one node, then --nodes on each bus (postgres: NOTIFY; direct: node-to-node \
-            WebSockets), each on a private PostgreSQL of its own, and prints the ratios to one node; it does so \
-            --rounds times, alternating, and prints each round's ratios and their medians (a machine's speed \
-            drifts over minutes, so a ratio is taken within a round).
+            one run starts one node, and --nodes on each bus (postgres: NOTIFY; direct: node-to-node \
+            WebSockets), each on a private PostgreSQL of its own and holding --connections, then runs --calls \
+            setups on each in turn, --rounds times (every other round in reverse order), and prints each round's \
+            ratios to one node and their medians (a machine's speed drifts over minutes, so a ratio is taken \
+            within a round, whose runs follow each other within seconds).
             """
     )
 
@@ -128,20 +130,38 @@ struct BenchNodes: AsyncParsableCommand {
             return print(try await measure(label: label, nodes: nodes, bus: bus, database: database).report)
         }
         let rounds = self.rounds ?? 3
-        let deployments = [(1, NodeBus.direct), (nodes, .postgres), (nodes, .direct)]
+        // Every deployment is started (a PostgreSQL of its own each) and held through the rounds,
+        // which then take seconds rather than minutes each: the machine drifts less between the
+        // runs a ratio compares. The others idle meanwhile (their connections' heartbeats only).
+        var deployments: [Deployment] = []
+        let stops = NIOLockedValueBox<[@Sendable () -> Void]>([])
+        let signals = ChildServer.onSignals {
+            for stop in stops.withLockedValue({ $0 }) { stop() }
+        }
+        defer {
+            signals.forEach { $0.cancel() }
+            for deployment in deployments { deployment.stop() }
+        }
+        for (count, bus) in [(1, NodeBus.direct), (nodes, .postgres), (nodes, .direct)] {
+            let label = count == 1 ? "1 node on PostgreSQL" : "\(count) nodes on PostgreSQL, bus \(bus.rawValue)"
+            benchLog("starting \(label)")
+            deployments.append(try await start(label: label, nodes: count, bus: bus, database: nil))
+            stops.withLockedValue { $0.append(deployments[deployments.count - 1].stopNow) }
+        }
         var table: [[Figures]] = []
         for round in 1...rounds {
-            var runs: [Figures] = []
-            for (count, bus) in deployments {
-                let label = count == 1 ? "1 node on PostgreSQL" : "\(count) nodes on PostgreSQL, bus \(bus.rawValue)"
-                benchLog("round \(round)/\(rounds): \(label)")
-                // A PostgreSQL of its own each: nothing an earlier run left it to write lands on this one's CPU.
-                let figures = try await measure(label: label, nodes: count, bus: bus, database: nil)
+            var runs: [Figures?] = Array(repeating: nil, count: deployments.count)
+            // Every other round in the reverse order: a drift one way weighs on each deployment alike.
+            let order = round % 2 == 1 ? Array(deployments.indices) : deployments.indices.reversed()
+            for index in order {
+                benchLog("round \(round)/\(rounds): \(deployments[index].label)")
+                let figures = try await run(calls, on: deployments[index])
                 print(figures.report)
-                runs.append(figures)
+                runs[index] = figures
             }
-            print(Self.sideBySide(runs, title: "Round \(round) of \(rounds) (\(connections) connections, \(calls) setups, \(concurrency) at a time): each ÷ one node"))
-            table.append(runs)
+            let figures = runs.compactMap { $0 }
+            print(Self.sideBySide(figures, title: "Round \(round) of \(rounds) (\(connections) connections, \(calls) setups, \(concurrency) at a time): each ÷ one node"))
+            table.append(figures)
         }
         guard rounds > 1 else { return }
         // Each deployment's medians, and the medians of its ratios to one node within a round.
@@ -185,9 +205,66 @@ struct BenchNodes: AsyncParsableCommand {
 
     /// One deployment: `nodes` nodes on `database` (a private PostgreSQL when nil), measured.
     func measure(label: String, nodes: Int, bus: NodeBus, database: String?) async throws -> Figures {
+        let deployment = try await start(label: label, nodes: nodes, bus: bus, database: database)
+        let signals = ChildServer.onSignals(deployment.stopNow)
+        defer {
+            signals.forEach { $0.cancel() }
+            deployment.stop()
+        }
+        return try await run(calls, on: deployment)
+    }
+
+    /// A deployment started and holding its connections, its pairs of callers and callees
+    /// connected: setups run on it as often as asked, until it stops.
+    struct Deployment {
+        var label: String
+        var nodes: Int
+        var servers: [ChildServer]
         var postgres: PostgresServer?
+        var statementsDatabase: String
+        var generators: Children
+        var callers: [BenchClient]
+        var callees: [BenchClient]
+        var heartbeat: Task<Void, Never>?
+        var held: Int
+        var openSeconds: Double
+        var memoryPerConnection: Double
+        var perNode: String
+        var postgresMemory: String
+        /// Stops its processes from any thread (a signal's handler).
+        var stopNow: @Sendable () -> Void
+
+        var pairs: Int { callers.count }
+
+        /// Closes the pairs' connections and stops the generators, the nodes and the private PostgreSQL.
+        func stop() {
+            heartbeat?.cancel()
+            for client in callers + callees { client.close() }
+            generators.stop()
+            for server in servers { server.stop() }
+            postgres?.stop()
+        }
+    }
+
+    /// Starts `nodes` nodes on `database` (a private PostgreSQL when nil), their generators holding
+    /// the connections, and the pairs the setups run between.
+    func start(label: String, nodes: Int, bus: NodeBus, database: String?) async throws -> Deployment {
+        let generators = Children()
+        var deployment = Deployment(label: label, nodes: nodes, servers: [], postgres: nil, statementsDatabase: "",
+                                    generators: generators, callers: [], callees: [], heartbeat: nil, held: 0, openSeconds: 0,
+                                    memoryPerConnection: 0, perNode: "", postgresMemory: "—", stopNow: { generators.stop() })
+        do {
+            try await start(&deployment, bus: bus, database: database)
+            return deployment
+        } catch {
+            deployment.stop()
+            throw error
+        }
+    }
+
+    private func start(_ deployment: inout Deployment, bus: NodeBus, database: String?) async throws {
+        let nodes = deployment.nodes
         var setting = ":memory:"
-        var statementsDatabase = ""
         if store == .postgres {
             if let database {
                 setting = database
@@ -196,32 +273,24 @@ struct BenchNodes: AsyncParsableCommand {
                 let server = try await PostgresServer.start(
                     maxConnections: 20 * nodes + 20,
                     settings: statements ? ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track_planning=on"] : [])
-                postgres = server
-                statementsDatabase = try server.createDatabase()
-                setting = server.url(database: statementsDatabase)
+                deployment.postgres = server
+                deployment.statementsDatabase = try server.createDatabase()
+                setting = server.url(database: deployment.statementsDatabase)
             }
         }
-        let postgresPID = postgres?.process.processIdentifier
-        var servers: [ChildServer] = []
-        let generators = Children()
-        defer {
-            generators.stop()
-            for server in servers { server.stop() }
-            postgres?.stop()
-        }
-
+        let postgresPID = deployment.postgres?.process.processIdentifier
         for index in 0..<nodes {
-            servers.append(try ChildServer.start(database: setting, arguments: ["--node-bus", bus.rawValue]))
-            benchLog("node \(index + 1) on port \(servers[index].port) (pid \(servers[index].pid))")
+            deployment.servers.append(try ChildServer.start(database: setting, arguments: ["--node-bus", bus.rawValue]))
+            benchLog("node \(index + 1) on port \(deployment.servers[index].port) (pid \(deployment.servers[index].pid))")
         }
+        let servers = deployment.servers
         let pids = servers.map(\.pid)
-        let privatePostgres = postgres
-        let signals = ChildServer.onSignals {
+        let (generators, privatePostgres) = (deployment.generators, deployment.postgres)
+        deployment.stopNow = {
             generators.stop()
             for pid in pids { kill(pid, SIGTERM) }
             privatePostgres?.stop()
         }
-        defer { signals.forEach { $0.cancel() } }
         try await Task.sleep(for: .seconds(1))
         let idle = servers.map { residentBytes(pid: $0.pid) }
         let postgresIdle = postgresPID.map(Self.treeResident) ?? 0
@@ -253,28 +322,38 @@ struct BenchNodes: AsyncParsableCommand {
         let postgresHolding = postgresPID.map(Self.treeResident) ?? 0
 
         let authority = try await TokenAuthority(key: .hs256(secret: ServerConfiguration.developmentSecret))
-        var callers: [BenchClient] = [], callees: [BenchClient] = []
         for pair in 0..<pairs {
             let from = servers[pair % nodes], to = servers[(pair + 1) % nodes]
             let caller = try await authority.mint(user: UserID(rawValue: "caller\(pair)")!, name: nil, lifetime: .seconds(3600)).token
             let callee = try await authority.mint(user: UserID(rawValue: "callee\(pair)")!, name: nil, lifetime: .seconds(3600)).token
-            callers.append(try await BenchClient.connect(host: "127.0.0.1", port: from.port, token: caller, device: "c\(pair)"))
-            callees.append(try await BenchClient.connect(host: "127.0.0.1", port: to.port, token: callee, device: "d\(pair)"))
+            deployment.callers.append(try await BenchClient.connect(host: "127.0.0.1", port: from.port, token: caller, device: "c\(pair)"))
+            deployment.callees.append(try await BenchClient.connect(host: "127.0.0.1", port: to.port, token: callee, device: "d\(pair)"))
         }
         try await Task.sleep(for: .milliseconds(500))   // every node has heard where the callees are
-        let talking = callers + callees
-        let heartbeat = Task {
+        let talking = deployment.callers + deployment.callees
+        deployment.heartbeat = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(10))
                 for client in talking { client.send(#"{"type":"ping","id":"hb"}"#) }
             }
         }
-        defer { heartbeat.cancel() }
+        deployment.held = held
+        deployment.openSeconds = openSeconds
+        deployment.memoryPerConnection = Double(zip(holding, idle).map { $0 - $1 }.reduce(0, +)) / Double(held)
+        deployment.perNode = servers.indices.map { "\(mib(holding[$0])) MiB" }.joined(separator: ", ")
+        if store == .postgres, postgresPID != nil {
+            deployment.postgresMemory = "\(mib(postgresIdle)) → \(mib(postgresHolding)) MiB (all its processes)"
+        }
+    }
 
-        benchLog("running \(calls) call setups\(nodes > 1 ? " across nodes" : ""), \(pairs) at a time")
+    /// Runs `calls` setups on a started deployment, and measures them.
+    func run(_ calls: Int, on deployment: Deployment) async throws -> Figures {
+        let (servers, postgres, pairs) = (deployment.servers, deployment.postgres, deployment.pairs)
+        let postgresPID = postgres?.process.processIdentifier
+        benchLog("running \(calls) call setups\(deployment.nodes > 1 ? " across nodes" : ""), \(pairs) at a time")
         if statements, let postgres {
             _ = try postgres.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()",
-                                  database: statementsDatabase)
+                                  database: deployment.statementsDatabase)
         }
         let cpuBefore = servers.map { cpuSeconds(pid: $0.pid) }
         let postgresBefore = postgresPID.map(Self.treeCPU) ?? 0
@@ -284,7 +363,7 @@ struct BenchNodes: AsyncParsableCommand {
         let results = try await withThrowingTaskGroup(of: [BenchSignaling.CallTiming]?.self) { group in
             for pair in 0..<pairs {
                 let share = calls / pairs + (pair < calls % pairs ? 1 : 0)
-                let (caller, callee) = (callers[pair], callees[pair])
+                let (caller, callee) = (deployment.callers[pair], deployment.callees[pair])
                 group.addTask { try await BenchSignaling.runCalls(share, caller: caller, callee: callee, callee: "callee\(pair)") }
             }
             group.addTask {
@@ -307,20 +386,15 @@ struct BenchNodes: AsyncParsableCommand {
         let callSeconds = seconds(ContinuousClock.now - callStart)
         let cpu = zip(servers, cpuBefore).map { cpuSeconds(pid: $0.pid) - $1 }.reduce(0, +)
         let postgresCPU = (postgresPID.map(Self.treeCPU) ?? 0) - postgresBefore
-        for client in callers + callees { client.close() }
         if statements, let postgres {
-            try Self.printStatements(of: postgres, database: statementsDatabase, setups: results.count, label: label)
+            try Self.printStatements(of: postgres, database: deployment.statementsDatabase, setups: results.count, label: deployment.label)
         }
-
-        let setup = results.map(\.setup).sorted()
-        let ring = results.map(\.invitedToIncoming).sorted()
-        let relay = results.flatMap(\.relays).sorted()
-        let grown = zip(holding, idle).map { $0 - $1 }.reduce(0, +)
-        let perNode = servers.indices.map { "\(mib(holding[$0])) MiB" }.joined(separator: ", ")
-        return Figures(label: label, nodes: nodes, held: held, openSeconds: openSeconds,
-                       memoryPerConnection: Double(grown) / Double(held), perNode: perNode,
-                       postgresMemory: store == .postgres && postgresPID != nil ? "\(mib(postgresIdle)) → \(mib(postgresHolding)) MiB (all its processes)" : "—",
-                       setups: results.count, callSeconds: callSeconds, pairs: pairs, setup: setup, ring: ring, relay: relay,
+        return Figures(label: deployment.label, nodes: deployment.nodes, held: deployment.held, openSeconds: deployment.openSeconds,
+                       memoryPerConnection: deployment.memoryPerConnection, perNode: deployment.perNode,
+                       postgresMemory: deployment.postgresMemory,
+                       setups: results.count, callSeconds: callSeconds, pairs: pairs,
+                       setup: results.map(\.setup).sorted(), ring: results.map(\.invitedToIncoming).sorted(),
+                       relay: results.flatMap(\.relays).sorted(),
                        cpu: cpu, postgresCPU: postgresPID != nil ? postgresCPU : nil)
     }
 
