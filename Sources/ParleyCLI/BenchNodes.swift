@@ -54,7 +54,7 @@ struct BenchNodes: AsyncParsableCommand {
     @Flag(help: "Measure one node, then --nodes on each bus, in one run (a private PostgreSQL each), and print the ratios.")
     var compare = false
 
-    @Option(help: "With --compare: rounds, each measuring every deployment in turn (default 3).")
+    @Option(help: "With --compare: rounds, each measuring every deployment in turn (default 5).")
     var rounds: Int?
 
     @Flag(help: "Print the statements that took the private PostgreSQL's time during the setups (pg_stat_statements).")
@@ -129,7 +129,7 @@ struct BenchNodes: AsyncParsableCommand {
             let label = "\(nodes) node(s) on \(store == .postgres ? "PostgreSQL" : "SQLite")\(store == .postgres && nodes > 1 ? ", bus \(bus.rawValue)" : "")"
             return print(try await measure(label: label, nodes: nodes, bus: bus, database: database).report)
         }
-        let rounds = self.rounds ?? 3
+        let rounds = self.rounds ?? 5
         // Every deployment is started (a PostgreSQL of its own each) and held through the rounds,
         // which then take seconds rather than minutes each: the machine drifts less between the
         // runs a ratio compares. The others idle meanwhile (their connections' heartbeats only).
