@@ -15,6 +15,8 @@ public enum NodeMessage: Sendable, Equatable, Codable {
     /// is, so the holder numbers and sends it without decoding it (absent from older nodes).
     case deliver(to: DeviceKey, frame: String, from: NodeID, about: DeliveredFrame? = nil)
     /// A device's request about a call or room the addressed node runs (`frame`: the client's frame).
+    /// `id` is what its `reply` carries back, or `unanswered` (0): the sending node acknowledged it
+    /// itself, and wants no reply (a node that answers one anyway is ignored).
     case request(id: UInt64, from: NodeID, sender: DeviceKey, frame: String)
     /// The owner's answer to a forwarded request: the `ack`'s result, or the error.
     case reply(id: UInt64, result: AckResult?, error: ErrorMessage?)
@@ -31,6 +33,9 @@ public enum NodeMessage: Sendable, Equatable, Codable {
     case handover(id: UInt64, key: DeviceKey, session: String, from: NodeID)
     /// The answer to `handover`: the session, or nil when the node no longer holds it.
     case handedOver(id: UInt64, session: SessionHandover?)
+
+    /// The id of a `request` that wants no `reply`.
+    static let unanswered: UInt64 = 0
 }
 
 /// What a node needs to know of a frame it delivers for another: the message's type and the call
@@ -183,6 +188,17 @@ extension ClientMessage {
         case .roomLeave(let leave): leave.room
         case .roomSignal(let signal): signal.room
         default: nil
+        }
+    }
+
+    /// A request that, from the device that answered the call, the call's node relays to the other
+    /// party and refuses only once the call has ended: `call.signal`, and `call.update` but for
+    /// recording's steps (which the call's state may refuse).
+    var isRelayedOnceAnswered: Bool {
+        switch self {
+        case .callSignal: true
+        case .callUpdate(let update): update.recording == nil
+        default: false
         }
     }
 

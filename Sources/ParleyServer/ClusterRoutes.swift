@@ -18,6 +18,7 @@ struct ClusterRoutes {
 
     private var holders = RemoteHolders()
     private var callOwners: [CallID: NodeID] = [:]
+    private var answeredElsewhere: [DeviceKey: [CallID: NodeID]] = [:]
     private var movedTo: [DeviceKey: NodeID] = [:]
     private var roomsElsewhere: [DeviceKey: [RoomID: (node: NodeID, join: RoomJoin)]] = [:]
     private var waits: [UInt64: (wait: Wait, node: NodeID, deadline: Duration)] = [:]
@@ -77,20 +78,40 @@ struct ClusterRoutes {
     /// The node that runs a call, as its frames said.
     func owner(of call: CallID) -> NodeID? { callOwners[call] }
 
-    /// A frame about a call came from the node that runs it (`from`); an ended call is forgotten.
-    mutating func heard(_ message: ServerMessage, from node: NodeID) {
+    /// A frame for `key` about a call came from the node that runs it (`from`); an ended call is forgotten.
+    mutating func heard(_ message: ServerMessage, from node: NodeID, for key: DeviceKey) {
         guard let call = message.aboutCall else { return }
-        if case .callEnded = message { heard(call, ended: true, from: node) } else { heard(call, ended: false, from: node) }
+        if case .callEnded = message { heard(call, ended: true, from: node, for: key) } else { heard(call, ended: false, from: node, for: key) }
     }
 
-    /// A frame about `call` came from the node that runs it; `ended`: it was `call.ended`.
-    mutating func heard(_ call: CallID, ended: Bool, from node: NodeID) {
+    /// A frame about `call` came for `key` from the node that runs it; `ended`: it was `call.ended`.
+    /// (Any end forgets the call's node, an end for one device of several too: asked again then.)
+    mutating func heard(_ call: CallID, ended: Bool, from node: NodeID, for key: DeviceKey) {
         callOwners[call] = ended ? nil : node
+        if ended || answeredElsewhere[key]?[call].map({ $0 != node }) == true { forget(call, answeredBy: key) }
+    }
+
+    /// A device held here answered a call that `node` runs (its forwarded `call.accept` was taken there).
+    mutating func answered(_ call: CallID, by key: DeviceKey, on node: NodeID) {
+        answeredElsewhere[key, default: [:]][call] = node
+    }
+
+    /// The node that runs a call the device answered, until the call ends for the device, its
+    /// session here goes, or that node leaves: a signal or update of the device's goes there,
+    /// acknowledged here (`isRelayedOnceAnswered`).
+    func answeredCall(_ call: CallID, by key: DeviceKey) -> NodeID? {
+        answeredElsewhere[key]?[call]
+    }
+
+    private mutating func forget(_ call: CallID, answeredBy key: DeviceKey) {
+        answeredElsewhere[key]?[call] = nil
+        if answeredElsewhere[key]?.isEmpty == true { answeredElsewhere[key] = nil }
     }
 
     /// The call's node did not answer: asked of the directory again next time.
     mutating func forgetOwner(of call: CallID) {
         callOwners[call] = nil
+        for key in answeredElsewhere.keys where answeredElsewhere[key]?[call] != nil { forget(call, answeredBy: key) }
     }
 
     // MARK: Rooms
@@ -115,9 +136,11 @@ struct ClusterRoutes {
         if roomsElsewhere[key]?.isEmpty == true { roomsElsewhere[key] = nil }
     }
 
-    /// The device's session here ended, or went to another node: its rooms are no longer this node's business.
-    mutating func forgetRooms(of key: DeviceKey) {
+    /// The device's session here ended, or went to another node: its rooms, and the calls it
+    /// answered, are no longer this node's business.
+    mutating func sessionGone(_ key: DeviceKey) {
         roomsElsewhere[key] = nil
+        answeredElsewhere[key] = nil
     }
 
     // MARK: Waits
@@ -157,6 +180,10 @@ struct ClusterRoutes {
             }
         }
         callOwners = callOwners.filter { $0.value != node }
+        answeredElsewhere = answeredElsewhere.compactMapValues { calls in
+            let left = calls.filter { $0.value != node }
+            return left.isEmpty ? nil : left
+        }
         movedTo = movedTo.filter { $0.value != node }
         let devices = holders.keys(on: node)
         for key in devices { holders[key] = nil }

@@ -350,7 +350,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     private func expire(_ key: DeviceKey) {
         guard let session = sessions.remove(key) else { return }
-        routes.forgetRooms(of: key)
+        routes.sessionGone(key)
         metrics.sessions.decrement()
         logger.debug("session expired", metadata: ["session.id": "\(session.id)", "peer.device": "\(key)"])
         if let cluster {
@@ -372,16 +372,16 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         let key = sender.key
         // An invite asks after its call's node only if its id is in the store (`startCall`): a new
         // call, which nearly every invite is, costs the directory nothing.
-        if cluster != nil, let callID = message.aboutCall, calls[callID] == nil, let runner = await owner(of: callID) {
+        if cluster != nil, let callID = message.aboutCall, calls[callID] == nil, let runner = await runner(of: callID, for: key) {
             do {
-                return try await forward(message, from: key, to: runner, frame: text)
+                return try await forward(message, about: callID, from: key, to: runner, frame: text)
             } catch where error.code == .unavailable {
                 // The owner went silent: if it is gone, the call is taken over here (or by a third node).
                 routes.forgetOwner(of: callID)
                 guard calls[callID] == nil else { return try await execute(message, from: sender) }
                 guard let next = await owner(of: callID) else { return try await execute(message, from: sender) }
                 guard next != runner else { throw error }
-                return try await forward(message, from: key, to: next, frame: text)
+                return try await forward(message, about: callID, from: key, to: next, frame: text)
             }
         }
         if cluster != nil, let room = message.aboutRoom {
@@ -890,6 +890,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// The live node that runs a call this node does not hold; nil when none does (the call is
     /// taken over here if it was left unfinished by a node that is gone, then goes on here).
+    /// The node that runs a call a device's request is about: the one its accept went to, while
+    /// that holds (`answeredCall`), or as for any call.
+    private func runner(of callID: CallID, for key: DeviceKey) async -> NodeID? {
+        if let node = routes.answeredCall(callID, by: key) { return node }
+        return await owner(of: callID)
+    }
+
     private func owner(of callID: CallID, adopting: Bool = true) async -> NodeID? {
         guard let cluster else { return nil }
         if let node = routes.owner(of: callID) { return node }
@@ -920,19 +927,40 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
     }
 
-    /// Sends a request to the node that runs its call and answers what that node answered.
+    /// A call's request sent to the node that runs the call. A signal or update of the device that
+    /// answered the call is acknowledged here and sent on unanswered: the call's node refuses it
+    /// only once the call has ended, and then the device hears `call.ended` all the same, as it does
+    /// on one node when the end is handled just after its request. Any other request is answered
+    /// with what that node answered, and an accept taken there is remembered for the device.
+    private func forward(_ message: ClientMessage, about callID: CallID, from key: DeviceKey, to node: NodeID,
+                         frame text: String?) async throws(ErrorMessage) -> AckResult {
+        if message.isRelayedOnceAnswered, routes.answeredCall(callID, by: key) == node, let cluster {
+            cluster.send(.request(id: NodeMessage.unanswered, from: cluster.node, sender: key, frame: frame(message, text)), to: node)
+            return .done
+        }
+        let result = try await forward(message, from: key, to: node, frame: text)
+        if case .callAccept = message { routes.answered(callID, by: key, on: node) }
+        return result
+    }
+
+    /// Sends a request to the node that runs its call or room and answers what that node answered.
     /// `frame`: the client's own text of the request, if it came from the device as is.
     private func forward(_ message: ClientMessage, from key: DeviceKey, to node: NodeID, frame text: String? = nil) async throws(ErrorMessage) -> AckResult {
         guard let cluster else { throw ErrorMessage(code: .internal, message: "no cluster") }
         guard !waitsEnded else { throw ErrorMessage(code: .unavailable, message: "the server is stopping; try again") }
         let id = routes.wait(.forward, on: node, until: now() + Self.forwardTimeout)
-        // The client's own text, unless it is padded out far past what it says (whitespace is JSON too).
-        let frame = text.flatMap { $0.utf8.count <= 4096 ? $0 : nil } ?? String(decoding: codec.encode(message), as: UTF8.self)
+        let frame = frame(message, text)
         let result = await withCheckedContinuation { continuation in
             forwarded[id] = continuation
             cluster.send(.request(id: id, from: cluster.node, sender: key, frame: frame), to: node)
         }
         return try result.get()
+    }
+
+    /// A request's text for another node: the client's own, unless it is padded out far past what
+    /// it says (whitespace is JSON too).
+    private func frame(_ message: ClientMessage, _ text: String?) -> String {
+        text.flatMap { $0.utf8.count <= 4096 ? $0 : nil } ?? String(decoding: codec.encode(message), as: UTF8.self)
     }
 
     private func answerForwarded(_ id: UInt64, _ result: Result<AckResult, ErrorMessage>) {
@@ -953,7 +981,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             // As it came, numbered here: all but a ring for a device without a connection, which
             // is decoded for its push.
             if let about, sessions.contains(key), about.type != "call.incoming" || sessions.isConnected(key) {
-                if let call = about.call, calls[call] == nil { routes.heard(call, ended: about.type == "call.ended", from: from) }
+                if let call = about.call, calls[call] == nil { routes.heard(call, ended: about.type == "call.ended", from: from, for: key) }
                 send(encoded: frame, to: key)
                 return
             }
@@ -970,7 +998,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 // A new session of the device's meanwhile hears of the call from its owner (`claimed`).
                 guard sessions.id(of: key) == sessionID else { return }
             }
-            if let callID = decoded.message.aboutCall, calls[callID] == nil { routes.heard(decoded.message, from: from) }
+            if let callID = decoded.message.aboutCall, calls[callID] == nil { routes.heard(decoded.message, from: from, for: key) }
             send(decoded.message, to: key)
         case .request(let id, let from, let sender, let frame):
             let result: Result<AckResult, ErrorMessage>
@@ -985,6 +1013,14 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
                 result = .success(try await execute(request, from: Party(user: sender.user, device: sender.device)))
             } catch {
                 result = .failure(error)
+            }
+            guard id != NodeMessage.unanswered else {
+                // Acknowledged by the device's node already: a refusal here (the call ended) is the device's `call.ended`.
+                if let error = result.failure {
+                    logger.debug("a request sent on unanswered was refused", metadata: ["cluster.peer": "\(from)", "peer.device": "\(sender)",
+                                                                                         "error": "\(error.message)"])
+                }
+                return
             }
             cluster.send(.reply(id: id, result: try? result.get(), error: result.failure), to: from)
         case .reply(let id, let result, let error):
@@ -1103,7 +1139,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     /// (`routes`), and it leaves them when that node says its session ended (`released`).
     private func forget(_ key: DeviceKey) {
         guard let session = sessions.remove(key) else { return }
-        routes.forgetRooms(of: key)
+        routes.sessionGone(key)
         if let connectionID = session.connectionID {
             // 1001, not 4009: if this connection is the device's newest after all, it comes back.
             close(connectionID, code: .goingAway, reason: "this device connected to another server")

@@ -18,6 +18,7 @@ public final class InMemoryDeployment: @unchecked Sendable {
     private var calls: [CallID: (owner: NodeID?, users: Set<UserID>)] = [:]
     private var rooms: [RoomID: NodeID] = [:]
     private var joined = 0
+    private var posted: [(from: NodeID, to: NodeID?, message: NodeMessage)] = []
     public let store: DeploymentStore
 
     public init(sharing store: any SignalingStore) {
@@ -38,12 +39,16 @@ public final class InMemoryDeployment: @unchecked Sendable {
 
     private var live: Set<NodeID> { Set(mailboxes.keys) }
 
+    /// Every message a node sent, in the order sent (`to`: nil for every node): what crosses nodes.
+    public var sent: [(from: NodeID, to: NodeID?, message: NodeMessage)] { lock.withLock { posted } }
+
     fileprivate func post(_ message: NodeMessage, from sender: NodeID, to node: NodeID?) {
         // Through JSON, as `PostgresCluster` sends it: what does not survive the trip does not arrive.
         guard let sent = try? JSONDecoder().decode(NodeMessage.self, from: JSONEncoder().encode(message)) else {
             preconditionFailure("a node message that does not survive JSON: \(message)")
         }
         lock.withLock {
+            posted.append((sender, node, sent))
             // Like one `NOTIFY` per live node: to every live node, the sender included, or to one.
             let targets = node.map { [$0] } ?? mailboxes.keys.sorted()
             for target in targets { mailboxes[target]?.yield(sent) }

@@ -47,6 +47,76 @@ struct ClusterHubTests {
         #expect(ended.reason == .hangup)
     }
 
+    /// Once bob's device has answered a call that runs on alice's node, his signals and updates
+    /// cross once each: his node acknowledges them and sends them on unanswered, and alice hears
+    /// them in the order sent. Bob's other device, which did not answer, is still asked of the
+    /// call's node and refused there; after the end, so is the device that answered.
+    @Test func theAnsweringDevicesSignalsCrossNodesOnceEach() async throws {
+        let (deployment, hubs) = try nodes()
+        let alice = await hubs[0].device("alice", "a1")
+        let bob = await hubs[1].device("bob", "b1")
+        let tablet = await hubs[1].device("bob", "b2")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = try await heard(bob, "bob is rung") { if case .callIncoming(let m) = $0 { m } else { nil } }
+        #expect(await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+        _ = try await heard(alice, "alice hears the accept") { if case .callAccepted(let m) = $0 { m } else { nil } }
+        _ = try await heard(tablet, "the tablet stops ringing") { if case .callEnded(let m) = $0 { m } else { nil } }
+
+        let before = deployment.sent.count
+        let candidates = (0..<3).map { IceCandidate(candidate: "candidate:\($0) 1 udp 2122260223 198.51.100.2 5000\($0) typ host") }
+        for candidate in candidates {
+            #expect(await bob.request { .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(candidate: .candidate(candidate)))) }.isSuccess)
+        }
+        #expect(await bob.request { .callUpdate(CallUpdate(id: $0, call: call, muted: true)) }.isSuccess)
+        var heardCandidates: [String] = []
+        for _ in candidates {
+            heardCandidates.append(try await heard(alice, "alice hears bob's candidates") {
+                if case .callSignal(let m) = $0, case .candidate(let c) = m.signal.candidate { c.candidate } else { nil }
+            })
+        }
+        #expect(heardCandidates == candidates.map(\.candidate), "in the order sent")
+        let update = try await heard(alice, "alice hears bob's update") { if case .callUpdated(let m) = $0 { m } else { nil } }
+        #expect(update.muted == true && update.from.device == "b1")
+        let crossed = deployment.sent.dropFirst(before)
+        let requests = crossed.compactMap { sent -> UInt64? in if case .request(let id, _, _, _) = sent.message { id } else { nil } }
+        #expect(requests == Array(repeating: NodeMessage.unanswered, count: 4), "each sent on once, unanswered: \(crossed.map(\.message))")
+        #expect(!crossed.contains { if case .reply = $0.message { true } else { false } }, "and no reply came back")
+
+        #expect(await tablet.request { .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(restartIce: true))) }.errorCode == .forbidden,
+                "a device that did not answer is refused by the call's node")
+        #expect(await alice.request { .callHangup(CallHangup(id: $0, call: call)) }.isSuccess)
+        _ = try await heard(bob, "bob hears the end") { if case .callEnded(let m) = $0 { m } else { nil } }
+        #expect(await bob.request { .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(restartIce: true))) }.errorCode == .callEnded,
+                "after the end, asked of the call's node again")
+    }
+
+    /// A request sent on unanswered runs on the node that gets it, and nothing is sent back, even
+    /// when it is refused; the node's next request is answered as ever.
+    @Test func aRequestSentOnUnansweredIsRunAndNotAnswered() async throws {
+        let store = try SQLiteStore(path: nil)
+        let deployment = InMemoryDeployment(sharing: store)
+        let node = deployment.join()
+        let harness = HubHarness(node: node, of: deployment, store: store, clock: ManualClock())
+        // A node without a hub sends the requests, as bob's node would.
+        let other = deployment.join()
+        var replies = other.messages.makeAsyncIterator()
+        let alice = await harness.device("alice", "a1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        let bob = DeviceKey(user: "bob", device: "b1")
+        func request(_ id: UInt64, _ message: ClientMessage) {
+            let frame = String(decoding: WireCodec().encode(message), as: UTF8.self)
+            other.send(.request(id: id, from: other.node, sender: bob, frame: frame), to: node.node)
+        }
+        let unknown: CallID = "00000000-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+        request(NodeMessage.unanswered, .callSignal(CallSignal(id: "s1", call: unknown, signal: SignalPayload(restartIce: true))))
+        request(NodeMessage.unanswered, .callRinging(CallRingingRequest(id: "r1", call: call)))
+        request(7, .callState(CallRequest(id: "q1", call: call)))
+        guard case .reply(let id, let result, _) = await replies.next() else { Issue.record("no reply"); return }
+        #expect(id == 7, "the first thing sent back answers the request that asked for an answer")
+        #expect(try result?.decoded(as: CallStateResult.self).state == .ringing)
+        _ = try await heard(alice, "the unanswered ringing ran") { if case .callRinging(let m) = $0 { m } else { nil } }
+    }
+
     /// Two nodes whose hubs write their calls through `FailingCallWrites` in front of the deployment's store.
     func nodesFailingCallWrites() throws -> (FailingCallWrites, [HubHarness], SQLiteStore) {
         let sqlite = try SQLiteStore(path: nil)

@@ -166,7 +166,8 @@ struct ClusterTests {
     /// A message too large for a link's frame travels by its row in the database, and what is sent
     /// after it waits for it: the messages behind it on the link keep their places. Signals sent
     /// back to back (none waits for its ack), the second one too large: the callee on the other
-    /// node hears every one once, in the order sent, and none went by `NOTIFY`.
+    /// node hears every one once, in the order sent, and none went by `NOTIFY`. The callee's own,
+    /// which its node acknowledges and sends on unanswered (it answered the call), likewise.
     @Test func aMessageTooLargeForALinkKeepsItsPlace() async throws {
         try await withNodes { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
@@ -188,10 +189,25 @@ struct ClusterTests {
             }
             #expect(heard.map { $0.prefix(8) } == sdps.map { $0.prefix(8) }, "in the order sent")
             #expect(heard.map(\.utf8.count) == sdps.map(\.utf8.count), "whole")
+
+            for (index, sdp) in sdps.enumerated() {
+                bob.send(.callSignal(CallSignal(id: "answer-\(index)", call: call,
+                                                signal: SignalPayload(description: SessionDescription(type: "answer", sdp: sdp)))))
+            }
+            var heardByAlice: [String] = []
+            for _ in sdps {
+                heardByAlice.append(try await alice.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } })
+            }
+            #expect(heardByAlice.map { $0.prefix(8) } == sdps.map { $0.prefix(8) }, "the callee's in the order sent")
+            #expect(heardByAlice.map(\.utf8.count) == sdps.map(\.utf8.count), "whole")
+            for index in sdps.indices { #expect(try await bob.answer(to: "answer-\(index)").isSuccess) }
+
             let stored = try #require(try database.postgres?.psql("SELECT count(*) FROM cluster_message", database: database.name))
-            #expect(stored == "1", "the large one went by its row")
-            let sentByA = try #require(a.server.cluster?.sent)
-            #expect(sentByA.notified == 0 && sentByA.direct > 0, "over the link: \(sentByA)")
+            #expect(stored == "2", "each large one went by its row")
+            for node in [a, b] {
+                let sent = try #require(node.server.cluster?.sent)
+                #expect(sent.notified == 0 && sent.direct > 0, "over the link: \(sent)")
+            }
         }
     }
 

@@ -349,13 +349,46 @@ struct ClusterRoutesTests {
     @Test func aCallsNodeIsWhatItsFramesSaidUntilItEnds() {
         var routes = ClusterRoutes()
         let party = Party(user: "alice", device: "a1")
-        routes.heard(.callSignal(CallSignalled(call: call, from: party, signal: SignalPayload(restartIce: true))), from: "n1")
+        routes.heard(.callSignal(CallSignalled(call: call, from: party, signal: SignalPayload(restartIce: true))), from: "n1", for: phone)
         #expect(routes.owner(of: call) == "n1")
-        routes.heard(.callEnded(CallEnded(call: call, reason: .hangup, endedAt: 1)), from: "n1")
+        routes.heard(.callEnded(CallEnded(call: call, reason: .hangup, endedAt: 1)), from: "n1", for: phone)
         #expect(routes.owner(of: call) == nil)
-        routes.heard(.callSignal(CallSignalled(call: call, from: party, signal: SignalPayload(restartIce: true))), from: "n2")
+        routes.heard(.callSignal(CallSignalled(call: call, from: party, signal: SignalPayload(restartIce: true))), from: "n2", for: phone)
         routes.forgetOwner(of: call)
         #expect(routes.owner(of: call) == nil)
+    }
+
+    /// A call another node runs that a device here answered: its signals go there, acknowledged
+    /// here, until the call ends for the device (not for another device of its user), its frames
+    /// come from another node, its node falls silent or leaves, or the device's session here goes.
+    @Test func aCallAnsweredHereThatRunsElsewhereIsKnownUntilItEndsOrMoves() {
+        var routes = ClusterRoutes()
+        let tablet = DeviceKey(user: "bob", device: "tablet")
+        let signal = ServerMessage.callSignal(CallSignalled(call: call, from: Party(user: "alice", device: "a1"), signal: SignalPayload(restartIce: true)))
+        let ended = ServerMessage.callEnded(CallEnded(call: call, reason: .hangup, endedAt: 1))
+        func answered(on node: NodeID) { routes.answered(call, by: phone, on: node) }
+        answered(on: "n1")
+        #expect(routes.answeredCall(call, by: phone) == "n1")
+        #expect(routes.answeredCall(call, by: tablet) == nil, "another device of the callee did not answer")
+        routes.heard(.callEnded(CallEnded(call: call, reason: .answeredElsewhere, endedAt: 1)), from: "n1", for: tablet)
+        routes.heard(signal, from: "n1", for: phone)
+        #expect(routes.answeredCall(call, by: phone) == "n1", "the end of another device's part")
+        routes.heard(ended, from: "n1", for: phone)
+        #expect(routes.answeredCall(call, by: phone) == nil, "the call's end")
+
+        answered(on: "n1")
+        routes.heard(signal, from: "n2", for: phone)
+        #expect(routes.answeredCall(call, by: phone) == nil, "the call runs on another node now")
+        answered(on: "n1")
+        routes.forgetOwner(of: call)
+        #expect(routes.answeredCall(call, by: phone) == nil, "its node fell silent")
+        answered(on: "n1")
+        routes.sessionGone(phone)
+        #expect(routes.answeredCall(call, by: phone) == nil, "the device's session here went")
+        answered(on: "n1")
+        _ = routes.nodeLeft("n1")
+        #expect(routes.answeredCall(call, by: phone) == nil, "its node left")
+        #expect(routes.answered(NodeMessage.unanswered) == nil, "no wait answers to an unanswered request's id")
     }
 
     @Test func waitsEndOnceByAnswerDeadlineOrTheirNodeLeaving() {
@@ -396,7 +429,7 @@ struct ClusterRoutesTests {
         routes.joined(RoomJoin(id: "5", room: "lobby"), by: laptop, on: "n1")
         routes.joined(RoomJoin(id: "6", room: "yard"), by: laptop, on: "n1")
         routes.left("yard", by: laptop)
-        routes.forgetRooms(of: tablet)
+        routes.sessionGone(tablet)
         routes.admitted(9, to: "lobby", by: phone, on: "n1")
         routes.admitted(10, to: "lobby", by: phone, on: "n2")  // not where phone joined it: nothing
         routes.left("standup", by: phone, on: "n1")  // joined on n2: nothing
