@@ -191,17 +191,6 @@ extension ClientMessage {
         }
     }
 
-    /// A request that, from the device that answered the call, the call's node relays to the other
-    /// party and refuses only once the call has ended: `call.signal`, and `call.update` but for
-    /// recording's steps (which the call's state may refuse).
-    var isRelayedOnceAnswered: Bool {
-        switch self {
-        case .callSignal: true
-        case .callUpdate(let update): update.recording == nil
-        default: false
-        }
-    }
-
     var isRoomJoin: Bool {
         if case .roomJoin = self { true } else { false }
     }

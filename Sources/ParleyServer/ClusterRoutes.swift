@@ -8,6 +8,9 @@ import ParleyProtocol
 /// A value, like `SessionTable`: the hub tells it what happened and does what it answers (delivers,
 /// ends a device's part in calls, answers a waiter). It holds no continuation and reads no clock.
 struct ClusterRoutes {
+    /// A device's part in a call another node runs.
+    enum Part { case rung, answered }
+
     /// What a node waits for from another.
     enum Wait: Equatable {
         /// The answer to a request forwarded to the node that runs its call or room.
@@ -18,7 +21,8 @@ struct ClusterRoutes {
 
     private var holders = RemoteHolders()
     private var callOwners: [CallID: NodeID] = [:]
-    private var answeredElsewhere: [DeviceKey: [CallID: NodeID]] = [:]
+    /// Calls other nodes run that devices held here take part in: rung, or answered.
+    private var parts: [DeviceKey: [CallID: (node: NodeID, part: Part)]] = [:]
     private var movedTo: [DeviceKey: NodeID] = [:]
     private var roomsElsewhere: [DeviceKey: [RoomID: (node: NodeID, join: RoomJoin)]] = [:]
     private var waits: [UInt64: (wait: Wait, node: NodeID, deadline: Duration)] = [:]
@@ -78,40 +82,57 @@ struct ClusterRoutes {
     /// The node that runs a call, as its frames said.
     func owner(of call: CallID) -> NodeID? { callOwners[call] }
 
-    /// A frame for `key` about a call came from the node that runs it (`from`); an ended call is forgotten.
+    /// A frame for `key` about a call came from the node that runs it (`from`).
     mutating func heard(_ message: ServerMessage, from node: NodeID, for key: DeviceKey) {
         guard let call = message.aboutCall else { return }
-        if case .callEnded = message { heard(call, ended: true, from: node, for: key) } else { heard(call, ended: false, from: node, for: key) }
+        heard(call, message.type, from: node, for: key)
     }
 
-    /// A frame about `call` came for `key` from the node that runs it; `ended`: it was `call.ended`.
-    /// (Any end forgets the call's node, an end for one device of several too: asked again then.)
-    mutating func heard(_ call: CallID, ended: Bool, from node: NodeID, for key: DeviceKey) {
+    /// A frame of `type` about `call` came for `key` from the node that runs it. `call.ended` forgets
+    /// the call (an end for one device of several too: its node is asked again then); `call.incoming`
+    /// makes the device a part of it (`part`).
+    mutating func heard(_ call: CallID, _ type: String, from node: NodeID, for key: DeviceKey) {
+        let ended = type == "call.ended"
         callOwners[call] = ended ? nil : node
-        if ended || answeredElsewhere[key]?[call].map({ $0 != node }) == true { forget(call, answeredBy: key) }
+        if ended || parts[key]?[call].map({ $0.node != node }) == true { forget(call, partOf: key) }
+        if type == "call.incoming", parts[key]?[call] == nil { parts[key, default: [:]][call] = (node, .rung) }
     }
 
     /// A device held here answered a call that `node` runs (its forwarded `call.accept` was taken there).
     mutating func answered(_ call: CallID, by key: DeviceKey, on node: NodeID) {
-        answeredElsewhere[key, default: [:]][call] = node
+        parts[key, default: [:]][call] = (node, .answered)
     }
 
-    /// The node that runs a call the device answered, until the call ends for the device, its
-    /// session here goes, or that node leaves: a signal or update of the device's goes there,
-    /// acknowledged here (`isRelayedOnceAnswered`).
-    func answeredCall(_ call: CallID, by key: DeviceKey) -> NodeID? {
-        answeredElsewhere[key]?[call]
+    /// The node that runs a call the device was rung for, or answered: until the call ends for the
+    /// device, its frames come from another node, that node leaves, or the device's session here goes.
+    func node(of call: CallID, partOf key: DeviceKey) -> NodeID? {
+        parts[key]?[call]?.node
     }
 
-    private mutating func forget(_ call: CallID, answeredBy key: DeviceKey) {
-        answeredElsewhere[key]?[call] = nil
-        if answeredElsewhere[key]?.isEmpty == true { answeredElsewhere[key] = nil }
+    /// The node to send a device's request on to unanswered, when that node could refuse it only
+    /// because the call has ended (the device then hears `call.ended` all the same, as it does on
+    /// one node when the end is handled just after the request): `call.ringing` of a device that
+    /// was rung, and `call.signal` and `call.update` (not a recording step, which the call's state
+    /// may refuse) of the device that answered. Nil: the request goes for an answer.
+    func unanswered(_ message: ClientMessage, about call: CallID, by key: DeviceKey) -> NodeID? {
+        guard let (node, part) = parts[key]?[call] else { return nil }
+        switch message {
+        case .callRinging: return node
+        case .callSignal: return part == .answered ? node : nil
+        case .callUpdate(let update): return part == .answered && update.recording == nil ? node : nil
+        default: return nil
+        }
+    }
+
+    private mutating func forget(_ call: CallID, partOf key: DeviceKey) {
+        parts[key]?[call] = nil
+        if parts[key]?.isEmpty == true { parts[key] = nil }
     }
 
     /// The call's node did not answer: asked of the directory again next time.
     mutating func forgetOwner(of call: CallID) {
         callOwners[call] = nil
-        for key in answeredElsewhere.keys where answeredElsewhere[key]?[call] != nil { forget(call, answeredBy: key) }
+        for key in parts.keys where parts[key]?[call] != nil { forget(call, partOf: key) }
     }
 
     // MARK: Rooms
@@ -140,7 +161,7 @@ struct ClusterRoutes {
     /// answered, are no longer this node's business.
     mutating func sessionGone(_ key: DeviceKey) {
         roomsElsewhere[key] = nil
-        answeredElsewhere[key] = nil
+        parts[key] = nil
     }
 
     // MARK: Waits
@@ -180,8 +201,8 @@ struct ClusterRoutes {
             }
         }
         callOwners = callOwners.filter { $0.value != node }
-        answeredElsewhere = answeredElsewhere.compactMapValues { calls in
-            let left = calls.filter { $0.value != node }
+        parts = parts.compactMapValues { calls in
+            let left = calls.filter { $0.value.node != node }
             return left.isEmpty ? nil : left
         }
         movedTo = movedTo.filter { $0.value != node }

@@ -890,10 +890,10 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// The live node that runs a call this node does not hold; nil when none does (the call is
     /// taken over here if it was left unfinished by a node that is gone, then goes on here).
-    /// The node that runs a call a device's request is about: the one its accept went to, while
-    /// that holds (`answeredCall`), or as for any call.
+    /// The node that runs a call a device's request is about: the one that rang the device, or
+    /// took its accept, while that holds (`ClusterRoutes.node(of:partOf:)`), or as for any call.
     private func runner(of callID: CallID, for key: DeviceKey) async -> NodeID? {
-        if let node = routes.answeredCall(callID, by: key) { return node }
+        if let node = routes.node(of: callID, partOf: key) { return node }
         return await owner(of: callID)
     }
 
@@ -927,14 +927,13 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         }
     }
 
-    /// A call's request sent to the node that runs the call. A signal or update of the device that
-    /// answered the call is acknowledged here and sent on unanswered: the call's node refuses it
-    /// only once the call has ended, and then the device hears `call.ended` all the same, as it does
-    /// on one node when the end is handled just after its request. Any other request is answered
-    /// with what that node answered, and an accept taken there is remembered for the device.
+    /// A call's request sent to the node that runs the call: acknowledged here and sent on
+    /// unanswered where that node could refuse it only because the call has ended
+    /// (`ClusterRoutes.unanswered`), otherwise answered with what that node answered. An accept
+    /// taken there is remembered for the device.
     private func forward(_ message: ClientMessage, about callID: CallID, from key: DeviceKey, to node: NodeID,
                          frame text: String?) async throws(ErrorMessage) -> AckResult {
-        if message.isRelayedOnceAnswered, routes.answeredCall(callID, by: key) == node, let cluster {
+        if routes.unanswered(message, about: callID, by: key) == node, let cluster {
             cluster.send(.request(id: NodeMessage.unanswered, from: cluster.node, sender: key, frame: frame(message, text)), to: node)
             return .done
         }
@@ -981,7 +980,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             // As it came, numbered here: all but a ring for a device without a connection, which
             // is decoded for its push.
             if let about, sessions.contains(key), about.type != "call.incoming" || sessions.isConnected(key) {
-                if let call = about.call, calls[call] == nil { routes.heard(call, ended: about.type == "call.ended", from: from, for: key) }
+                if let call = about.call, calls[call] == nil { routes.heard(call, about.type, from: from, for: key) }
                 send(encoded: frame, to: key)
                 return
             }

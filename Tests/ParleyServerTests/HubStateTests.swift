@@ -358,36 +358,51 @@ struct ClusterRoutesTests {
         #expect(routes.owner(of: call) == nil)
     }
 
-    /// A call another node runs that a device here answered: its signals go there, acknowledged
-    /// here, until the call ends for the device (not for another device of its user), its frames
-    /// come from another node, its node falls silent or leaves, or the device's session here goes.
-    @Test func aCallAnsweredHereThatRunsElsewhereIsKnownUntilItEndsOrMoves() {
+    /// A call another node runs that a device here was rung for, or answered: the requests that
+    /// node could refuse only because the call ended go there unanswered (a ringing of a device it
+    /// rang; a signal or update, not a recording step, of the device that answered), until the
+    /// call ends for the device (not for another device of its user), its frames come from another
+    /// node, its node falls silent or leaves, or the device's session here goes.
+    @Test func aCallsPartsHereAreKnownUntilTheCallEndsOrMoves() {
         var routes = ClusterRoutes()
         let tablet = DeviceKey(user: "bob", device: "tablet")
-        let signal = ServerMessage.callSignal(CallSignalled(call: call, from: Party(user: "alice", device: "a1"), signal: SignalPayload(restartIce: true)))
+        let incoming = ServerMessage.callIncoming(CallIncoming(call: call, from: Party(user: "alice", device: "a1"), media: .audioOnly, expiresAt: 1))
+        let signalled = ServerMessage.callSignal(CallSignalled(call: call, from: Party(user: "alice", device: "a1"), signal: SignalPayload(restartIce: true)))
         let ended = ServerMessage.callEnded(CallEnded(call: call, reason: .hangup, endedAt: 1))
-        func answered(on node: NodeID) { routes.answered(call, by: phone, on: node) }
-        answered(on: "n1")
-        #expect(routes.answeredCall(call, by: phone) == "n1")
-        #expect(routes.answeredCall(call, by: tablet) == nil, "another device of the callee did not answer")
-        routes.heard(.callEnded(CallEnded(call: call, reason: .answeredElsewhere, endedAt: 1)), from: "n1", for: tablet)
-        routes.heard(signal, from: "n1", for: phone)
-        #expect(routes.answeredCall(call, by: phone) == "n1", "the end of another device's part")
-        routes.heard(ended, from: "n1", for: phone)
-        #expect(routes.answeredCall(call, by: phone) == nil, "the call's end")
+        let ringing = ClientMessage.callRinging(CallRingingRequest(id: "1", call: call, early: true))
+        let signal = ClientMessage.callSignal(CallSignal(id: "2", call: call, signal: SignalPayload(restartIce: true)))
+        let muted = ClientMessage.callUpdate(CallUpdate(id: "3", call: call, muted: true))
+        let recording = ClientMessage.callUpdate(CallUpdate(id: "4", call: call, recording: .requested))
+        let hangup = ClientMessage.callHangup(CallHangup(id: "5", call: call))
+        func unanswered(_ messages: [ClientMessage], by key: DeviceKey) -> [NodeID?] { messages.map { routes.unanswered($0, about: call, by: key) } }
 
-        answered(on: "n1")
-        routes.heard(signal, from: "n2", for: phone)
-        #expect(routes.answeredCall(call, by: phone) == nil, "the call runs on another node now")
-        answered(on: "n1")
+        #expect(unanswered([ringing, signal], by: phone) == [nil, nil], "nothing heard of the call")
+        routes.heard(incoming, from: "n1", for: phone)
+        routes.heard(incoming, from: "n1", for: tablet)
+        #expect(unanswered([ringing, signal, muted, hangup], by: phone) == ["n1", nil, nil, nil], "rung: its ringing only")
+        routes.answered(call, by: phone, on: "n1")
+        #expect(unanswered([ringing, signal, muted, recording, hangup], by: phone) == ["n1", "n1", "n1", nil, nil], "answered")
+        #expect(routes.node(of: call, partOf: phone) == "n1")
+        routes.heard(.callEnded(CallEnded(call: call, reason: .answeredElsewhere, endedAt: 1)), from: "n1", for: tablet)
+        #expect(unanswered([ringing], by: tablet) == [nil], "the tablet's part ended")
+        routes.heard(signalled, from: "n1", for: phone)
+        #expect(unanswered([signal], by: phone) == ["n1"], "the end of another device's part is not the phone's")
+        routes.heard(ended, from: "n1", for: phone)
+        #expect(unanswered([ringing, signal], by: phone) == [nil, nil], "the call's end")
+        #expect(routes.node(of: call, partOf: phone) == nil)
+
+        routes.answered(call, by: phone, on: "n1")
+        routes.heard(signalled, from: "n2", for: phone)
+        #expect(routes.node(of: call, partOf: phone) == nil, "the call runs on another node now")
+        routes.answered(call, by: phone, on: "n1")
         routes.forgetOwner(of: call)
-        #expect(routes.answeredCall(call, by: phone) == nil, "its node fell silent")
-        answered(on: "n1")
+        #expect(routes.node(of: call, partOf: phone) == nil, "its node fell silent")
+        routes.answered(call, by: phone, on: "n1")
         routes.sessionGone(phone)
-        #expect(routes.answeredCall(call, by: phone) == nil, "the device's session here went")
-        answered(on: "n1")
+        #expect(routes.node(of: call, partOf: phone) == nil, "the device's session here went")
+        routes.answered(call, by: phone, on: "n1")
         _ = routes.nodeLeft("n1")
-        #expect(routes.answeredCall(call, by: phone) == nil, "its node left")
+        #expect(routes.node(of: call, partOf: phone) == nil, "its node left")
         #expect(routes.answered(NodeMessage.unanswered) == nil, "no wait answers to an unanswered request's id")
     }
 
