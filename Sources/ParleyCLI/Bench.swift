@@ -257,10 +257,23 @@ func residentBytes(pid: Int32) -> Int {
 }
 
 /// `parley serve` (or `parley bench echo-server`) as a child process on a free loopback port.
+/// A server's metrics' samples on loopback (`GET /metrics`), by name and labels as exposed.
+func metricSamples(port: Int) async throws -> [String: Double] {
+    let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/metrics")!)
+    var samples: [String: Double] = [:]
+    for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where !line.hasPrefix("#") {
+        let parts = line.split(separator: " ")
+        if parts.count == 2, let value = Double(parts[1]) { samples[String(parts[0])] = value }
+    }
+    return samples
+}
+
 struct ChildServer {
     let process: Process
     let port: Int
     var pid: Int32 { process.processIdentifier }
+
+    func metrics() async throws -> [String: Double] { try await metricSamples(port: port) }
 
     /// The per-address and per-connection rate limits are off: a load generator runs every client
     /// from one address, and its pairs send far faster than a person's device (the limits

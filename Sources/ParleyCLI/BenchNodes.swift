@@ -99,6 +99,8 @@ struct BenchNodes: AsyncParsableCommand {
         var relay: [Duration]
         var cpu: Double
         var postgresCPU: Double?
+        /// Messages the nodes sent each other a setup, by kind (`parley_node_messages_sent_total`).
+        var nodeMessages: [String: Double]
 
         var setupsPerSecond: Double { Double(setups) / callSeconds }
         var nodeCPUPerSetup: Double { cpu * 1000 / Double(setups) }
@@ -106,6 +108,7 @@ struct BenchNodes: AsyncParsableCommand {
         /// Nodes and PostgreSQL together: what a setup costs the deployment.
         var cpuPerSetup: Double { nodeCPUPerSetup + (postgresCPUPerSetup ?? 0) }
         var relayMedian: Duration { percentile(relay, 0.5) }
+        var nodeMessagesPerSetup: Double { nodeMessages.values.reduce(0, +) }
 
         var report: String {
             """
@@ -120,7 +123,7 @@ struct BenchNodes: AsyncParsableCommand {
               relay latency          p50 \(ms(percentile(relay, 0.5))) ms, p99 \(ms(percentile(relay, 0.99))) ms (call.signal sent → received, \(relay.count) samples)
               server CPU             \(format(nodeCPUPerSetup)) ms per call setup, all nodes together
               PostgreSQL CPU         \(postgresCPUPerSetup.map { "\(format($0)) ms per call setup" } ?? "—")
-            """
+            """ + (nodes > 1 ? "\n  across nodes           \(format(nodeMessagesPerSetup)) messages per call setup (\(nodeMessages.sorted { $0.key < $1.key }.map { "\($0.key) \(format($0.value))" }.joined(separator: ", ")))" : "")
         }
     }
 
@@ -169,7 +172,7 @@ struct BenchNodes: AsyncParsableCommand {
             let sorted = values.sorted()
             return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
         }
-        let columns = ["", "setups/s", "CPU per setup (nodes + PostgreSQL)", "PostgreSQL CPU per setup", "relay p50"]
+        let columns = ["", "setups/s", "CPU per setup (nodes + PostgreSQL)", "PostgreSQL CPU per setup", "relay p50", "messages across nodes per setup"]
         var lines = ["", "Medians of \(rounds) rounds: each, and its ratio to one node in the same round"]
         lines.append("  " + columns.map { $0.padding(toLength: 36, withPad: " ", startingAt: 0) }.joined())
         for index in deployments.indices {
@@ -179,7 +182,7 @@ struct BenchNodes: AsyncParsableCommand {
             }
             let cells = [runs[0].label, cell("", \.setupsPerSecond), cell(" ms", \.cpuPerSetup),
                          "\(format(median(runs.map { $0.postgresCPUPerSetup ?? 0 }))) ms",
-                         cell(" ms") { seconds($0.relayMedian) * 1000 }]
+                         cell(" ms") { seconds($0.relayMedian) * 1000 }, format(median(runs.map(\.nodeMessagesPerSetup)))]
             lines.append("  " + cells.map { $0.padding(toLength: 36, withPad: " ", startingAt: 0) }.joined())
         }
         print(lines.joined(separator: "\n"))
@@ -355,6 +358,7 @@ struct BenchNodes: AsyncParsableCommand {
             _ = try postgres.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()",
                                   database: deployment.statementsDatabase)
         }
+        let messagesBefore = try await Self.nodeMessages(of: servers)
         let cpuBefore = servers.map { cpuSeconds(pid: $0.pid) }
         let postgresBefore = postgresPID.map(Self.treeCPU) ?? 0
         let callStart = ContinuousClock.now
@@ -386,6 +390,8 @@ struct BenchNodes: AsyncParsableCommand {
         let callSeconds = seconds(ContinuousClock.now - callStart)
         let cpu = zip(servers, cpuBefore).map { cpuSeconds(pid: $0.pid) - $1 }.reduce(0, +)
         let postgresCPU = (postgresPID.map(Self.treeCPU) ?? 0) - postgresBefore
+        let messages = try await Self.nodeMessages(of: servers).merging(messagesBefore, uniquingKeysWith: -)
+            .filter { $0.value > 0 }.mapValues { $0 / Double(max(1, results.count)) }
         if statements, let postgres {
             try Self.printStatements(of: postgres, database: deployment.statementsDatabase, setups: results.count, label: deployment.label)
         }
@@ -395,7 +401,19 @@ struct BenchNodes: AsyncParsableCommand {
                        setups: results.count, callSeconds: callSeconds, pairs: pairs,
                        setup: results.map(\.setup).sorted(), ring: results.map(\.invitedToIncoming).sorted(),
                        relay: results.flatMap(\.relays).sorted(),
-                       cpu: cpu, postgresCPU: postgresPID != nil ? postgresCPU : nil)
+                       cpu: cpu, postgresCPU: postgresPID != nil ? postgresCPU : nil, nodeMessages: messages)
+    }
+
+    /// The messages the nodes have sent each other so far, by kind, all nodes together.
+    static func nodeMessages(of servers: [ChildServer]) async throws -> [String: Double] {
+        var byKind: [String: Double] = [:]
+        for server in servers {
+            for (name, value) in try await server.metrics() where name.hasPrefix("parley_node_messages_sent_total{") {
+                let kind = name.split(separator: "\"").dropFirst().first.map(String.init) ?? name
+                byKind[kind, default: 0] += value
+            }
+        }
+        return byKind
     }
 
     /// The statements PostgreSQL spent the setups on, most time first: how many ran a setup, and

@@ -534,15 +534,7 @@ final class SoakServer: @unchecked Sendable {
     }
 
     /// The metrics' samples, by name and labels as exposed.
-    func metrics() async throws -> [String: Double] {
-        let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/metrics")!)
-        var samples: [String: Double] = [:]
-        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where !line.hasPrefix("#") {
-            let parts = line.split(separator: " ")
-            if parts.count == 2, let value = Double(parts[1]) { samples[String(parts[0])] = value }
-        }
-        return samples
-    }
+    func metrics() async throws -> [String: Double] { try await metricSamples(port: port) }
 }
 
 /// A TCP proxy in front of the server: delays what passes (in order) and cuts connections on demand.

@@ -36,6 +36,20 @@ public enum NodeMessage: Sendable, Equatable, Codable {
 
     /// The id of a `request` that wants no `reply`.
     static let unanswered: UInt64 = 0
+
+    /// What the message is, for metrics: `deliver`, `request`, `request_unanswered`, `reply`, `news`
+    /// (`claimed`, `released`, `left`) or `handover` (either way).
+    var kind: String {
+        switch self {
+        case .deliver: "deliver"
+        case .request(let id, _, _, _): id == Self.unanswered ? "request_unanswered" : "request"
+        case .reply: "reply"
+        case .claimed, .released, .left: "news"
+        case .handover, .handedOver: "handover"
+        }
+    }
+
+    static let kinds = ["deliver", "request", "request_unanswered", "reply", "news", "handover"]
 }
 
 /// What a node needs to know of a frame it delivers for another: the message's type and the call

@@ -42,6 +42,7 @@ public final class PostgresCluster: ClusterLink, Service {
     /// Messages sent so far over direct links, and by `NOTIFY` (a broadcast counts once per node);
     /// `compact`: those of the direct ones that went as compact lines (`NodeLine`).
     public var sent: (direct: Int, notified: Int, compact: Int) { counts.withLockedValue { $0 } }
+    private let metrics: ServerMetrics?
     private let counts = NIOLockedValueBox((direct: 0, notified: 0, compact: 0))
     /// Lines heard so far, by form: JSON (a row's too; with `NOTIFY`, news for every node, this
     /// one's own included), and compact.
@@ -92,9 +93,10 @@ public final class PostgresCluster: ClusterLink, Service {
     /// What is sent before waits for it. With `.direct`, the node sends over direct links to the
     /// nodes that take them (once it has said where it takes them itself, `advertise`, the others
     /// link to it).
-    public init(store: PostgresStore, bus: NodeBus = .direct, logger: Logger) {
+    public init(store: PostgresStore, bus: NodeBus = .direct, metrics: ServerMetrics? = nil, logger: Logger) {
         node = "n" + (0..<6).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         self.store = store
+        self.metrics = metrics
         self.bus = bus
         var logger = logger
         logger[metadataKey: "cluster.node"] = "\(node)"
@@ -260,6 +262,7 @@ public final class PostgresCluster: ClusterLink, Service {
     // MARK: ClusterLink
 
     public func send(_ message: NodeMessage, to node: NodeID?) {
+        metrics?.sentToNode(message)
         outbox.add(.message(message, to: node))
     }
 

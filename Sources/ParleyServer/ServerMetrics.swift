@@ -23,6 +23,8 @@ public struct ServerMetrics: Sendable {
     let pushTokensRemoved: Counter
     private let apnsDuration: DurationHistogram
     private let apnsResponses: [String: Counter]
+    /// Messages this node sent the others, by kind (`NodeMessage.kind`).
+    private let nodeMessages: [String: Counter]
 
     static let knownOutcomes: [EndReason] = [
         .hangup, .cancelled, .declined, .busy, .noAnswer, .connectionLost,
@@ -81,6 +83,10 @@ public struct ServerMetrics: Sendable {
             responses[status] = registry.makeCounter(descriptor: responsesByStatus, labels: [("status", status)])
         }
         apnsResponses = responses
+        let nodeMessagesByKind = name("node_messages_sent", unit: "total", "Messages sent to other nodes, by kind")
+        nodeMessages = Dictionary(uniqueKeysWithValues: NodeMessage.kinds.map { kind in
+            (kind, registry.makeCounter(descriptor: nodeMessagesByKind, labels: [("kind", kind)]))
+        })
     }
 
     static let apnsStatuses = ["200", "400", "403", "405", "410", "413", "429", "500", "503", "other", "none"]
@@ -99,6 +105,8 @@ public struct ServerMetrics: Sendable {
         let status = exchange.status.map(String.init) ?? "none"
         (apnsResponses[status] ?? apnsResponses["other"])?.increment()
     }
+
+    func sentToNode(_ message: NodeMessage) { nodeMessages[message.kind]?.increment() }
 
     func error(_ code: ErrorCode) { (errors[code] ?? otherErrors).increment() }
     func callEnded(_ reason: EndReason) { (outcomes[reason] ?? otherOutcomes).increment() }

@@ -60,9 +60,9 @@ public final class SignalingServer: Sendable {
         ownsStore = store == nil
         let store = if let store { store } else { try await Self.openStore(configuration.databasePath, logger: logger) }
         self.store = store
-        cluster = (store as? PostgresStore).map { PostgresCluster(store: $0, bus: configuration.nodeBus, logger: logger) }
         let metrics = ServerMetrics()
         self.metrics = metrics
+        cluster = (store as? PostgresStore).map { PostgresCluster(store: $0, bus: configuration.nodeBus, metrics: metrics, logger: logger) }
         let (pushes, pushContinuation) = AsyncStream<Push>.makeStream()
         self.pushes = pushes
         self.pushSender = pushSender

@@ -14,6 +14,20 @@ struct BenchCommandTests {
         #expect(printed.contains("call setups            40 in"), "\(printed)")
     }
 
+    /// `parley bench nodes`, short, on two nodes and a private PostgreSQL: every setup crosses
+    /// nodes, and the nodes' own counts say what crossed: 13 messages a setup. Delivered: the ring,
+    /// the caller's four signals and the end; forwarded to the call's node: the callee's ringing,
+    /// accept and four signals, of which only the accept waits for an answer.
+    @Test func twoNodesSendEachOtherThirteenMessagesASetup() throws {
+        guard TestDatabase.canRun(.postgres, "bench nodes") else { return }
+        let (status, printed) = try ServeProcessTests.parley(["bench", "nodes", "--nodes", "2", "--connections", "10", "--calls", "20",
+                                                              "--concurrency", "2"])
+        #expect(status == 0, "\(printed)")
+        #expect(printed.contains("call setups            20 in"), "\(printed)")
+        #expect(printed.contains("across nodes           13.00 messages per call setup (deliver 6.00, reply 1.00, request 1.00, request_unanswered 5.00)"),
+                "\(printed)")
+    }
+
     @Test func theRelayRunsWithEveryFrameTheClientsSendRead() throws {
         let (status, printed) = try ServeProcessTests.parley(["bench", "relay", "--idle", "0", "--pairs", "2", "--window", "4", "--seconds", "1", "--rounds", "1"])
         #expect(status == 0, "\(printed)")

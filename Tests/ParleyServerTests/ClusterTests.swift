@@ -208,6 +208,8 @@ struct ClusterTests {
                 let sent = try #require(node.server.cluster?.sent)
                 #expect(sent.notified == 0 && sent.direct > 0, "over the link: \(sent)")
             }
+            #expect(b.server.metrics.exposition().contains(#"parley_node_messages_sent_total{kind="request_unanswered"} 12"#),
+                    "bob's node acknowledged his signals itself: \(b.server.metrics.exposition())")
         }
     }
 
