@@ -157,8 +157,8 @@ struct ClusterRoutes {
         if roomsElsewhere[key]?.isEmpty == true { roomsElsewhere[key] = nil }
     }
 
-    /// The device's session here ended, or went to another node: its rooms, and the calls it
-    /// answered, are no longer this node's business.
+    /// The device's session here ended, or went to another node: its rooms, and its parts in
+    /// calls, are no longer this node's business.
     mutating func sessionGone(_ key: DeviceKey) {
         roomsElsewhere[key] = nil
         parts[key] = nil

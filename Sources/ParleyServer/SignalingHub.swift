@@ -96,10 +96,15 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
             if let cluster {
                 group.addTask {
                     // A request may wait on the store or Janus: the replies and deliveries behind it
-                    // must not, so requests (and a node's leaving) run as children of their own.
+                    // must not, so requests that want an answer (and a node's leaving) run as
+                    // children of their own. A request sent on unanswered runs here, in its place:
+                    // the next may come from the same device before it has run (its node acknowledged
+                    // it), and must not overtake it. It waits on nothing but, rarely, the store (a
+                    // call no longer in memory).
                     await withDiscardingTaskGroup { requests in
                         for await message in cluster.messages {
                             switch message {
+                            case .request(let id, _, _, _) where id == NodeMessage.unanswered: await self.hear(message)
                             case .request, .left: requests.addTask { await self.hear(message) }
                             default: await self.hear(message)
                             }
@@ -888,8 +893,6 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         records.save(call.stored.owned(by: cluster?.node))
     }
 
-    /// The live node that runs a call this node does not hold; nil when none does (the call is
-    /// taken over here if it was left unfinished by a node that is gone, then goes on here).
     /// The node that runs a call a device's request is about: the one that rang the device, or
     /// took its accept, while that holds (`ClusterRoutes.node(of:partOf:)`), or as for any call.
     private func runner(of callID: CallID, for key: DeviceKey) async -> NodeID? {
@@ -897,6 +900,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         return await owner(of: callID)
     }
 
+    /// The live node that runs a call this node does not hold; nil when none does (the call is
+    /// taken over here if it was left unfinished by a node that is gone, then goes on here).
     private func owner(of callID: CallID, adopting: Bool = true) async -> NodeID? {
         guard let cluster else { return nil }
         if let node = routes.owner(of: callID) { return node }

@@ -99,6 +99,32 @@ struct ClusterHubTests {
                 "after the end, asked of the call's node again")
     }
 
+    /// What a device sends unanswered reaches the call's node in the order sent, however fast it
+    /// comes: an answer's candidates must not overtake it (a browser refuses a candidate before the
+    /// description it belongs to). Each request another node forwards for an answer runs in a task
+    /// of its own there; these must not.
+    @Test func requestsSentOnUnansweredRunInTheOrderSent() async throws {
+        let (_, hubs) = try nodes()
+        let alice = await hubs[0].device("alice", "a1")
+        let bob = await hubs[1].device("bob", "b1")
+        _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        _ = try await heard(bob, "bob is rung") { if case .callIncoming(let m) = $0 { m } else { nil } }
+        #expect(await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+        let sent = (0..<300).map { "v=0 \($0)" }
+        for sdp in sent {
+            #expect(await bob.request {
+                .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(description: SessionDescription(type: "answer", sdp: sdp))))
+            }.isSuccess)
+        }
+        var received: [String] = []
+        try await eventually(timeout: .seconds(5), "alice hears every signal") {
+            alice.pending += alice.sink.take()
+            received = alice.pending.compactMap { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } }
+            return received.count == sent.count
+        }
+        #expect(received == sent, "in the order sent")
+    }
+
     /// A request sent on unanswered runs on the node that gets it, and nothing is sent back, even
     /// when it is refused; the node's next request is answered as ever.
     @Test func aRequestSentOnUnansweredIsRunAndNotAnswered() async throws {
