@@ -94,23 +94,7 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.runHandedOffWork() }
             if let cluster {
-                group.addTask {
-                    // A request may wait on the store or Janus: the replies and deliveries behind it
-                    // must not, so requests that want an answer (and a node's leaving) run as
-                    // children of their own. A request sent on unanswered runs here, in its place:
-                    // the next may come from the same device before it has run (its node acknowledged
-                    // it), and must not overtake it. It waits on nothing but, rarely, the store (a
-                    // call no longer in memory).
-                    await withDiscardingTaskGroup { requests in
-                        for await message in cluster.messages {
-                            switch message {
-                            case .request(let id, _, _, _) where id == NodeMessage.unanswered: await self.hear(message)
-                            case .request, .left: requests.addTask { await self.hear(message) }
-                            default: await self.hear(message)
-                            }
-                        }
-                    }
-                }
+                group.addTask { await self.hearNodes(cluster) }
                 group.addTask { for await node in cluster.departures { await self.nodeLeft(node) } }
             }
             while !Task.isCancelled {
@@ -127,6 +111,26 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
         // Admissions handed off and never run: the leaves waiting for them are answered.
         for leaves in admitting.values.flatMap({ $0.values.map(\.leaves) }) { for leave in leaves { leave.resume() } }
         admitting = [:]
+    }
+
+    /// Hears what the other nodes send, in order, until cancelled. On the hub's own executor: the
+    /// loop waits for the next message without leaving it, and hears it without a hop.
+    ///
+    /// A request may wait on the store or Janus: the replies and deliveries behind it must not, so
+    /// requests that want an answer (and a node's leaving) run as children of their own. A request
+    /// sent on unanswered runs here, in its place: the next may come from the same device before it
+    /// has run (its node acknowledged it), and must not overtake it. It waits on nothing but,
+    /// rarely, the store (a call no longer in memory).
+    private func hearNodes(_ cluster: any ClusterLink) async {
+        await withDiscardingTaskGroup { requests in
+            for await message in cluster.messages {
+                switch message {
+                case .request(let id, _, _, _) where id == NodeMessage.unanswered: await hear(message)
+                case .request, .left: requests.addTask { await self.hear(message) }
+                default: await hear(message)
+                }
+            }
+        }
     }
 
     /// Runs the work the hub and its rooms hand off, until cancelled: part of `run()`, and on its own
