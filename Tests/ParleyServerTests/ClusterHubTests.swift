@@ -21,6 +21,14 @@ struct ClusterHubTests {
         return (deployment, hubs)
     }
 
+    /// A node with a hub, and a node without one, whose messages the test reads and sends itself.
+    func nodeAndAPeer() throws -> (hub: HubHarness, node: InMemoryDeployment.Node, peer: InMemoryDeployment.Node) {
+        let store = try SQLiteStore(path: nil)
+        let deployment = InMemoryDeployment(sharing: store)
+        let node = deployment.join()
+        return (HubHarness(node: node, of: deployment, store: store, clock: ManualClock()), node, deployment.join())
+    }
+
     /// Waits for a frame the device has not read yet.
     func heard<T>(_ device: TestDevice, _ what: String, _ match: @escaping (ServerMessage) -> T?) async throws -> T {
         var found: T?
@@ -128,12 +136,8 @@ struct ClusterHubTests {
     /// A request sent on unanswered runs on the node that gets it, and nothing is sent back, even
     /// when it is refused; the node's next request is answered as ever.
     @Test func aRequestSentOnUnansweredIsRunAndNotAnswered() async throws {
-        let store = try SQLiteStore(path: nil)
-        let deployment = InMemoryDeployment(sharing: store)
-        let node = deployment.join()
-        let harness = HubHarness(node: node, of: deployment, store: store, clock: ManualClock())
-        // A node without a hub sends the requests, as bob's node would.
-        let other = deployment.join()
+        // The node without a hub sends the requests, as bob's node would.
+        let (harness, node, other) = try nodeAndAPeer()
         var replies = other.messages.makeAsyncIterator()
         let alice = await harness.device("alice", "a1")
         _ = await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
@@ -236,12 +240,8 @@ struct ClusterHubTests {
     /// the sweeps stop with `run()`, which waits for that work: in CI a node stayed in its stop for
     /// good after PostgreSQL restarted under it.
     @Test func aNodeStopsWhileARejoinWaitsForASilentNode() async throws {
-        let store = try SQLiteStore(path: nil)
-        let deployment = InMemoryDeployment(sharing: store)
-        let node = deployment.join()
-        let stopping = HubHarness(node: node, of: deployment, store: store, clock: ManualClock())
-        // A node without a hub runs the room: the test answers for it, once.
-        let roomNode = deployment.join()
+        // The node without a hub runs the room: the test answers for it, once.
+        let (stopping, node, roomNode) = try nodeAndAPeer()
         #expect(try await roomNode.roomOwner("r1", claim: true) == roomNode.node)
         let forwarded = NIOLockedValueBox<[(id: UInt64, frame: String)]>([])
         let reading = Task {
