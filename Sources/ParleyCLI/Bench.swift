@@ -256,7 +256,6 @@ func residentBytes(pid: Int32) -> Int {
     return kib * 1024
 }
 
-/// `parley serve` (or `parley bench echo-server`) as a child process on a free loopback port.
 /// A server's metrics' samples on loopback (`GET /metrics`), by name and labels as exposed.
 func metricSamples(port: Int) async throws -> [String: Double] {
     let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/metrics")!)
@@ -268,6 +267,7 @@ func metricSamples(port: Int) async throws -> [String: Double] {
     return samples
 }
 
+/// `parley serve` (or `parley bench echo-server`) as a child process on a free loopback port.
 struct ChildServer {
     let process: Process
     let port: Int
