@@ -94,6 +94,10 @@ public protocol ClusterMailbox: Sendable {
     var messages: AsyncStream<NodeMessage> { get }
     /// Nodes that were live and are not any more, as they are noticed; one reader.
     var departures: AsyncStream<NodeID> { get }
+    /// Whether `node` runs the requests sent to it unanswered (`NodeMessage.unanswered`) in the
+    /// order they come, as a node of this build does; false when this node does not know it (then
+    /// each request goes for an answer, and the next leaves only after it).
+    func runsUnansweredInOrder(_ node: NodeID) -> Bool
 }
 
 /// What the nodes of a deployment share beside the store: which node holds which device, and

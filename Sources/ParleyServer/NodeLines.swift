@@ -14,8 +14,16 @@ import ParleyProtocol
 /// Every other message, and these when they do not fit the form, go as JSON (a line that starts
 /// with `{`), which every node reads.
 enum NodeLine {
-    /// The version of lines this build reads, published with its address.
-    static let version = 2
+    /// What this build does with what other nodes send it, published with its address
+    /// (`cluster_node.lines`) and shown when it links to another node (`NodeLinks.versionHeader`):
+    /// 1 reads JSON lines only; 2 reads compact lines too; 3 also runs the requests sent to it
+    /// unanswered in the order they come, as it reads them.
+    static let version = 3
+    /// The version from which a node reads compact lines.
+    static let compactSince = 2
+    /// The version from which a node runs requests sent unanswered in the order they come (a node
+    /// of an earlier build runs each in a task of its own, so two may overtake each other).
+    static let unansweredSince = 3
 
     /// The compact line of a message, if it has one.
     static func compact(_ message: NodeMessage) -> String? {

@@ -27,6 +27,8 @@ import ParleyWebSocket
 final class NodeLinks {
     static let path = "/v1/cluster"
     static let nodeHeader = HTTPField.Name("Parley-Node")!
+    /// The linking node's `NodeLine.version`; absent from a build before version 3.
+    static let versionHeader = HTTPField.Name("Parley-Node-Lines")!
     /// A frame's lines stop short of this (one line may reach it): the 64 KiB frame limit of the
     /// node's WebSocket server holds it.
     static let frameLimit = 60_000
@@ -50,13 +52,13 @@ final class NodeLinks {
 
     private struct Address {
         var address: String?
-        /// The version of lines the node reads (`NodeLine`): 1 reads JSON only.
+        /// The version the node published (`NodeLine.version`): 1 reads JSON only.
         var lines = 1
         var askAgain: ContinuousClock.Instant
         var failures = 0
     }
 
-    /// What the directory says of a node: where it takes links, and which lines it reads.
+    /// What the directory says of a node: where it takes links, and its version (`NodeLine.version`).
     struct Published {
         var address: String
         var lines: Int
@@ -180,7 +182,7 @@ final class NodeLinks {
         var undelivered: [(to: NodeID, line: String)] = []
         var compactSent = 0
         for to in order {
-            let compact = (addresses[to]?.lines ?? 1) >= NodeLine.version
+            let compact = (addresses[to]?.lines ?? 1) >= NodeLine.compactSince
             let lines = (byNode[to] ?? []).map { compact ? ($0.compact ?? $0.json.line) : $0.json.line }
             // What a link does not carry goes by NOTIFY, which every node reads as JSON.
             let unsent = await send(lines, to: to)
@@ -233,7 +235,8 @@ final class NodeLinks {
         }
         let time = Int64(Date().timeIntervalSince1970)
         let headers: HTTPFields = [.authorization: "Bearer \(Self.authorization(from: node, to: to, time: time, key: key))",
-                                   Self.nodeHeader: Self.nodeHeaderValue(from: node, time: time)]
+                                   Self.nodeHeader: Self.nodeHeaderValue(from: node, time: time),
+                                   Self.versionHeader: "\(NodeLine.version)"]
         do {
             let link = try await withThrowingTaskGroup(of: TextWebSocket?.self) { group in
                 group.addTask {

@@ -48,6 +48,9 @@ public final class PostgresCluster: ClusterLink, Service {
     /// one's own included), and compact.
     public var heard: (json: Int, compact: Int) { heardCounts.withLockedValue { $0 } }
     private let heardCounts = NIOLockedValueBox((json: 0, compact: 0))
+    /// The version (`NodeLine.version`) each node that linked here showed, 0 for one that showed
+    /// none (a build before version 3); forgotten when the node is gone.
+    private let linkedVersions = NIOLockedValueBox<[NodeID: Int]>([:])
     /// Other nodes' links to this one, closed when it leaves.
     private let heardLinks = NIOLockedValueBox<(channels: [ObjectIdentifier: any Channel], left: Bool)>(([:], false))
 
@@ -150,7 +153,12 @@ public final class PostgresCluster: ClusterLink, Service {
                 group.addTask { await self.listen(on: listener, ready: listening, deaf: deaf.continuation) }
                 // Nodes coming and going are watched once this one hears them.
                 guard (try? await listening.wait()) != nil else { return }
-                group.addTask { await Self.watch(store: store, logger: logger, departed: departed) }
+                group.addTask { [linkedVersions] in
+                    await Self.watch(store: store, logger: logger) { node in
+                        linkedVersions.withLockedValue { $0[node] = nil }
+                        departed.yield(node)
+                    }
+                }
             }
         }
         do {
@@ -266,6 +274,12 @@ public final class PostgresCluster: ClusterLink, Service {
         outbox.add(.message(message, to: node))
     }
 
+    /// Known of a node that linked to this one, as the calls it runs send their frames here: a node
+    /// on `NOTIFY` alone, or that has not linked here yet, is sent every request for an answer.
+    public func runsUnansweredInOrder(_ node: NodeID) -> Bool {
+        linkedVersions.withLockedValue { $0[node] ?? 0 } >= NodeLine.unansweredSince
+    }
+
     public func holds(_ key: DeviceKey, _ holding: Bool) {
         outbox.add(.holds(key, holding))
     }
@@ -305,14 +319,18 @@ public final class PostgresCluster: ClusterLink, Service {
     /// the row meanwhile, so that the link is still read (a link whose frames are not read does not
     /// answer its node's pings either); the frames read while it has any follow it there, so that
     /// the messages keep their order.
-    func hear(link channel: any Channel, from other: NodeID, frames: some AsyncSequence<String, any Error>) async {
+    /// `version`: the `NodeLine.version` the link showed (nil: a build before version 3, which
+    /// showed none).
+    func hear(link channel: any Channel, from other: NodeID, version: Int?,
+              frames: some AsyncSequence<String, any Error>) async {
         let id = ObjectIdentifier(channel)
         guard heardLinks.withLockedValue({ state in
             if !state.left { state.channels[id] = channel }
             return !state.left
         }) else { return }
         defer { _ = heardLinks.withLockedValue { $0.channels.removeValue(forKey: id) } }
-        logger.debug("a node linked to this one", metadata: ["cluster.peer": "\(other)"])
+        linkedVersions.withLockedValue { $0[other] = version ?? 0 }
+        logger.debug("a node linked to this one", metadata: ["cluster.peer": "\(other)", "cluster.peer_version": "\(version ?? 0)"])
         let (besides, beside) = AsyncStream<String>.makeStream()
         // Frames handed to the task beside and not yet heard: the reading task hears a frame itself
         // only when there are none.
@@ -722,7 +740,7 @@ public final class PostgresCluster: ClusterLink, Service {
 
     /// Once a second: which nodes are live, and whoever is no longer; now and then, the rows that
     /// gone nodes and old messages left.
-    private static func watch(store: PostgresStore, logger: Logger, departed: AsyncStream<NodeID>.Continuation) async {
+    private static func watch(store: PostgresStore, logger: Logger, departed: (NodeID) -> Void) async {
         var live: Set<NodeID> = []
         var round = 0
         while !Task.isCancelled {
@@ -733,7 +751,7 @@ public final class PostgresCluster: ClusterLink, Service {
                 }
                 for node in live.subtracting(now).sorted() {
                     logger.notice("a node left the cluster", metadata: ["cluster.departed": "\(node)"])
-                    departed.yield(node)
+                    departed(node)
                 }
                 live = now
                 if round % 60 == 0 {

@@ -938,11 +938,12 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
 
     /// A call's request sent to the node that runs the call: acknowledged here and sent on
     /// unanswered where that node could refuse it only because the call has ended
-    /// (`ClusterRoutes.unanswered`), otherwise answered with what that node answered. An accept
-    /// taken there is remembered for the device.
+    /// (`ClusterRoutes.unanswered`) and runs such requests in the order they come (a node of an
+    /// older build may not), otherwise answered with what that node answered. An accept taken
+    /// there is remembered for the device.
     private func forward(_ message: ClientMessage, about callID: CallID, from key: DeviceKey, to node: NodeID,
                          frame text: String?) async throws(ErrorMessage) -> AckResult {
-        if routes.unanswered(message, about: callID, by: key) == node, let cluster {
+        if routes.unanswered(message, about: callID, by: key) == node, let cluster, cluster.runsUnansweredInOrder(node) {
             cluster.send(.request(id: NodeMessage.unanswered, from: cluster.node, sender: key, frame: frame(message, text)), to: node)
             return .done
         }

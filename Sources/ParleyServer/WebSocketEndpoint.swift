@@ -102,7 +102,8 @@ struct WebSocketEndpoint<C: Clock>: Sendable where C.Duration == Duration {
             let frames = inbound.messages(maxSize: NodeLinks.frameLimit + 8 * 1024).compactMap { message -> String? in
                 if case .text(let text) = message { text } else { nil }
             }
-            await cluster.hear(link: channel, from: other, frames: frames)
+            await cluster.hear(link: channel, from: other, version: request.headerFields[NodeLinks.versionHeader].flatMap { Int($0) },
+                               frames: frames)
             // Heard no more (this node leaves): the link closes.
             channel.close(promise: nil)
         }

@@ -18,6 +18,7 @@ public final class InMemoryDeployment: @unchecked Sendable {
     private var calls: [CallID: (owner: NodeID?, users: Set<UserID>)] = [:]
     private var rooms: [RoomID: NodeID] = [:]
     private var joined = 0
+    private var older: Set<NodeID> = []
     private var posted: [(from: NodeID, to: NodeID?, message: NodeMessage)] = []
     public let store: DeploymentStore
 
@@ -26,15 +27,22 @@ public final class InMemoryDeployment: @unchecked Sendable {
         self.store.deployment = self
     }
 
-    /// A new node: live from now, hearing what is sent to it from now.
-    public func join() -> Node {
+    /// A new node: live from now, hearing what is sent to it from now. `olderBuild`: the others
+    /// count it as a node of a build that may run requests sent unanswered out of order
+    /// (`ClusterMailbox.runsUnansweredInOrder`), as during a rolling upgrade.
+    public func join(olderBuild: Bool = false) -> Node {
         lock.withLock {
             joined += 1
             let node = Node(id: "m\(joined)", deployment: self)
             mailboxes[node.node] = node.inbox
             departures[node.node] = node.departed
+            if olderBuild { older.insert(node.node) }
             return node
         }
+    }
+
+    fileprivate func runsUnansweredInOrder(_ node: NodeID) -> Bool {
+        lock.withLock { live.contains(node) && !older.contains(node) }
     }
 
     private var live: Set<NodeID> { Set(mailboxes.keys) }
@@ -152,6 +160,7 @@ public final class InMemoryDeployment: @unchecked Sendable {
         }
 
         public func send(_ message: NodeMessage, to node: NodeID?) { deployment.post(message, from: self.node, to: node) }
+        public func runsUnansweredInOrder(_ node: NodeID) -> Bool { deployment.runsUnansweredInOrder(node) }
         public func holds(_ key: DeviceKey, _ holding: Bool) { deployment.holds(key, holding, node: node) }
         public func remoteDevices(of user: UserID) async throws -> [DeviceKey: NodeID] {
             deployment.remoteDevices(of: user, from: node)

@@ -13,11 +13,14 @@ import Testing
 struct ClusterHubTests {
     let call: CallID = "7a1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
 
-    func nodes(_ count: Int = 2) throws -> (InMemoryDeployment, [HubHarness]) {
+    /// `olderBuild`: the indices of the nodes the others count as of an older build.
+    func nodes(_ count: Int = 2, olderBuild: Set<Int> = []) throws -> (InMemoryDeployment, [HubHarness]) {
         let store = try SQLiteStore(path: nil)
         let deployment = InMemoryDeployment(sharing: store)
         let clock = ManualClock()
-        let hubs = (0..<count).map { _ in HubHarness(node: deployment.join(), of: deployment, store: store, clock: clock) }
+        let hubs = (0..<count).map {
+            HubHarness(node: deployment.join(olderBuild: olderBuild.contains($0)), of: deployment, store: store, clock: clock)
+        }
         return (deployment, hubs)
     }
 
@@ -55,13 +58,12 @@ struct ClusterHubTests {
         #expect(ended.reason == .hangup)
     }
 
-    /// Bob's device on the other node rings, answers, signals and updates in a call that runs on
-    /// alice's node. Only his accept waits for that node's answer: his ringing, and once he has
-    /// answered his signals and updates, cross once each, acknowledged by his own node, and alice
-    /// hears them in the order sent. Bob's other device, which did not answer, is still asked of
-    /// the call's node and refused there; after the end, so is the device that answered.
-    @Test func onlyTheAcceptOfACallOnAnotherNodeWaitsForItsAnswer() async throws {
-        let (deployment, hubs) = try nodes()
+    /// Bob's phone on the second node rings, answers, sends three candidates and a mute in a call
+    /// that runs on the first node, where alice hears them in the order sent; his tablet is rung and
+    /// then told the call was answered elsewhere. Answers the requests that crossed nodes meanwhile
+    /// ("unanswered call.ringing", "answered call.accept", …) and how many replies came back.
+    func bobAnswersAndSignals(_ hubs: [HubHarness], in deployment: InMemoryDeployment)
+        async throws -> (alice: TestDevice, bob: TestDevice, tablet: TestDevice, requests: [String], replies: Int) {
         let alice = await hubs[0].device("alice", "a1")
         let bob = await hubs[1].device("bob", "b1")
         let tablet = await hubs[1].device("bob", "b2")
@@ -94,10 +96,20 @@ struct ClusterHubTests {
             guard case .request(let id, _, _, let frame) = sent.message else { return nil }
             return "\(id == NodeMessage.unanswered ? "unanswered" : "answered") \((try? WireCodec().decodeClientMessage(frame))?.type ?? frame)"
         }
+        let replies = crossed.filter { if case .reply = $0.message { true } else { false } }.count
+        return (alice, bob, tablet, requests, replies)
+    }
+
+    /// Only bob's accept waits for the call's node's answer: his ringing, and once he has answered
+    /// his signals and updates, cross once each, acknowledged by his own node. His tablet, which did
+    /// not answer, is still asked of the call's node and refused there; after the end, so is the
+    /// device that answered.
+    @Test func onlyTheAcceptOfACallOnAnotherNodeWaitsForItsAnswer() async throws {
+        let (deployment, hubs) = try nodes()
+        let (alice, bob, tablet, requests, replies) = try await bobAnswersAndSignals(hubs, in: deployment)
         #expect(requests == ["unanswered call.ringing", "answered call.accept"]
-                    + Array(repeating: "unanswered call.signal", count: 3) + ["unanswered call.update"],
-                "\(crossed.map(\.message))")
-        #expect(crossed.filter { if case .reply = $0.message { true } else { false } }.count == 1, "one reply came back: the accept's")
+                    + Array(repeating: "unanswered call.signal", count: 3) + ["unanswered call.update"])
+        #expect(replies == 1, "one reply came back: the accept's")
 
         #expect(await tablet.request { .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(restartIce: true))) }.errorCode == .forbidden,
                 "a device that did not answer is refused by the call's node")
@@ -105,6 +117,16 @@ struct ClusterHubTests {
         _ = try await heard(bob, "bob hears the end") { if case .callEnded(let m) = $0 { m } else { nil } }
         #expect(await bob.request { .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(restartIce: true))) }.errorCode == .callEnded,
                 "after the end, asked of the call's node again")
+    }
+
+    /// During a rolling upgrade: a call's node of an older build, which may run requests sent
+    /// unanswered out of order, is sent every request for an answer, each after the last one's.
+    @Test func aCallsNodeOfAnOlderBuildIsSentEveryRequestForAnAnswer() async throws {
+        let (deployment, hubs) = try nodes(olderBuild: [0])
+        let (_, _, _, requests, replies) = try await bobAnswersAndSignals(hubs, in: deployment)
+        #expect(requests == ["answered call.ringing", "answered call.accept"]
+                    + Array(repeating: "answered call.signal", count: 3) + ["answered call.update"])
+        #expect(replies == 6)
     }
 
     /// What a device sends unanswered reaches the call's node in the order sent, however fast it

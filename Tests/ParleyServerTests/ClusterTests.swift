@@ -213,6 +213,42 @@ struct ClusterTests {
         }
     }
 
+    /// A node sends the node that runs a call its devices' requests unanswered only once that node
+    /// has shown, linking to it, that it runs them in the order they come (`Parley-Node-Lines` 3).
+    /// After a link from the call's node that shows no version (a build before, as in a rolling
+    /// upgrade), the callee's node sends every one for an answer, each after the last one's.
+    @Test func aCallsNodeThatShowedNoVersionIsSentEveryRequestForAnAnswer() async throws {
+        try await withNodes { nodes, database in
+            let (a, b) = (nodes[0], nodes[1])
+            let alice = try await a.device("alice", "a1")
+            let bob = try await b.device("bob", "b1")
+            try await published(1, devicesOf: "bob", in: database)
+            #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+            _ = try await bob.expect(Self.incoming)
+            let (nodeA, nodeB) = (try #require(a.server.cluster?.node), try #require(b.server.cluster?.node))
+            let cluster = try #require(b.server.cluster)
+            #expect(cluster.runsUnansweredInOrder(nodeA), "node a linked to b to ring bob, and showed its version")
+
+            let (older, status, _) = try await nodeLink(port: b.port, from: nodeA, to: nodeB, key: try linkKey(in: database))
+            #expect(status == 101)
+            try await eventually("b hears a's link without a version") { !cluster.runsUnansweredInOrder(nodeA) }
+            #expect(try await bob.request { .callRinging(CallRingingRequest(id: $0, call: call)) }.isSuccess)
+            #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+            for index in 0..<3 {
+                #expect(try await bob.request {
+                    .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(description: SessionDescription(type: "answer", sdp: "v=0 \(index)"))))
+                }.isSuccess)
+            }
+            for index in 0..<3 {
+                #expect(try await alice.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } } == "v=0 \(index)")
+            }
+            let metrics = b.server.metrics.exposition()
+            #expect(metrics.contains(#"parley_node_messages_sent_total{kind="request"} 5"#)
+                        && metrics.contains(#"parley_node_messages_sent_total{kind="request_unanswered"} 0"#), "\(metrics)")
+            withExtendedLifetime(older) {}
+        }
+    }
+
     /// A server is a node of the deployment while it runs, and only then: made, it has joined nothing
     /// and holds no connection (the others, which count a node live while it listens, would send it
     /// calls it never hears); running, it listens; stopped, it has left and closed every connection.
@@ -409,6 +445,25 @@ struct ClusterTests {
         }
     }
 
+    /// The deployment's key for node links, as the nodes keep it in the database.
+    func linkKey(in database: TestDatabase) throws -> SymmetricKey {
+        let hex = try #require(try database.postgres?.psql("SELECT value FROM deployment_secret WHERE name = 'node-links'",
+                                                          database: database.name))
+        return SymmetricKey(data: stride(from: 0, to: 64, by: 2).map { index in
+            UInt8(hex[hex.index(hex.startIndex, offsetBy: index)...].prefix(2), radix: 16)!
+        })
+    }
+
+    /// A link to the node listening on `port`, made as node `from` to node `to` would make it at
+    /// `time` with `key`; `headers` beside (an older build shows no `Parley-Node-Lines`).
+    func nodeLink(port: Int, from: String, to: String, time: Int64 = Int64(Date().timeIntervalSince1970), key: SymmetricKey,
+                  headers: [String: String] = [:]) async throws -> (RawWebSocket, status: Int, head: String) {
+        let code = HMAC<SHA256>.authenticationCode(for: Data("parley-node-link \(from) \(to) \(time)".utf8), using: key)
+        let authorization = code.map { String(format: "%02x", $0) }.joined()
+        return try await RawWebSocket.upgrade(port: port, path: "/v1/cluster", headers: headers.merging(
+            ["Parley-Node": "\(from) \(time)", "Authorization": "Bearer \(authorization)"]) { $1 })
+    }
+
     /// A node link is another node of the deployment only: it shows an HMAC, with the key the
     /// nodes keep in the database, of the two nodes and its time. One without it, with another pair's,
     /// with a client's token, or from minutes ago (a link seen on the wire, replayed) is refused
@@ -419,16 +474,9 @@ struct ClusterTests {
             let nodeA = try #require(a.server.cluster?.node), nodeB = try #require(b.server.cluster?.node)
             #expect(try database.postgres?.psql("SELECT count(*) FROM cluster_node WHERE node_id IN ('\(nodeA)', '\(nodeB)')",
                                                 database: database.name) == "2", "both nodes published where they take links")
-            let hex = try #require(try database.postgres?.psql("SELECT value FROM deployment_secret WHERE name = 'node-links'",
-                                                              database: database.name))
-            let key = SymmetricKey(data: stride(from: 0, to: 64, by: 2).map { index in
-                UInt8(hex[hex.index(hex.startIndex, offsetBy: index)...].prefix(2), radix: 16)!
-            })
+            let key = try linkKey(in: database)
             func link(from: String, to: String, time: Int64, key: SymmetricKey = key) async throws -> Int {
-                let code = HMAC<SHA256>.authenticationCode(for: Data("parley-node-link \(from) \(to) \(time)".utf8), using: key)
-                let authorization = code.map { String(format: "%02x", $0) }.joined()
-                return try await RawWebSocket.upgrade(port: b.port, path: "/v1/cluster",
-                                                      headers: ["Parley-Node": "\(from) \(time)", "Authorization": "Bearer \(authorization)"]).status
+                try await nodeLink(port: b.port, from: from, to: to, time: time, key: key).status
             }
             let now = Int64(Date().timeIntervalSince1970)
             #expect(try await link(from: nodeA, to: nodeB, time: now) == 101, "the deployment's key, now: a node")
