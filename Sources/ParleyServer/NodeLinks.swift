@@ -28,7 +28,7 @@ final class NodeLinks {
     static let path = "/v1/cluster"
     static let nodeHeader = HTTPField.Name("Parley-Node")!
     /// The linking node's `NodeLine.version`; absent from a build before version 3.
-    static let versionHeader = HTTPField.Name("Parley-Node-Lines")!
+    static let versionHeader = HTTPField.Name("Parley-Node-Version")!
     /// A frame's lines stop short of this (one line may reach it): the 64 KiB frame limit of the
     /// node's WebSocket server holds it.
     static let frameLimit = 60_000
@@ -53,7 +53,7 @@ final class NodeLinks {
     private struct Address {
         var address: String?
         /// The version the node published (`NodeLine.version`): 1 reads JSON only.
-        var lines = 1
+        var version = 1
         var askAgain: ContinuousClock.Instant
         var failures = 0
     }
@@ -61,7 +61,7 @@ final class NodeLinks {
     /// What the directory says of a node: where it takes links, and its version (`NodeLine.version`).
     struct Published {
         var address: String
-        var lines: Int
+        var version: Int
     }
 
     /// A line for a node: its JSON, which every node reads, and its compact form if it has one.
@@ -167,7 +167,7 @@ final class NodeLinks {
                 for to in unknown {
                     var entry = addresses[to] ?? Address(address: nil, askAgain: now)
                     entry.address = found[to]?.address
-                    entry.lines = found[to]?.lines ?? 1
+                    entry.version = found[to]?.version ?? 1
                     // Found: tried at once. Not found: the node has not listened yet (or never
                     // publishes), asked again in a second.
                     entry.askAgain = found[to] == nil ? now + .seconds(1) : now
@@ -182,7 +182,7 @@ final class NodeLinks {
         var undelivered: [(to: NodeID, line: String)] = []
         var compactSent = 0
         for to in order {
-            let compact = (addresses[to]?.lines ?? 1) >= NodeLine.compactSince
+            let compact = (addresses[to]?.version ?? 1) >= NodeLine.compactSince
             let lines = (byNode[to] ?? []).map { compact ? ($0.compact ?? $0.json.line) : $0.json.line }
             // What a link does not carry goes by NOTIFY, which every node reads as JSON.
             let unsent = await send(lines, to: to)

@@ -661,7 +661,7 @@ public final class PostgresCluster: ClusterLink, Service {
                     let rows = try await store.client.query(
                         "SELECT node_id, address, lines FROM cluster_node WHERE node_id = ANY(\(nodes)::TEXT[])", logger: logger)
                     for try await (node, address, lines) in rows.decode((String, String, Int16).self) {
-                        found[node] = NodeLinks.Published(address: address, lines: Int(lines))
+                        found[node] = NodeLinks.Published(address: address, version: Int(lines))
                     }
                     return found
                 }
