@@ -58,6 +58,17 @@ struct ClusterTests {
         if case .callEnded(let message) = frame.message { message } else { nil }
     }
 
+    /// Alice on the first node invites bob on the second, and bob is rung: the call runs on the
+    /// first node, and its frames have reached the second.
+    func aliceRingsBob(_ nodes: [LiveServer], in database: TestDatabase) async throws -> (alice: WSTestClient, bob: WSTestClient) {
+        let alice = try await nodes[0].device("alice", "a1")
+        let bob = try await nodes[1].device("bob", "b1")
+        try await published(1, devicesOf: "bob", in: database)
+        #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
+        _ = try await bob.expect(Self.incoming)
+        return (alice, bob)
+    }
+
     /// Waits until the nodes have published where `user`'s `count` devices are (presence rows go
     /// out in batches, a moment after the hello).
     func published(_ count: Int, devicesOf user: UserID, in database: TestDatabase) async throws {
@@ -171,11 +182,7 @@ struct ClusterTests {
     @Test func aMessageTooLargeForALinkKeepsItsPlace() async throws {
         try await withNodes { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
-            let alice = try await a.device("alice", "a1")
-            let bob = try await b.device("bob", "b1")
-            try await published(1, devicesOf: "bob", in: database)
-            #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
-            _ = try await bob.expect(Self.incoming)
+            let (alice, bob) = try await aliceRingsBob(nodes, in: database)
             #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
 
             let sdps = (0..<12).map { index in "v=0 \(index) " + (index == 1 ? String(repeating: "a", count: 61_000) : "") }
@@ -220,11 +227,7 @@ struct ClusterTests {
     @Test func aCallsNodeThatShowedNoVersionIsSentEveryRequestForAnAnswer() async throws {
         try await withNodes { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
-            let alice = try await a.device("alice", "a1")
-            let bob = try await b.device("bob", "b1")
-            try await published(1, devicesOf: "bob", in: database)
-            #expect(try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }.isSuccess)
-            _ = try await bob.expect(Self.incoming)
+            let (alice, bob) = try await aliceRingsBob(nodes, in: database)
             let (nodeA, nodeB) = (try #require(a.server.cluster?.node), try #require(b.server.cluster?.node))
             let cluster = try #require(b.server.cluster)
             #expect(cluster.runsUnansweredInOrder(nodeA), "node a linked to b to ring bob, and showed its version")
