@@ -15,7 +15,7 @@ aiortc=0
 for argument in "$@"; do
   case "$argument" in
     --aiortc) aiortc=1; extra+=(python3-venv) ;;
-    --tests) aiortc=1; extra+=(coturn chromium chromium-driver janus postgresql haproxy iproute2 procps util-linux espeak-ng sox avahi-daemon dbus-daemon python3-venv) ;;
+    --tests) aiortc=1; extra+=(binutils coturn chromium chromium-driver janus postgresql haproxy iproute2 procps util-linux espeak-ng sox avahi-daemon dbus-daemon python3-venv) ;;
     *) extra+=("$argument") ;;
   esac
 done

@@ -35,6 +35,7 @@ if [ "$step" != test ]; then
   # macro's argument (#expect) like another one beside it, and LLVM then renames one of the two,
   # so a call may reach the other. A test here once sent call.accept where its source said
   # call.state, and checked something else than it said. Such a pair fails the run, named.
+  command -v nm >/dev/null || { echo "scripts/test.sh: nm (binutils) is missing; scripts/setup.sh --tests installs it" >&2; exit 1; }
   clashes=$(find .build/debug/ -name '*.swift.o' -path '*Parley*' -print0 | xargs -0 -r nm --defined-only 2>/dev/null \
     | awk '{print $NF}' | grep -E '^\$s.*\.[0-9]+$' | swift demangle \
     | grep -E '^(partial apply forwarder for )?closure #[0-9]+ .* with unmangled suffix' || true)
