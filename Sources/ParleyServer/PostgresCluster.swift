@@ -48,9 +48,10 @@ public final class PostgresCluster: ClusterLink, Service {
     /// one's own included), and compact.
     public var heard: (json: Int, compact: Int) { heardCounts.withLockedValue { $0 } }
     private let heardCounts = NIOLockedValueBox((json: 0, compact: 0))
-    /// The version (`NodeLine.version`) each node that linked here showed, 0 for one that showed
-    /// none (a build before version 3); forgotten when the node is gone.
-    private let linkedVersions = NIOLockedValueBox<[NodeID: Int]>([:])
+    /// The version (`NodeLine.version`) each other node showed, as it linked here or in the numbers
+    /// of the lines it notified; 0 for one that showed none (a build before version 3). Forgotten
+    /// when the node is gone.
+    private let shownVersions = NIOLockedValueBox<[NodeID: Int]>([:])
     /// Other nodes' links to this one, closed when it leaves.
     private let heardLinks = NIOLockedValueBox<(channels: [ObjectIdentifier: any Channel], left: Bool)>(([:], false))
 
@@ -64,11 +65,22 @@ public final class PostgresCluster: ClusterLink, Service {
     /// `NOTIFY` takes payloads under 8000 bytes.
     static let inlineLimit = 7900
     private static let counter = NIOLockedValueBox<UInt64>(0)
-    private static func nextNumber() -> UInt64 {
-        counter.withLockedValue { value in
+    /// A line's number, `<count>v<version>`: this build's version (`NodeLine.version`) after a count
+    /// that keeps the lines apart. Every build reads a line's message from after its first space.
+    private static func nextNumber() -> String {
+        let count = counter.withLockedValue { value in
             value += 1
             return value
         }
+        return "\(count)v\(NodeLine.version)"
+    }
+
+    /// The version a numbered line's number shows; 0 for a number without one (a build before 3).
+    static func version(of numbered: Substring) -> Int {
+        guard let space = numbered.utf8.firstIndex(of: UInt8(ascii: " ")) else { return 0 }
+        let number = numbered[..<space]
+        guard let mark = number.utf8.firstIndex(of: UInt8(ascii: "v")) else { return 0 }
+        return Int(number[number.utf8.index(after: mark)...]) ?? 0
     }
     static let applicationPrefix = "parley-node "
     /// Every live node: those with a listening connection, named after the node. Reading it copies
@@ -153,9 +165,9 @@ public final class PostgresCluster: ClusterLink, Service {
                 group.addTask { await self.listen(on: listener, ready: listening, deaf: deaf.continuation) }
                 // Nodes coming and going are watched once this one hears them.
                 guard (try? await listening.wait()) != nil else { return }
-                group.addTask { [linkedVersions] in
+                group.addTask { [shownVersions] in
                     await Self.watch(store: store, logger: logger) { node in
-                        linkedVersions.withLockedValue { $0[node] = nil }
+                        shownVersions.withLockedValue { $0[node] = nil }
                         departed.yield(node)
                     }
                 }
@@ -248,6 +260,10 @@ public final class PostgresCluster: ClusterLink, Service {
                 ready.reach()
                 for try await notification in notifications {
                     guard let message = await Self.decode(notification.payload[...], store: store, logger: logger, heard: heardCounts) else { continue }
+                    if let sender = message.sender {
+                        let version = Self.version(of: notification.payload[...])
+                        shownVersions.withLockedValue { $0[sender] = version }
+                    }
                     inbox.yield(message)
                 }
             }
@@ -274,10 +290,11 @@ public final class PostgresCluster: ClusterLink, Service {
         outbox.add(.message(message, to: node))
     }
 
-    /// Known of a node that linked to this one, as the calls it runs send their frames here: a node
-    /// on `NOTIFY` alone, or that has not linked here yet, is sent every request for an answer.
+    /// Known of a node from the way the calls it runs send their frames here: its link showed its
+    /// version as it linked, a notification in its line's number. A node that has sent nothing here
+    /// yet is sent every request for an answer.
     public func runsUnansweredInOrder(_ node: NodeID) -> Bool {
-        linkedVersions.withLockedValue { $0[node] ?? 0 } >= NodeLine.unansweredSince
+        shownVersions.withLockedValue { $0[node] ?? 0 } >= NodeLine.unansweredSince
     }
 
     public func holds(_ key: DeviceKey, _ holding: Bool) {
@@ -329,7 +346,7 @@ public final class PostgresCluster: ClusterLink, Service {
             return !state.left
         }) else { return }
         defer { _ = heardLinks.withLockedValue { $0.channels.removeValue(forKey: id) } }
-        linkedVersions.withLockedValue { $0[other] = version ?? 0 }
+        shownVersions.withLockedValue { $0[other] = version ?? 0 }
         logger.debug("a node linked to this one", metadata: ["cluster.peer": "\(other)", "cluster.peer_version": "\(version ?? 0)"])
         let (besides, beside) = AsyncStream<String>.makeStream()
         // Frames handed to the task beside and not yet heard: the reading task hears a frame itself

@@ -30,7 +30,8 @@ public final class InMemoryDeployment: @unchecked Sendable {
     /// A new node: live from now, hearing what is sent to it from now. `olderBuild`: the others
     /// count it as a node of a build that may run requests sent unanswered out of order
     /// (`ClusterMailbox.runsUnansweredInOrder`), as during a rolling upgrade. The others know
-    /// every other live node's build at once, where `PostgresCluster` learns it from the node's link.
+    /// every other live node's build at once, where `PostgresCluster` learns it from the node's link
+    /// or its notifications.
     public func join(olderBuild: Bool = false) -> Node {
         lock.withLock {
             joined += 1

@@ -17,11 +17,13 @@ struct BenchCommandTests {
     /// `parley bench nodes`, short, on two nodes and a private PostgreSQL: every setup crosses
     /// nodes, and the nodes' own counts say what crossed: 13 messages a setup. Delivered: the ring,
     /// the caller's four signals and the end; forwarded to the call's node: the callee's ringing,
-    /// accept and four signals, of which only the accept waits for an answer.
-    @Test func twoNodesSendEachOtherThirteenMessagesASetup() throws {
+    /// accept and four signals, of which only the accept waits for an answer. The same on either
+    /// bus: the call's node shows its version on its link, or in its notifications' numbers.
+    @Test(arguments: ["direct", "postgres"])
+    func twoNodesSendEachOtherThirteenMessagesASetup(bus: String) throws {
         guard TestDatabase.canRun(.postgres, "bench nodes") else { return }
         let (status, printed) = try ServeProcessTests.parley(["bench", "nodes", "--nodes", "2", "--connections", "10", "--calls", "20",
-                                                              "--concurrency", "2"])
+                                                              "--concurrency", "2", "--bus", bus])
         #expect(status == 0, "\(printed)")
         #expect(printed.contains("call setups            20 in"), "\(printed)")
         #expect(printed.contains("across nodes           13.00 messages per call setup (deliver 6.00, reply 1.00, request 1.00, request_unanswered 5.00)"),

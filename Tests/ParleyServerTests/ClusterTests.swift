@@ -184,18 +184,20 @@ struct ClusterTests {
         }
     }
 
-    /// A message too large for a link's frame travels by its row in the database, and what is sent
-    /// after it waits for it: the messages behind it on the link keep their places. Signals sent
-    /// back to back (none waits for its ack), the second one too large: the callee on the other
-    /// node hears every one once, in the order sent, and none went by `NOTIFY`. The callee's own,
-    /// which its node acknowledges and sends on unanswered (it answered the call), likewise.
-    @Test func aMessageTooLargeForALinkKeepsItsPlace() async throws {
-        try await withNodes { nodes, database in
+    /// A message too large for a link's frame, or for a notification, travels by its row in the
+    /// database, and what is sent after it waits for it: the messages behind it keep their places.
+    /// Signals sent back to back (none waits for its ack), the second one too large: the callee on
+    /// the other node hears every one once, in the order sent, and all went by the nodes' bus. The
+    /// callee's own, which its node acknowledges and sends on unanswered (it answered the call),
+    /// likewise.
+    @Test(arguments: [NodeBus.direct, .postgres])
+    func aMessageTooLargeToTravelItselfKeepsItsPlace(bus: NodeBus) async throws {
+        try await withNodes(buses: [bus]) { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
             let (alice, bob) = try await aliceRingsBob(nodes, in: database)
             #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
 
-            let sdps = (0..<12).map { index in "v=0 \(index) " + (index == 1 ? String(repeating: "a", count: 61_000) : "") }
+            let sdps = (0..<12).map { index in "v=0 \(index) " + (index == 1 ? String(repeating: "a", count: bus == .direct ? 61_000 : 9_000) : "") }
             for (index, sdp) in sdps.enumerated() {
                 alice.send(.callSignal(CallSignal(id: "signal-\(index)", call: call,
                                                   signal: SignalPayload(description: SessionDescription(type: "offer", sdp: sdp)))))
@@ -223,7 +225,11 @@ struct ClusterTests {
             #expect(stored == "2", "each large one went by its row")
             for node in [a, b] {
                 let sent = try #require(node.server.cluster?.sent)
-                #expect(sent.notified == 0 && sent.direct > 0, "over the link: \(sent)")
+                if bus == .direct {
+                    #expect(sent.notified == 0 && sent.direct > 0, "over the link: \(sent)")
+                } else {
+                    #expect(sent.direct == 0 && sent.notified > 0, "by NOTIFY: \(sent)")
+                }
             }
             #expect(b.server.metrics.exposition().contains(#"parley_node_messages_sent_total{kind="request_unanswered"} 12"# + "\n"),
                     "bob's node acknowledged his signals itself: \(b.server.metrics.exposition())")
@@ -259,6 +265,37 @@ struct ClusterTests {
             #expect(metrics.contains("parley_node_messages_sent_total{kind=\"request\"} 5\n")
                         && metrics.contains("parley_node_messages_sent_total{kind=\"request_unanswered\"} 0\n"), "\(metrics)")
             withExtendedLifetime(older) {}
+        }
+    }
+
+    /// The same through PostgreSQL, where no node links: the call's node shows its version in the
+    /// numbers of the lines it notifies (`<count>v3`). After a line from it numbered without one
+    /// (a build before, as in a rolling upgrade), the callee's node sends every request for an
+    /// answer.
+    @Test func aCallsNodeOnNotifyThatShowedNoVersionIsSentEveryRequestForAnAnswer() async throws {
+        try await withNodes(buses: [.postgres, .postgres]) { nodes, database in
+            let (a, b) = (nodes[0], nodes[1])
+            let (alice, bob) = try await aliceRingsBob(nodes, in: database)
+            let (nodeA, nodeB) = (try #require(a.server.cluster?.node), try #require(b.server.cluster?.node))
+            let cluster = try #require(b.server.cluster)
+            #expect(cluster.runsUnansweredInOrder(nodeA), "node a's notification ringing bob showed its version")
+
+            let older = #"1 {"deliver":{"to":{"user":"nobody","device":"none"},"frame":"{}","from":"\#(nodeA)"}}"#
+            _ = try #require(try database.postgres?.psql("SELECT pg_notify('parley_\(nodeB)', '\(older)')", database: database.name))
+            try await eventually("b hears a's line numbered without a version") { !cluster.runsUnansweredInOrder(nodeA) }
+            #expect(try await bob.request { .callRinging(CallRingingRequest(id: $0, call: call)) }.isSuccess)
+            #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+            for index in 0..<3 {
+                #expect(try await bob.request {
+                    .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(description: SessionDescription(type: "answer", sdp: "v=0 \(index)"))))
+                }.isSuccess)
+            }
+            for index in 0..<3 {
+                #expect(try await alice.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } } == "v=0 \(index)")
+            }
+            let metrics = b.server.metrics.exposition()
+            #expect(metrics.contains("parley_node_messages_sent_total{kind=\"request\"} 5\n")
+                        && metrics.contains("parley_node_messages_sent_total{kind=\"request_unanswered\"} 0\n"), "\(metrics)")
         }
     }
 
