@@ -50,14 +50,6 @@ public enum NodeMessage: Sendable, Equatable, Codable {
     }
 
     static let kinds = ["deliver", "request", "request_unanswered", "reply", "news", "handover"]
-
-    /// The node that sent the message, where it says so.
-    var sender: NodeID? {
-        switch self {
-        case .deliver(_, _, let from, _), .request(_, let from, _, _), .handover(_, _, _, let from): from
-        case .reply, .claimed, .released, .left, .handedOver: nil
-        }
-    }
 }
 
 /// What a node needs to know of a frame it delivers for another: the message's type and the call

@@ -13,7 +13,7 @@ import ParleyWebSocket
 /// separated by newlines (no line holds one): `<number> <json>` as `NOTIFY` carries them, or
 /// `<number> <compact line>` (`NodeLine`) to a node that published that it reads them, or
 /// `<number> @<row>` for a message larger than a frame, kept in `cluster_message`. A number is
-/// `<count>v<version>` (`PostgresCluster.version(of:)`).
+/// `<count>v<version>@<node>` (`PostgresCluster.shown(by:)`).
 ///
 /// A node that published no address (`--node-bus postgres`, a wildcard `--host` without
 /// `--node-address`, an older build) is sent to by `NOTIFY`, and so is one whose link cannot be made

@@ -48,9 +48,9 @@ public final class PostgresCluster: ClusterLink, Service {
     /// one's own included), and compact.
     public var heard: (json: Int, compact: Int) { heardCounts.withLockedValue { $0 } }
     private let heardCounts = NIOLockedValueBox((json: 0, compact: 0))
-    /// The version (`NodeLine.version`) each other node showed, as it linked here or in the numbers
-    /// of the lines it notified; 0 for one that showed none (a build before version 3). Forgotten
-    /// when the node is gone.
+    /// The version (`NodeLine.version`) each other node showed, as it linked here or in the number
+    /// of a line it notified; 0 for one that linked without (a build before version 3), none for
+    /// one that showed nothing. Forgotten when the node is gone.
     private let shownVersions = NIOLockedValueBox<[NodeID: Int]>([:])
     /// Other nodes' links to this one, closed when it leaves.
     private let heardLinks = NIOLockedValueBox<(channels: [ObjectIdentifier: any Channel], left: Bool)>(([:], false))
@@ -65,22 +65,27 @@ public final class PostgresCluster: ClusterLink, Service {
     /// `NOTIFY` takes payloads under 8000 bytes.
     static let inlineLimit = 7900
     private static let counter = NIOLockedValueBox<UInt64>(0)
-    /// A line's number, `<count>v<version>`: this build's version (`NodeLine.version`) after a count
-    /// that keeps the lines apart. Every build reads a line's message from after its first space.
-    private static func nextNumber() -> String {
+    /// A line's number, `<count>v<version>@<node>`: a count that keeps the lines apart, then this
+    /// build's version (`NodeLine.version`) and the node that sends the line, which is not always
+    /// the one its message names (a frame handed on after its session moved names the call's
+    /// node). Every build reads a line's message from after its first space.
+    private static func number(from node: NodeID) -> String {
         let count = counter.withLockedValue { value in
             value += 1
             return value
         }
-        return "\(count)v\(NodeLine.version)"
+        return "\(count)v\(NodeLine.version)@\(node)"
     }
 
-    /// The version a numbered line's number shows; 0 for a number without one (a build before 3).
-    static func version(of numbered: Substring) -> Int {
-        guard let space = numbered.utf8.firstIndex(of: UInt8(ascii: " ")) else { return 0 }
+    /// The node that sent a numbered line and its version, when its number says (a build before
+    /// version 3 numbers its lines with a count alone).
+    static func shown(by numbered: Substring) -> (node: NodeID, version: Int)? {
+        guard let space = numbered.utf8.firstIndex(of: UInt8(ascii: " ")) else { return nil }
         let number = numbered[..<space]
-        guard let mark = number.utf8.firstIndex(of: UInt8(ascii: "v")) else { return 0 }
-        return Int(number[number.utf8.index(after: mark)...]) ?? 0
+        guard let mark = number.firstIndex(of: "v"), let at = number.firstIndex(of: "@"), mark < at,
+              let version = Int(number[number.index(after: mark)..<at]) else { return nil }
+        let node = number[number.index(after: at)...]
+        return node.isEmpty ? nil : (String(node), version)
     }
     static let applicationPrefix = "parley-node "
     /// Every live node: those with a listening connection, named after the node. Reading it copies
@@ -260,8 +265,7 @@ public final class PostgresCluster: ClusterLink, Service {
                 ready.reach()
                 for try await notification in notifications {
                     guard let message = await Self.decode(notification.payload[...], store: store, logger: logger, heard: heardCounts) else { continue }
-                    if let sender = message.sender {
-                        let version = Self.version(of: notification.payload[...])
+                    if let (sender, version) = Self.shown(by: notification.payload[...]) {
                         shownVersions.withLockedValue { $0[sender] = version }
                     }
                     inbox.yield(message)
@@ -636,7 +640,7 @@ public final class PostgresCluster: ClusterLink, Service {
             // Numbered: PostgreSQL delivers identical notifications of one transaction only once.
             var lines: [(to: NodeID?, line: NodeLinks.JSONLine, compact: String?)] = []
             for (message, to) in messages {
-                let number = PostgresCluster.nextNumber()
+                let number = PostgresCluster.number(from: node)
                 if links != nil, let compact = NodeLine.compact(message), compact.utf8.count <= Self.lazyLimit {
                     // Its JSON only if a node needs it: within a frame, as JSON at most doubles a line.
                     let json = NodeLinks.JSONLine { [encoder] in

@@ -268,11 +268,12 @@ struct ClusterTests {
         }
     }
 
-    /// The same through PostgreSQL, where no node links: the call's node shows its version in the
-    /// numbers of the lines it notifies (`<count>v3`). After a line from it numbered without one
-    /// (a build before, as in a rolling upgrade), the callee's node sends every request for an
-    /// answer.
-    @Test func aCallsNodeOnNotifyThatShowedNoVersionIsSentEveryRequestForAnAnswer() async throws {
+    /// The same through PostgreSQL, where no node links: a node shows its version in the number of
+    /// every line it notifies, beside its own id (`<count>v3@<node>`). After a line from the call's
+    /// node that shows version 2, the callee's node sends requests for an answer, until a line
+    /// shows 3 again; a line that another node hands on, naming the call's node as its sender,
+    /// shows that node's version, not the call's node's.
+    @Test func aCallsNodeOnNotifyThatShowedAnOlderVersionIsSentEveryRequestForAnAnswer() async throws {
         try await withNodes(buses: [.postgres, .postgres]) { nodes, database in
             let (a, b) = (nodes[0], nodes[1])
             let (alice, bob) = try await aliceRingsBob(nodes, in: database)
@@ -280,22 +281,31 @@ struct ClusterTests {
             let cluster = try #require(b.server.cluster)
             #expect(cluster.runsUnansweredInOrder(nodeA), "node a's notification ringing bob showed its version")
 
-            let older = #"1 {"deliver":{"to":{"user":"nobody","device":"none"},"frame":"{}","from":"\#(nodeA)"}}"#
-            _ = try #require(try database.postgres?.psql("SELECT pg_notify('parley_\(nodeB)', '\(older)')", database: database.name))
-            try await eventually("b hears a's line numbered without a version") { !cluster.runsUnansweredInOrder(nodeA) }
+            func notify(_ number: String) throws {
+                let line = #"\#(number) {"deliver":{"to":{"user":"nobody","device":"none"},"frame":"{}","from":"\#(nodeA)"}}"#
+                _ = try #require(try database.postgres?.psql("SELECT pg_notify('parley_\(nodeB)', '\(line)')", database: database.name))
+            }
+            try notify("1v2@\(nodeA)")
+            try await eventually("b hears a's line numbered as version 2") { !cluster.runsUnansweredInOrder(nodeA) }
+            let relaying = "n0000000000aa"
+            try notify("2v3@\(relaying)")
+            try await eventually("b hears the line another node handed on") { cluster.runsUnansweredInOrder(relaying) }
+            #expect(!cluster.runsUnansweredInOrder(nodeA), "what another node handed on shows that node's version, not a's")
+
             #expect(try await bob.request { .callRinging(CallRingingRequest(id: $0, call: call)) }.isSuccess)
-            #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
-            for index in 0..<3 {
-                #expect(try await bob.request {
-                    .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(description: SessionDescription(type: "answer", sdp: "v=0 \(index)"))))
-                }.isSuccess)
-            }
-            for index in 0..<3 {
-                #expect(try await alice.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } } == "v=0 \(index)")
-            }
-            let metrics = b.server.metrics.exposition()
-            #expect(metrics.contains("parley_node_messages_sent_total{kind=\"request\"} 5\n")
+            var metrics = b.server.metrics.exposition()
+            #expect(metrics.contains("parley_node_messages_sent_total{kind=\"request\"} 1\n")
                         && metrics.contains("parley_node_messages_sent_total{kind=\"request_unanswered\"} 0\n"), "\(metrics)")
+            // The call's node answered it in a line numbered as what it is, version 3.
+            #expect(cluster.runsUnansweredInOrder(nodeA))
+            #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+            #expect(try await bob.request {
+                .callSignal(CallSignal(id: $0, call: call, signal: SignalPayload(description: SessionDescription(type: "answer", sdp: "v=0"))))
+            }.isSuccess)
+            #expect(try await alice.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } } == "v=0")
+            metrics = b.server.metrics.exposition()
+            #expect(metrics.contains("parley_node_messages_sent_total{kind=\"request\"} 2\n")
+                        && metrics.contains("parley_node_messages_sent_total{kind=\"request_unanswered\"} 1\n"), "\(metrics)")
         }
     }
 
