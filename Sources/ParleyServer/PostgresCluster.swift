@@ -50,7 +50,8 @@ public final class PostgresCluster: ClusterLink, Service {
     private let heardCounts = NIOLockedValueBox((json: 0, compact: 0))
     /// The version (`NodeLine.version`) each other node showed, as it linked here or in the number
     /// of a line it notified; 0 for one that linked without (a build before version 3), none for
-    /// one that showed nothing. Forgotten when the node is gone.
+    /// one that showed nothing. Forgotten when the node is gone (a line of its read just after
+    /// may leave an entry behind: small, and never asked for, as node ids are never reused).
     private let shownVersions = NIOLockedValueBox<[NodeID: Int]>([:])
     /// Other nodes' links to this one, closed when it leaves.
     private let heardLinks = NIOLockedValueBox<(channels: [ObjectIdentifier: any Channel], left: Bool)>(([:], false))

@@ -237,7 +237,8 @@ struct ClusterTests {
     }
 
     /// A node sends the node that runs a call its devices' requests unanswered only once that node
-    /// has shown, linking to it, that it runs them in the order they come (`Parley-Node-Version` 3).
+    /// has shown that it runs them in the order they come: here, as it linked to it
+    /// (`Parley-Node-Version` 3).
     /// After a link from the call's node that shows no version (a build before, as in a rolling
     /// upgrade), the callee's node sends every one for an answer, each after the last one's.
     @Test func aCallsNodeThatShowedNoVersionIsSentEveryRequestForAnAnswer() async throws {
