@@ -16,7 +16,8 @@ import ParleyProtocol
 enum NodeLine {
     /// What this build does with what other nodes send it, published with its address
     /// (`cluster_node.lines`), shown when it links to another node (`NodeLinks.versionHeader`) and
-    /// in the number of every line it sends (`PostgresCluster.shown(by:)`): 1 reads JSON lines only; 2 reads compact lines too; 3 also runs the requests sent to it
+    /// in the number of every line it sends (`PostgresCluster.shown(by:)`): 1 reads JSON lines
+    /// only; 2 reads compact lines too; 3 also runs the requests sent to it
     /// unanswered in the order they come, as it reads them.
     static let version = 3
     /// The version from which a node reads compact lines.
