@@ -20,11 +20,12 @@ struct BenchNodes: AsyncParsableCommand {
             one load generator process per node holding its share of --connections (authenticated, with heartbeats). \
             Then runs --calls complete call setups, each between a device on one node and a device on the next. \
             With --nodes 1 --store sqlite, the same run on one node and SQLite, for comparison. With --compare, \
-            one run starts one node, and --nodes on each bus (postgres: NOTIFY; direct: node-to-node \
-            WebSockets), each on a private PostgreSQL of its own and holding --connections, then runs --calls \
-            setups on each in turn, --rounds times (every other round in reverse order), and prints each round's \
-            ratios to one node and their medians (a machine's speed drifts over minutes, so a ratio is taken \
-            within a round, whose runs follow each other within seconds).
+            one run starts one node, and --nodes on each bus (direct: node-to-node WebSockets, the default; \
+            postgres: NOTIFY), each on a private PostgreSQL of its own and holding --connections, then runs \
+            --calls setups on each in turn, --rounds times (every other round in reverse order, so that the \
+            default bus always runs next to one node), and prints each round's ratios to one node and their \
+            medians (a machine's speed drifts over minutes, so a ratio is taken within a round, whose runs \
+            follow each other within seconds).
             """
     )
 
@@ -145,7 +146,9 @@ struct BenchNodes: AsyncParsableCommand {
             signals.forEach { $0.cancel() }
             for deployment in deployments { deployment.stop() }
         }
-        for (count, bus) in [(1, NodeBus.direct), (nodes, .postgres), (nodes, .direct)] {
+        // The default bus second: next to one node in either order, so its ratio, the one a
+        // deployment meets, spans the least drift.
+        for (count, bus) in [(1, NodeBus.direct), (nodes, .direct), (nodes, .postgres)] {
             let label = count == 1 ? "1 node on PostgreSQL" : "\(count) nodes on PostgreSQL, bus \(bus.rawValue)"
             benchLog("starting \(label)")
             deployments.append(try await start(label: label, nodes: count, bus: bus, database: nil))
