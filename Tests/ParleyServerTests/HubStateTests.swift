@@ -351,9 +351,13 @@ struct ClusterRoutesTests {
         let party = Party(user: "alice", device: "a1")
         routes.heard(.callSignal(CallSignalled(call: call, from: party, signal: SignalPayload(restartIce: true))), from: "n1", for: phone)
         #expect(routes.owner(of: call) == "n1")
-        routes.heard(.callEnded(CallEnded(call: call, reason: .hangup, endedAt: 1)), from: "n1", for: phone)
+        // Taken over: its frames now come from another node, which runs it from then on.
+        routes.heard(.callSignal(CallSignalled(call: call, from: party, signal: SignalPayload(restartIce: true))), from: "n2", for: phone)
+        #expect(routes.owner(of: call) == "n2")
+        routes.heard(.callEnded(CallEnded(call: call, reason: .hangup, endedAt: 1)), from: "n2", for: phone)
         #expect(routes.owner(of: call) == nil)
         routes.heard(.callSignal(CallSignalled(call: call, from: party, signal: SignalPayload(restartIce: true))), from: "n2", for: phone)
+        #expect(routes.owner(of: call) == "n2")
         routes.forgetOwner(of: call)
         #expect(routes.owner(of: call) == nil)
     }
