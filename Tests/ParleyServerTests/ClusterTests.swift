@@ -58,6 +58,21 @@ struct ClusterTests {
         if case .callEnded(let message) = frame.message { message } else { nil }
     }
 
+    /// Sends `sdps` as the call's signals back to back (`<ids>-<index>`, answers left unread), and
+    /// returns the descriptions `receiver` hears, in the order it hears them.
+    func signalBackToBack(_ sdps: [String], _ type: String, ids: String, from sender: WSTestClient,
+                          to receiver: WSTestClient) async throws -> [String] {
+        for (index, sdp) in sdps.enumerated() {
+            sender.send(.callSignal(CallSignal(id: "\(ids)-\(index)", call: call,
+                                               signal: SignalPayload(description: SessionDescription(type: type, sdp: sdp)))))
+        }
+        var heard: [String] = []
+        for _ in sdps {
+            heard.append(try await receiver.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } })
+        }
+        return heard
+    }
+
     /// Alice on the first node invites bob on the second, and bob is rung: the call runs on the
     /// first node, and its frames have reached the second.
     func aliceRingsBob(_ nodes: [LiveServer], in database: TestDatabase) async throws -> (alice: WSTestClient, bob: WSTestClient) {
@@ -198,25 +213,11 @@ struct ClusterTests {
             #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
 
             let sdps = (0..<12).map { index in "v=0 \(index) " + (index == 1 ? String(repeating: "a", count: bus == .direct ? 61_000 : 9_000) : "") }
-            for (index, sdp) in sdps.enumerated() {
-                alice.send(.callSignal(CallSignal(id: "signal-\(index)", call: call,
-                                                  signal: SignalPayload(description: SessionDescription(type: "offer", sdp: sdp)))))
-            }
-            var heard: [String] = []
-            for _ in sdps {
-                heard.append(try await bob.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } })
-            }
+            let heard = try await signalBackToBack(sdps, "offer", ids: "signal", from: alice, to: bob)
             #expect(heard.map { $0.prefix(8) } == sdps.map { $0.prefix(8) }, "in the order sent")
             #expect(heard.map(\.utf8.count) == sdps.map(\.utf8.count), "whole")
 
-            for (index, sdp) in sdps.enumerated() {
-                bob.send(.callSignal(CallSignal(id: "answer-\(index)", call: call,
-                                                signal: SignalPayload(description: SessionDescription(type: "answer", sdp: sdp)))))
-            }
-            var heardByAlice: [String] = []
-            for _ in sdps {
-                heardByAlice.append(try await alice.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } })
-            }
+            let heardByAlice = try await signalBackToBack(sdps, "answer", ids: "answer", from: bob, to: alice)
             #expect(heardByAlice.map { $0.prefix(8) } == sdps.map { $0.prefix(8) }, "the callee's in the order sent")
             #expect(heardByAlice.map(\.utf8.count) == sdps.map(\.utf8.count), "whole")
             for index in sdps.indices { #expect(try await bob.answer(to: "answer-\(index)").isSuccess) }
@@ -260,15 +261,7 @@ struct ClusterTests {
             // keeps them in order. (Those tasks nearly always start in the order made: this sees an
             // order broken, not every node that would send them all at once.)
             let sdps = (0..<12).map { "v=0 \($0)" }
-            for (index, sdp) in sdps.enumerated() {
-                bob.send(.callSignal(CallSignal(id: "answer-\(index)", call: call,
-                                                signal: SignalPayload(description: SessionDescription(type: "answer", sdp: sdp)))))
-            }
-            var heard: [String] = []
-            for _ in sdps {
-                heard.append(try await alice.expect { if case .callSignal(let m) = $0.message { m.signal.description?.sdp } else { nil } })
-            }
-            #expect(heard == sdps, "in the order sent")
+            #expect(try await signalBackToBack(sdps, "answer", ids: "answer", from: bob, to: alice) == sdps, "in the order sent")
             for index in sdps.indices { #expect(try await bob.answer(to: "answer-\(index)").isSuccess) }
             let metrics = b.server.metrics.exposition()
             #expect(metrics.contains("parley_node_messages_sent_total{kind=\"request\"} 14\n")
