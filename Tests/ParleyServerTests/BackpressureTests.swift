@@ -24,9 +24,27 @@ struct BackpressureTests {
 
         let alice = try await server.device("alice", "a1")
         #expect(try await alice.request { .roomJoin(RoomJoin(id: $0, room: "lobby")) }.isSuccess)
-        // 30 MB for bob: far more than the kernel's socket buffers and the server's 1 MiB bound.
-        let count = 60
         let filler = String(repeating: "x", count: 500_000)
+        // While bob reads, he is sent three times the bound in all and never closed: the bound is on
+        // what waits to be written, not on what was.
+        var lastSeq = 1
+        for index in 0..<6 {
+            #expect(try await alice.request { id in
+                .roomSignal(RoomSignal(id: id, room: "lobby", to: "b1",
+                                       signal: SignalPayload(description: SessionDescription(type: "offer", sdp: "read \(index):\(filler)"))))
+            }.isSuccess)
+            reading: while true {
+                guard case .text(let text) = try await bob.next() else { Issue.record("closed while reading"); return }
+                let frame = try codec.decodeServerFrame(text)
+                lastSeq = frame.seq ?? lastSeq
+                if case .roomSignal(let signal) = frame.message, signal.signal.description?.sdp.hasPrefix("read \(index):") == true { break reading }
+            }
+        }
+        #expect(server.server.metrics.exposition().contains("parley_slow_connections_closed_total 0\n"))
+
+        // Then he stops reading: 30 MB for him, far more than the kernel's socket buffers and the
+        // server's 1 MiB bound.
+        let count = 60
         for index in 0..<count {
             let answer = try await alice.request { id in
                 .roomSignal(RoomSignal(id: id, room: "lobby", to: "b1",
@@ -34,11 +52,10 @@ struct BackpressureTests {
             }
             #expect(answer.isSuccess)
         }
-        #expect(server.server.metrics.exposition().contains("parley_slow_connections_closed_total 1"))
+        #expect(server.server.metrics.exposition().contains("parley_slow_connections_closed_total 1\n"))
 
         // bob reads again: what was on its way, then 4010.
         var seen: [Int] = []
-        var lastSeq = 1
         reading: while true {
             switch try await bob.next() {
             case .text(let text):

@@ -26,6 +26,7 @@ struct SessionTableTests {
         #expect(!first.resumed && first.created && first.replaced == nil)
         for text in ["a", "b", "c"] { _ = table.number(for: phone) { seq in "\(text)\(seq)" } }
         table.modify(phone) { $0.acknowledge(through: 1) }
+        #expect(table[phone]?.buffer.map(\.seq) == [2, 3], "what the device has is let go")
         table.detach(phone, connection: 1, now: .seconds(10))
         #expect(table.expired(at: .seconds(69), window: .seconds(60)).isEmpty)
         #expect(table.expired(at: .seconds(70), window: .seconds(60)) == [phone])
@@ -47,7 +48,10 @@ struct SessionTableTests {
         var table = SessionTable(bufferLimit: 2, answerLimit: 4)
         let first = try hello(&table, phone, on: 1)
         for _ in 1...3 { _ = table.number(for: phone) { "frame \($0)" } }
-        let late = try hello(&table, phone, resume: ResumeRequest(session: first.session, lastSeq: 0), on: 2)
+        // The buffer holds its limit: after the first frame, nothing is lost.
+        let inTime = try hello(&table, phone, resume: ResumeRequest(session: first.session, lastSeq: 1), on: 2)
+        #expect(inTime.resumed && inTime.replay.map(\.seq) == [2, 3])
+        let late = try hello(&table, phone, resume: ResumeRequest(session: first.session, lastSeq: 0), on: 3)
         #expect(!late.resumed && late.replay.isEmpty)
         #expect(table[phone]?.nextSeq == 1, "a new session numbers from 1")
     }

@@ -77,6 +77,18 @@ struct LiveServerTests {
         alice.send(invite)
         #expect(try await alice.answer(to: "invite-1") == first)
         #expect(try await back.next(timeout: .milliseconds(300)) == nil, "the callee was not rung twice")
+        // An invite run again would answer the same and ring no one; a signal run again is relayed again.
+        // (An id of its own: this client's first, "q1", is the session's ping's, answered from memory.)
+        back.send(.callAccept(CallRequest(id: "accept-1", call: call)))
+        #expect(try await back.answer(to: "accept-1").isSuccess)
+        _ = try await alice.expect { if case .callAccepted(let m) = $0.message { m } else { nil } }
+        let signal = ClientMessage.callSignal(CallSignal(id: "signal-1", call: call, signal: SignalPayload(restartIce: true)))
+        alice.send(signal)
+        let signalled = try await alice.answer(to: "signal-1")
+        _ = try await back.expect { if case .callSignal(let m) = $0.message { m } else { nil } }
+        alice.send(signal)
+        #expect(try await alice.answer(to: "signal-1") == signalled)
+        #expect(try await back.next(timeout: .milliseconds(300)) == nil, "the signal was relayed once")
         try await server.stop()
     }
 
@@ -245,7 +257,25 @@ struct ResentRequestTests {
             answers.append(try await back.expect { if case .ack(let ack) = $0.message, ack.re == "invite-1" { ack } else { nil } })
         }
         #expect(answers[0] == answers[1], "the replayed answer and the answer to the re-sent request are the same")
-        #expect(try await bob.next(timeout: .milliseconds(300)) == nil, "bob's phone rang once: the invite ran once")
+        #expect(try await bob.next(timeout: .milliseconds(300)) == nil, "bob's phone rang once")
+
+        // The same with a request whose every run shows (an invite run again answers as the first
+        // did and rings no one): a signal, relayed each time it runs.
+        #expect(try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }.isSuccess)
+        let accepted = try await back.expect { frame in if case .callAccepted = frame.message { frame.seq } else { nil } }
+        let signal = ClientMessage.callSignal(CallSignal(id: "signal-1", call: call, signal: SignalPayload(restartIce: true)))
+        back.send(signal)
+        _ = try await bob.expect { if case .callSignal(let m) = $0.message { m } else { nil } }
+        await back.close()
+        let third = try await WSTestClient.connect(url: server.signalURL, token: server.token("alice"))
+        #expect(try await third.hello(device: "a1", resume: ResumeRequest(session: session, lastSeq: accepted)).resumed)
+        third.send(signal)
+        var signalAnswers: [Ack] = []
+        while signalAnswers.count < 2 {
+            signalAnswers.append(try await third.expect { if case .ack(let ack) = $0.message, ack.re == "signal-1" { ack } else { nil } })
+        }
+        #expect(signalAnswers[0] == signalAnswers[1])
+        #expect(try await bob.next(timeout: .milliseconds(300)) == nil, "the signal ran once")
         try await server.stop()
     }
 }
