@@ -12,6 +12,8 @@ struct RoomTable {
 
     /// The room's members in the order they joined; empty for a room that has none.
     func members(of room: RoomID) -> [RoomParticipant] { members[room] ?? [] }
+    /// Rooms with members: a room its last member left is forgotten.
+    var count: Int { members.count }
 
     /// The rooms the device is in.
     func rooms(of key: DeviceKey) -> Set<RoomID> { roomsByDevice[key] ?? [] }

@@ -1270,6 +1270,8 @@ public actor SignalingHub<C: Clock> where C.Duration == Duration {
     // MARK: Introspection for tests and metrics
 
     public var connectionCount: Int { connections.count }
+    /// Leaves of the device's waiting for its admissions to the room to end.
+    func leavesWaiting(for key: DeviceKey, in room: RoomID) -> Int { admitting[key]?[room]?.leaves.count ?? 0 }
     public var isShuttingDown: Bool { shuttingDown }
 
     /// Whether a device of `user` is connected or held for resume.

@@ -141,7 +141,7 @@ struct AudioBridgeRoomTests {
     /// resume): the admission is taken back once Janus answers, nobody hears that the device joined,
     /// and the new session neither gets the old request's answer nor finds it under that id.
     @Test func aJoinThatOutlivesItsSessionIsTakenBackAndAnsweredToNoOne() async throws {
-        try await Self.withBobInTheLobby { janus, h, bob in
+        try await Self.withBobInTheLobby(emptyRoomGrace: .milliseconds(300)) { janus, h, bob in
             // Janus stops answering: alice's join waits for it, and alice says hello again meanwhile.
             let pid = janus.process.processIdentifier
             kill(pid, SIGSTOP)
@@ -163,6 +163,16 @@ struct AudioBridgeRoomTests {
             // The new session runs its own request of that id.
             await again.send(.ping(Ping(id: "join")))
             #expect(again.events() == [.ack(Ack(re: "join"))])
+
+            // In Janus too: once bob and carol leave, the room is empty and goes, which it would
+            // not with alice's admission kept.
+            let room = try #require(try carolJoined.decodeResult(RoomJoinResult.self).media.janus).room
+            for (device, id) in [(bob, "bob-leave"), (carol, "carol-leave")] {
+                await device.send(.roomLeave(RoomLeave(id: id, room: "lobby")))
+                guard case .ack = try await Self.answer(id, to: device) else { throw TestFailure("\(id) was refused") }
+            }
+            let probe = try await AudioBridge.attach(try await Self.client(janus))
+            try await eventually("the empty room is destroyed") { try await !probe.exists(room: room) }
         }
     }
 
@@ -177,7 +187,10 @@ struct AudioBridgeRoomTests {
             let alice = await h.device("alice", "a1")
             await alice.send(.roomJoin(RoomJoin(id: "join", room: "lobby", display: "Alice")))
             async let leaving: Void = alice.send(.roomLeave(RoomLeave(id: "leave", room: "lobby")))
+            // Janus goes on whatever the check finds, or the test would wait for it forever.
+            let leaveWaits = (try? await eventually("the leave waits for the join") { await h.hub.leavesWaiting(for: alice.key, in: "lobby") == 1 }) != nil
             kill(pid, SIGCONT)
+            #expect(leaveWaits, "the leave came while the join waited for Janus")
             await leaving
             // Both answered by now (the leave waited for the join): the join's ack first, then the leave's.
             let answers = alice.events().filter { $0.requestID != nil }
@@ -212,11 +225,16 @@ struct AudioBridgeRoomTests {
     }
 
     /// Janus running, a hub provisioning rooms on it, and bob in its room "lobby".
-    static func withBobInTheLobby(_ body: (JanusServer, HubHarness, TestDevice) async throws -> Void) async throws {
+    static func withBobInTheLobby(emptyRoomGrace: Duration? = nil,
+                                  _ body: (JanusServer, HubHarness, TestDevice) async throws -> Void) async throws {
         try TestNetwork.janusLink()
         let janus = try await JanusServer.start()
         defer { janus.stop() }
-        let h = try HubHarness { $0.janus = JanusSettings(url: janus.url) }
+        let h = try HubHarness {
+            var settings = JanusSettings(url: janus.url)
+            if let emptyRoomGrace { settings.emptyRoomGrace = emptyRoomGrace }
+            $0.janus = settings
+        }
         let bob = await h.device("bob", "b1")
         await bob.send(.roomJoin(RoomJoin(id: "bob-join", room: "lobby", display: "Bob")))
         guard case .ack = try await answer("bob-join", to: bob) else { throw TestFailure("bob could not join") }

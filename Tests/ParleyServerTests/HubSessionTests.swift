@@ -163,7 +163,9 @@ struct HubSessionTests {
         _ = await bob.request { .roomJoin(RoomJoin(id: $0, room: "r")) }
         _ = alice.events()
         await bob.disconnect()
-        await h.advance(.seconds(60))
+        await h.advance(.seconds(59))
+        #expect(alice.events().isEmpty, "held for resume, bob is still in the room")
+        await h.advance(.seconds(1))
         #expect(alice.events() == [.roomParticipantLeft(RoomParticipantLeft(room: "r", user: "bob", device: "b1"))])
     }
 }

@@ -220,6 +220,7 @@ struct RoomTableTests {
         let bobLeft = rooms.leave("r", by: bob)
         let last = try #require(bobLeft)
         #expect(last.isEmpty && last.deliveries.isEmpty && rooms.members(of: "r").isEmpty)
+        #expect(rooms.count == 0, "forgotten")
     }
 
     @Test func signalsGoFromAMemberToAMemberOnly() throws {

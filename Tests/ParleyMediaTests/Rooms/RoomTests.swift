@@ -20,7 +20,7 @@ struct RoomTests {
             let (aliceRoom, aliceHears) = try await lab.join(alice)
             try await aliceHears.wait("alice joined") { if case .joined(_, let people) = $0 { people.map(\.display) == ["alice"] } else { false } }
             let (bobRoom, bobHears) = try await lab.join(bob)
-            try await bobHears.wait("bob sees alice") { if case .joined(_, let people) = $0 { Set(people.map(\.display)) == ["alice", "bob"] } else { false } }
+            try await bobHears.wait("bob sees alice") { if case .joined(_, let people) = $0 { people.map(\.display).sorted() == ["alice", "bob"] } else { false } }
             try await aliceHears.wait("alice sees bob join") { if case .memberJoined(let member) = $0 { member.display == "bob" } else { false } }
             let bobConnected = try await bobHears.wait("bob's media up") { $0 == .connected }
             try await bobHears.wait("bob hears the room") { $0 == .hearing }
