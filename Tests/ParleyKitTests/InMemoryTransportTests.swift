@@ -26,6 +26,31 @@ struct InMemoryTransportTests {
                                                          resumed: resumed, heartbeat: 20, iceServers: [])))
     }
 
+    /// The client tells the server what it has every 32 numbered frames (and with each heartbeat),
+    /// so that the server lets them go from its resume buffer.
+    @Test func everyThirtySecondFrameIsAcknowledged() async throws {
+        let transport = InMemorySignalingTransport()
+        let client = makeClient(transport)
+        var connections = transport.connections.makeAsyncIterator()
+        await client.start()
+        let connection = try #require(await connections.next())
+        var sent = connection.sent.makeAsyncIterator()
+        guard case .hello? = await sent.next() else { Issue.record("no hello"); return }
+        connection.serverSend(welcome(false))
+        let ringing = ServerMessage.callRinging(CallRinging(call: "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"))
+        for seq in 1...31 { connection.serverSend(ServerFrame(seq: seq, message: ringing)) }
+        // Not yet: the next thing the client sends is a request of its own.
+        let ping = await client.submit { .ping(Ping(id: $0)) }
+        guard case .ping? = await sent.next() else { Issue.record("acknowledged before the 32nd frame"); return }
+        // The 32nd answers the ping: once the client has the answer, it has read the frame.
+        connection.serverSend(ServerFrame(seq: 32, message: .ack(Ack(re: ping.id))))
+        _ = try await ping.answer()
+        let after = await client.submit { .ping(Ping(id: $0)) }
+        #expect(await sent.next() == .ack(SeqAck(seq: 32)), "acknowledged as the 32nd came, before anything after it")
+        withExtendedLifetime(after) {}
+        await client.stop()
+    }
+
     @Test func replayedFramesAreDeliveredOnceAndUnansweredRequestsResent() async throws {
         let transport = InMemorySignalingTransport()
         let client = makeClient(transport)

@@ -45,6 +45,37 @@ func makeClient(_ server: LiveServer, user: UserID, device: DeviceID, backoff: D
     }
 }
 
+/// The real transport, whose connections can be held back: while the gate is shut, a connect waits.
+final class GatedTransport: SignalingTransport, @unchecked Sendable {
+    private let base = WebSocketSignalingTransport()
+    private let lock = NSLock()
+    private var shut = false
+    private var held: [CheckedContinuation<Void, Never>] = []
+
+    func shutGate() { lock.withLock { shut = true } }
+    func openGate() {
+        let waiting = lock.withLock {
+            shut = false
+            defer { held = [] }
+            return held
+        }
+        for connect in waiting { connect.resume() }
+    }
+    /// Connects waiting at the gate.
+    var waiting: Int { lock.withLock { held.count } }
+
+    func connect(to url: URL, token: String) async throws -> any SignalingConnection {
+        await withCheckedContinuation { connect in
+            let goes = lock.withLock {
+                if shut { held.append(connect) }
+                return !shut
+            }
+            if goes { connect.resume() }
+        }
+        return try await base.connect(to: url, token: token)
+    }
+}
+
 @Suite("Signaling client against the real server")
 struct SignalingClientTests {
     let call: CallID = "6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"
@@ -72,20 +103,29 @@ struct SignalingClientTests {
     @Test func aNetworkChangeResumesAndEveryFrameArrivesOnce() async throws {
         let server = try await LiveServer.start()
         let alice = makeClient(server, user: "alice", device: "a1")
-        let bob = makeClient(server, user: "bob", device: "b1")
+        let gate = GatedTransport()
+        let bob = makeClient(server, user: "bob", device: "b1", transport: gate)
         let bobLog = EventLog(bob.events)
         await alice.start()
         await bob.start()
         _ = try await bob.request { .ping(Ping(id: $0)) }
         _ = try await alice.request { .ping(Ping(id: $0)) }
 
+        // Bob's connection goes and his reconnect is held until the server has seen him go: what
+        // alice sends meanwhile waits in his session.
+        gate.shutGate()
         await bob.networkChanged()
-        // Sent while bob reconnects: it must reach him exactly once.
+        try await eventually("bob's reconnect waits, and the server saw him go") {
+            let connections = await server.server.hub.connectionCount
+            return gate.waiting == 1 && connections == 1
+        }
         _ = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
+        gate.openGate()
         try await bobLog.waitFor { _ in bobLog.welcomes.count == 2 && !bobLog.messages.isEmpty }
         #expect(bobLog.welcomes.last?.resumed == true)
         #expect(bobLog.welcomes.first?.session == bobLog.welcomes.last?.session)
-        try await Task.sleep(for: .milliseconds(200))
+        // Answered after whatever the resume replayed.
+        _ = try await bob.request { .ping(Ping(id: $0)) }
         let incoming = bobLog.messages.filter { if case .callIncoming = $0 { true } else { false } }
         #expect(incoming.count == 1)
 
