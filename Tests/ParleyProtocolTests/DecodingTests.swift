@@ -28,7 +28,7 @@ struct DecodingTests {
         #expect(unknown?.requestID == "a")
     }
 
-    @Test func invalidFieldsNameTheField() {
+    @Test func invalidFieldsNameTheField() throws {
         let missing = failure(#"{"type":"call.invite","id":"i","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","media":{"audio":true,"video":false}}"#)
         #expect(missing?.kind == .invalidField)
         #expect(missing?.message == "missing field 'to'")
@@ -39,7 +39,8 @@ struct DecodingTests {
         #expect(failure(#"{"type":"call.accept","id":"i","call":42}"#)?.message == "field 'call' has the wrong type")
         #expect(failure(#"{"type":"hello","id":"h","device":"has spaces"}"#)?.kind == .invalidField)
         #expect(failure(#"{"type":"ping","id":""}"#)?.kind == .invalidField)
-        #expect(failure(#"{"type":"ping","id":"\#(String(repeating: "x", count: 65))"}"#)?.requestID == nil, "an over-long id is not echoed")
+        let overLong = try #require(failure(#"{"type":"ping","id":"\#(String(repeating: "x", count: 65))"}"#), "an id over 64 characters is refused")
+        #expect(overLong.kind == .invalidField && overLong.requestID == nil, "and not echoed")
         #expect(failure(#"{"type":"call.decline","id":"d","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","reason":"bored"}"#)?.kind == .invalidField)
         #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21"}"#)?.message == "a signal needs 'description', 'candidate' or 'restartIce'")
         #expect(failure(#"{"type":"call.signal","id":"s","call":"6f1c0b6e-3d7a-4c55-9e7e-2b1f0a9d4c21","restartIce":false}"#)?.message == "a signal needs 'description', 'candidate' or 'restartIce'")

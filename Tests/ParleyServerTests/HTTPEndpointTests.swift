@@ -165,6 +165,8 @@ struct HTTPEndpointTests {
         try refusal(try await server.http("DELETE", "/v1/devices/nothing-here", token: alice), 404, .notFound, "no such device")
         try refusal(try await server.http("GET", "/v1/signal", token: alice), 426, .badRequest, "WebSocket")
         try refusal(try await server.http("GET", "/v1/signal"), 401, .unauthorized, "access token")
+        // A token in the query is read on the upgrade only (it would be logged with URLs elsewhere).
+        try refusal(try await server.http("GET", "/v1/calls?access_token=\(alice)"), 401, .unauthorized, "access token")
         try refusal(try await server.http("GET", "/v1/nothing-here", token: alice), 404, .notFound, "not found")
         try refusal(try await server.http("POST", "/v1/lan/tokens", json: #"{"user":"alice"}"#), 404, .notFound, "not found")
         let named = try await server.http("POST", "/v1/dev/tokens", json: #"{"user":"alice","name":"\#(String(repeating: "n", count: 129))"}"#,

@@ -219,6 +219,10 @@ struct HubCallTests {
 
         await h.advance(.seconds(30))
         let quality = CallQuality(mos: 4.3, rttMs: 12, jitterMs: 3, lossPct: 0.1, bitrateKbps: 32)
+        // Only its parties report on a call: to anyone else there is no such call.
+        let mallory = await h.device("mallory", "m1")
+        let forged = CallQuality(mos: 1, rttMs: 900, jitterMs: 300, lossPct: 40, bitrateKbps: 1)
+        #expect(await mallory.request { .callReport(CallReport(id: $0, call: call, quality: forged)) }.errorCode == .callNotFound)
         #expect(await alice.request { .callReport(CallReport(id: $0, call: call, quality: quality)) }.isSuccess)
         await h.hub.flushRecords()
         let record = try #require(try await h.store.calls(of: "bob", limit: 10).first)
@@ -233,6 +237,8 @@ struct HubCallTests {
         // Still answerable after the hub forgets the call: the record speaks.
         await h.advance(.seconds(200))
         #expect(await alice.request { .callReport(CallReport(id: $0, call: call, quality: quality)) }.errorCode == .callEnded)
+        #expect(await mallory.request { .callReport(CallReport(id: $0, call: call, quality: forged)) }.errorCode == .callNotFound,
+                "the stored record is no more anyone's")
         #expect(try await bob.request { .callState(CallRequest(id: $0, call: call)) }.get().decodeResult(CallStateResult.self).reason == .hangup)
     }
 

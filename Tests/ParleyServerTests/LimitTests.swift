@@ -35,6 +35,11 @@ struct LimitTests {
         let (_, upgrade, head) = try await RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(token)"])
         #expect(upgrade == 429, "\(head)")
         #expect(head.lowercased().contains("retry-after: "), "\(head)")
+        // Counted before the token is read: a flood of bad tokens is limited like any other.
+        for headers in [[:], ["Authorization": "Bearer garbage"]] {
+            let (_, status, _) = try await RawWebSocket.upgrade(port: server.port, headers: headers)
+            #expect(status == 429, "\(headers)")
+        }
         let (_, elsewhere, _) = try await RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(token)"], source: "127.0.0.2")
         #expect(elsewhere == 101, "another address has its own bucket")
         try await server.stop()

@@ -150,19 +150,23 @@ struct LiveServerTests {
         // Far more than the burst and the refusals allowed, so a loaded machine (whose slower reading
         // lets the bucket refill) still reaches the close.
         for index in 0..<700 { flooder.send(.ping(Ping(id: "f\(index)"))) }
-        var acks = 0
+        var acked: Set<String> = [], refused: Set<String> = []
         var limited = 0
         while let frame = try await flooder.next(timeout: .seconds(2)) {
             switch frame.message {
-            case .ack: acks += 1
-            case .error(let error) where error.code == .rateLimited: limited += 1
+            case .ack(let ack): acked.insert(ack.re)
+            case .error(let error) where error.code == .rateLimited:
+                limited += 1
+                if let re = error.re { refused.insert(re) }
             default: break
             }
         }
         // The burst is 200 frames, the hello one of them; the bucket refills at 50 a second, so a
         // slower read gets more (a fast machine read all 700 before one more came: 199 acks).
-        #expect(acks >= 199, "the burst is served")
+        #expect(acked.count >= 199, "the burst is served")
         #expect(limited == 100, "more than 100 refusals within 2 s close the connection")
+        #expect(refused.count == limited, "each refusal names its request")
+        #expect(refused.isDisjoint(with: acked), "a refused request is not run")
         #expect(await flooder.closeCode() == 4008)
         #expect(try await bystander.request { .ping(Ping(id: $0)) }.isSuccess)
         try await server.stop()
