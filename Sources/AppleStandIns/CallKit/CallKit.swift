@@ -355,7 +355,9 @@ open class CXProvider: NSObject {
             reports.append(.incoming(uuid, update.localizedCallerName, update.remoteHandle?.value, video: update.hasVideo))
             return nil
         }
-        if error == nil { Self.incomingReports.withLock { $0 += 1 } }
+        // What PushKit checks is that the app called this, refused or not (Apple's DTS: reporting a
+        // push's call under the UUID of a call the app has already fails, and that is fine).
+        Self.incomingReports.withLock { $0 += 1 }
         deliver { completion(error) }
     }
 
@@ -499,7 +501,8 @@ open class CXProvider: NSObject {
     /// Providers the app made and did not invalidate: each stays connected to the system (Apple asks
     /// for one per app; a second one competes for the same calls).
     public static let connected = StandInLockedBox(0)
-    /// Incoming calls reported by any provider so far (PushKit's stand-in checks a push was reported).
+    /// Calls to `reportNewIncomingCall` by any provider so far, refused ones too (PushKit's
+    /// stand-in checks that a push was reported).
     public static let incomingReports = StandInLockedBox(0)
 }
 

@@ -135,29 +135,38 @@ open class PKPushRegistry: NSObject {
         (queue ?? .main).async { box.value.1.pushRegistry(box.value.0, didInvalidatePushTokenFor: type) }
     }
 
-    /// The system delivers a VoIP push and waits (up to `timeout`) for the completion, then says
-    /// whether a call was reported to CallKit before it.
+    /// The system delivers a VoIP push, checks as the delegate method returns that the app called
+    /// `reportNewIncomingCall` meanwhile (as PushKit does: a report made later, from another queue
+    /// or a task, is too late, whenever the completion runs), then waits up to `timeout` for the
+    /// completion.
     public func standInDeliver(_ payload: [AnyHashable: Any], timeout: Duration = .seconds(5)) async -> StandInDelivery {
         guard desiredPushTypes?.contains(.voIP) == true, let delegate else { return .notDelivered }
-        let reportsBefore = CXProvider.incomingReports.withLock { $0 }
         let box = StandInUnchecked((self, delegate, PKPushPayload(standInType: .voIP, dictionaryPayload: payload)))
-        let reportsAtCompletion: Int? = await withCheckedContinuation { continuation in
+        return await withCheckedContinuation { continuation in
             let once = StandInLockedBox(false)
-            let resume: @Sendable (Int?) -> Void = { value in
+            let resume: @Sendable (StandInDelivery) -> Void = { value in
                 guard once.withLock({ done in defer { done = true }; return !done }) else { return }
                 continuation.resume(returning: value)
             }
             (queue ?? .main).async {
+                let reportsBefore = CXProvider.incomingReports.withLock { $0 }
+                // Whether the delegate method has returned, and whether the completion has run.
+                let state = StandInLockedBox((returned: false, completed: false))
                 box.value.1.pushRegistry(box.value.0, didReceiveIncomingPushWith: box.value.2, for: .voIP) {
-                    resume(CXProvider.incomingReports.withLock { $0 })
+                    // After the check (a push found unreported has ended the app already).
+                    if state.withLock({ state in state.completed = true; return state.returned }) { resume(.reportedThenCompleted) }
+                }
+                let completed = state.withLock { state in state.returned = true; return state.completed }
+                if CXProvider.incomingReports.withLock({ $0 }) == reportsBefore {
+                    resume(.terminatedForNotReporting)
+                } else if completed {
+                    resume(.reportedThenCompleted)
                 }
             }
             Task {
                 try? await Task.sleep(for: timeout)
-                resume(nil)
+                resume(.neverCompleted)
             }
         }
-        guard let reportsAtCompletion else { return .neverCompleted }
-        return reportsAtCompletion > reportsBefore ? .reportedThenCompleted : .terminatedForNotReporting
     }
 }
