@@ -28,7 +28,7 @@ extension OneIPhone {
 
         static func finish(_ server: LiveServer, _ bob: IPhone, _ alice: OtherParty) async throws {
             await alice.stop()
-            await bob.phone.stop()
+            await bob.stop()
             try await server.stop()
         }
 
@@ -45,6 +45,9 @@ extension OneIPhone {
             #expect(!session.contains(.active(true)), "never setActive(true) during a CallKit call")
             #expect(RTCAudioSession.sharedInstance().useManualAudio)
             #expect(!RTCAudioSession.sharedInstance().isAudioEnabled, "no audio before didActivate")
+            // The call's audio is negotiated: WebRTC's audio device starts its unit once audio is
+            // enabled, and activates the session itself unless it was told CallKit did.
+            RTCAudioSession.sharedInstance().standInAudioDeviceStarts()
 
             // Audio starts on didActivate, stops on didDeactivate, and starts again on the next one (after a hold).
             bob.system.standInActivateAudioSession()
@@ -53,6 +56,9 @@ extension OneIPhone {
             try await eventually("audio off") { !RTCAudioSession.sharedInstance().isAudioEnabled }
             bob.system.standInActivateAudioSession()
             try await eventually("audio on again") { RTCAudioSession.sharedInstance().isAudioEnabled }
+            #expect(RTCAudioSession.sharedInstance().standInAudioUnitRunning)
+            #expect(!AVAudioSession.sharedInstance().standInRecords.contains(.active(true)),
+                    "the session was activated by CallKit only, never by the app or WebRTC")
             let records = RTCAudioSession.sharedInstance().standInRecords
             #expect(records.filter { $0 == .didActivate }.count == 2)
             #expect(records.firstIndex(of: .audioEnabled(true))! > records.firstIndex(of: .didActivate)!)

@@ -65,7 +65,7 @@ extension OneIPhone {
             try await eventually("carol's phone registers the new token") {
                 try await server.server.store.devices(of: "carol").first?.voip?.token == "cd"
             }
-            await carol.phone.stop()
+            await carol.stop()
             try await server.stop()
         }
 
@@ -88,7 +88,7 @@ extension OneIPhone {
             try await carol.phone.hangUp(call)
             try await eventually("alice's call ends") { alice.provider.endReason(of: call) != nil }
             await alice.stop()
-            await carol.phone.stop()
+            await carol.stop()
             try await server.stop()
         }
 
@@ -106,7 +106,7 @@ extension OneIPhone {
             #expect(alice.provider.endReason(of: call) == nil, "the call still rings")
             #expect(bob.incoming == [call], "reported once")
             await alice.stop()
-            await bob.phone.stop()
+            await bob.stop()
             try await server.stop()
         }
 
@@ -160,6 +160,7 @@ extension OneIPhone {
             rtc.standInAudioDeviceStarts()
             #expect(session.mode == .voiceChat)
             #expect(session.standInOutputOverride == .speaker)
+            #expect(!session.standInRecords.contains(.active(true)), "activated by CallKit only")
         }
     }
 }

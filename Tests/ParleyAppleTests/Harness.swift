@@ -25,6 +25,13 @@ struct IPhone {
     var pushes: PushKitVoIPSource { phone.system.pushes }
     var system: CXProvider { phone.callKit.provider }
 
+    /// Stops the phone; every action CallKit handed it was fulfilled or failed by then (on a device
+    /// CallKit times out an open one, and a start or answer left open fails its call).
+    func stop(sourceLocation: SourceLocation = #_sourceLocation) async {
+        await phone.stop()
+        #expect(system.standInOpenActions.isEmpty, "actions left open: \(system.standInOpenActions)", sourceLocation: sourceLocation)
+    }
+
     /// The app at launch: its one CallKit provider and PushKit registry (PushKit's delegate on a
     /// queue of its own: the tests' main queue is not an app's run loop).
     static func launch() -> CallSystem {

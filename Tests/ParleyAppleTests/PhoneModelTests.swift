@@ -76,6 +76,7 @@ extension OneIPhone {
             await model.signOut()
             #expect(model.signIn == .signedOut)
             #expect(store.load() == nil)
+            #expect(phone.callKit.provider.standInOpenActions.isEmpty, "\(phone.callKit.provider.standInOpenActions)")
             await alice.stop()
             try await server.stop()
         }

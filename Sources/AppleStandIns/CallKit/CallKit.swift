@@ -321,6 +321,9 @@ open class CXProvider: NSObject {
     private var queue: DispatchQueue?
     private var calls: [UUID: StandInCall] = [:]
     private var reports: [StandInReport] = []
+    /// Actions the system handed the delegate that it has neither fulfilled nor failed (nor the
+    /// system timed out): on a device CallKit times each out, and a start or answer left open fails its call.
+    private var openActions: [ObjectIdentifier: CXAction] = [:]
     private var refusal: CXErrorCodeIncomingCallError.Code?
     private var invalidated = false
 
@@ -424,6 +427,8 @@ open class CXProvider: NSObject {
     public var standInReports: [StandInReport] { lock.withLock { reports } }
     /// Calls the system knows now (reported, or started and not ended).
     public var standInCalls: Set<UUID> { lock.withLock { Set(calls.keys) } }
+    /// Actions performed and not yet fulfilled or failed (nor timed out by `standInTimeOut`).
+    public var standInOpenActions: [CXAction] { lock.withLock { Array(openActions.values) } }
 
     /// The next incoming report is refused with `code` (Do Not Disturb, a blocked caller…).
     public func standInRefuseNextIncomingCall(_ code: CXErrorCodeIncomingCallError.Code) {
@@ -444,8 +449,11 @@ open class CXProvider: NSObject {
             return calls[callAction.callUUID] == nil ? CXErrorCodeRequestTransactionError(.unknownCallUUID) : nil
         }
         if let refusal { return refusal }
+        lock.withLock { openActions[ObjectIdentifier(action)] = action }
         action.standInCompleted = { [weak self] action, outcome in
-            guard let self, let callAction = action as? CXCallAction else { return }
+            guard let self else { return }
+            _ = self.lock.withLock { self.openActions.removeValue(forKey: ObjectIdentifier(action)) }
+            guard let callAction = action as? CXCallAction else { return }
             // A failed start, or a completed end, leaves the system without the call.
             if (action is CXStartCallAction && outcome == .failed) || action is CXEndCallAction {
                 _ = self.lock.withLock { self.calls.removeValue(forKey: callAction.callUUID) }
@@ -468,6 +476,7 @@ open class CXProvider: NSObject {
 
     /// The system gave up waiting for `action` (it stays open too long).
     public func standInTimeOut(_ action: CXAction) {
+        _ = lock.withLock { openActions.removeValue(forKey: ObjectIdentifier(action)) }
         let boxed = StandInUnchecked(action)
         withDelegate { provider, delegate in delegate.provider(provider, timedOutPerforming: boxed.value) }
     }
