@@ -17,6 +17,10 @@ struct RecordingConsentTests {
         #expect(asker.remote(.accepted) == [.startRecorder, .notify(.on(here: true), .acceptedThere)])
         #expect(asker.remote(.accepted) == [], "a repeated step changes nothing")
         #expect(asker.remote(.stopped) == [.stopRecorder, .notify(.off, .stoppedThere)])
+        // The recording side stops it itself: its recorder stops too.
+        _ = try asker.request()
+        _ = asker.remote(.accepted)
+        #expect(try asker.stop() == [.send(.stopped), .stopRecorder, .notify(.off, .stoppedHere)])
     }
 
     @Test func theAskedSideAnswersAndNeverRecords() throws {

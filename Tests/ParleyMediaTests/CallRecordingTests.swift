@@ -49,7 +49,9 @@ struct CallRecordingTests {
                 let bob = await call.bob.timeline(of: call.id)?.callRecording
                 return alice == .on(here: true) && bob == .on(here: false)
             }
+            let consented = ContinuousClock.now
             try await call.talk(for: .seconds(3))
+            let stopped = ContinuousClock.now
             try await call.bob.stopRecording(call.id)
             try await eventually("alice's recording is finished") { await call.alice.timeline(of: call.id)?.recordedFiles.count == 1 }
             #expect(await Self.changes(call.alice, call.id).contains(.stoppedThere))
@@ -61,13 +63,42 @@ struct CallRecordingTests {
             #expect(await call.bob.timeline(of: call.id)?.recordedFiles.isEmpty == true, "the side that agreed records nothing")
             let audio = try OggOpus.read(file)
             #expect(audio.channels == 1)
-            // Its length is the stretch between consent and stop, and it sits there in the call.
-            #expect(audio.duration > 2.8 && audio.duration < 6, "\(audio.duration) s")
+            // It holds the stretch between consent and stop on the wall clock, and says where that sits
+            // in the call (seconds from the media's start, when ICE connected on alice's side).
+            let media = try #require(await call.alice.timeline(of: call.id)?.iceConnected)
+            func seconds(_ duration: Duration) -> Double { Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18 }
+            #expect(abs(recorded.startSeconds - seconds(consented - media)) < 0.1, "starts at the consent")
+            #expect(abs(recorded.endSeconds - seconds(stopped - media)) < 0.1, "ends at the stop")
+            #expect(abs(audio.duration - seconds(stopped - consented)) < 0.25, "\(audio.duration) s: every second of it")
             #expect(abs((recorded.endSeconds - recorded.startSeconds) - audio.duration) < 0.1)
-            #expect(recorded.startSeconds > 1, "after the refusal's second of talk")
             // The last 0.4 s may hold the flush of one direction against silence (the mixer's lag).
             let missing = Self.tenthsMissing(audio, channel: 0, present: [440, 660], from: 0.2, to: audio.duration - 0.4)
             #expect(missing.isEmpty, "both voices throughout: \(missing)")
+        }
+    }
+
+    /// The side that records stops its own recording: its recorder stops, and the other side hears it.
+    @Test func theRecordingSideStopsItsOwnRecording() async throws {
+        try await withCall { call in
+            let file = call.directory.appendingPathComponent("own.ogg")
+            try await call.alice.requestRecording(call.id, to: file.path)
+            try await eventually("bob is asked") { await call.bob.timeline(of: call.id)?.callRecording == .asked }
+            try await call.bob.answerRecording(call.id, consent: true)
+            try await eventually("alice records") { await call.alice.timeline(of: call.id)?.callRecording == .on(here: true) }
+            try await call.talk(for: .seconds(1.5))
+            let stopped = ContinuousClock.now
+            try await call.alice.stopRecording(call.id)
+            try await eventually("alice's recording is finished") { await call.alice.timeline(of: call.id)?.recordedFiles.count == 1 }
+            try await eventually("bob hears it stop") { await Self.changes(call.bob, call.id).contains(.stoppedThere) }
+            #expect(await call.bob.timeline(of: call.id)?.callRecording == .off)
+            // Stopped then, not at the hangup a second later.
+            try await call.talk(for: .seconds(1))
+            try await call.hangUp(by: call.alice)
+            let recorded = try #require(await call.alice.timeline(of: call.id)?.recordedFiles.first)
+            let media = try #require(await call.alice.timeline(of: call.id)?.iceConnected)
+            let end = stopped - media
+            #expect(abs(recorded.endSeconds - (Double(end.components.seconds) + Double(end.components.attoseconds) / 1e18)) < 0.1)
+            #expect(await call.alice.timeline(of: call.id)?.recordedFiles.count == 1)
         }
     }
 
