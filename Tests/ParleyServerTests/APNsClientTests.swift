@@ -4,6 +4,8 @@ import Logging
 import ParleyAPNs
 import ParleyAPNsTesting
 import ParleyLocalServices
+import ParleyProtocol
+import ParleyServer
 import Testing
 
 /// A wall clock the test moves by hand, shared by the provider and the double.
@@ -91,6 +93,15 @@ struct APNsClientTests {
         // Sent to production, the same token is unknown there: APNs answers BadDeviceToken.
         #expect(await client.send(Self.voip(environment: .production)) == .tokenRejected(reason: "BadDeviceToken", since: nil))
         #expect(production.requests.count == 1)
+        // The server's sender sends each device's push to the environment the device registered.
+        let sender = APNsPushSender(client: client)
+        let payload = VoIPPushPayload(parley: .init(call: CallID(uuid: UUID()), from: .init(user: "alice", name: "Alice"),
+                                                    media: MediaSpec(audio: true, video: false),
+                                                    expiresAt: Int64(Date().timeIntervalSince1970 * 1000) + 30_000))
+        let registration = VoIPRegistration(token: Self.token, topic: Self.topic, environment: .sandbox)
+        let outcome = await sender.send(Push(user: "bob", device: "iphone", registration: registration, content: .incomingCall(payload)))
+        #expect({ if case .delivered = outcome { true } else { false } }(), "\(outcome)")
+        #expect(sandbox.delivered.count == 2 && production.requests.count == 1, "a sandbox registration's push goes to the sandbox")
         try await client.shutdown()
         await production.stop()
         await sandbox.stop()

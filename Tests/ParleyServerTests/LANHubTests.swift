@@ -160,6 +160,25 @@ struct LANHubTests {
         try await server.stop()
     }
 
+    /// Through the server: wrong PINs count toward the network's lockout (here from one address
+    /// allowed many tries), and past them the right PIN is refused too.
+    @Test func enoughWrongPINsLockTheListenerForEveryone() async throws {
+        let server = try await LiveServer.start {
+            $0.developmentMode = false
+            var lan = LANSettings(host: "bob", pin: "4321")
+            lan.pinAttempts = 100
+            $0.lan = lan
+            $0.tokenKey = .hs256(secret: String(repeating: "k", count: 40))
+        }
+        for index in 0..<LANGate.networkFailures {
+            #expect(try await lanToken(server, #"{"user": "alice", "pin": "0\#(index)"}"#).status == 403)
+        }
+        let locked = try await lanToken(server, #"{"user": "alice", "pin": "4321"}"#)
+        #expect(locked.status == 429)
+        #expect(String(decoding: locked.body, as: UTF8.self).contains("too many wrong PINs from this network"), "\(locked)")
+        try await server.stop()
+    }
+
     @Test func wrongPINsFromManyAddressesLockTheWholeNetworkOut() {
         var settings = LANSettings(host: "bob", pin: "4321")
         settings.lockout = .seconds(60)
