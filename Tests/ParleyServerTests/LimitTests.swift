@@ -32,8 +32,9 @@ struct LimitTests {
         #expect(try await server.http("POST", "/v1/dev/tokens", json: #"{"user":"mallory"}"#).status == 429, "a token request counts too")
         #expect(try await server.http("GET", "/healthz").status == 200, "a load balancer's health check is never refused")
 
-        let (_, upgrade, head) = try await RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(token)"])
+        let (socket, upgrade, head) = try await RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(token)"])
         #expect(upgrade == 429, "\(head)")
+        #expect(try await socket.refusal(head: head).error.code == .rateLimited)
         #expect(head.lowercased().contains("retry-after: "), "\(head)")
         // Counted before the token is read: a flood of bad tokens is limited like any other.
         for headers in [[:], ["Authorization": "Bearer garbage"]] {

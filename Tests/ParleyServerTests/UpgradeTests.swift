@@ -13,8 +13,9 @@ struct UpgradeTests {
         let forged = try await server.token("alice") + "x"
         for (headers, why) in [([:], "no token"), (["Authorization": "Bearer \(forged)"], "forged"),
                                (["Authorization": "Bearer \(expired)"], "expired")] as [([String: String], String)] {
-            let (_, status, head) = try await RawWebSocket.upgrade(port: server.port, headers: headers)
+            let (socket, status, head) = try await RawWebSocket.upgrade(port: server.port, headers: headers)
             #expect(status == 401, "\(why): \(head)")
+            #expect(try await socket.refusal(head: head).error.code == .unauthorized, "protocol v1's error body")
         }
         let (_, queryStatus, _) = try await RawWebSocket.upgrade(port: server.port, path: "/v1/signal?access_token=\(forged)", headers: [:])
         #expect(queryStatus == 401)
@@ -29,8 +30,9 @@ struct SafeDefaultsTests {
     @Test func aShuttingDownServerAnswersUpgradesWith503() async throws {
         let server = try await LiveServer.start()
         await server.server.hub.shutdown()
-        let (_, status, _) = try await RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(try await server.token("alice"))"])
+        let (socket, status, head) = try await RawWebSocket.upgrade(port: server.port, headers: ["Authorization": "Bearer \(try await server.token("alice"))"])
         #expect(status == 503)
+        #expect(try await socket.refusal(head: head).error.code == .unavailable)
         try await server.stop()
     }
 
@@ -49,6 +51,9 @@ struct SafeDefaultsTests {
         #expect(try await status(production, origin: "http://127.0.0.1:\(production.port)") == 101, "the server's own page")
         #expect(try await status(production, origin: "https://app.example.com") == 101)
         #expect(try await status(production, origin: "https://evil.example.net") == 403)
+        let (evil, _, evilHead) = try await RawWebSocket.upgrade(port: production.port, headers: ["Authorization": "Bearer \(token)",
+                                                                                                   "Origin": "https://evil.example.net"])
+        #expect(try await evil.refusal(head: evilHead).error.code == .forbidden)
         #expect(try await status(production, origin: "http://127.0.0.1:9999") == 403, "another local page, outside development mode")
         // swift-websocket (Parley's own CLI) sends Origin: ws://host, without the port; no browser does.
         #expect(try await status(production, origin: "ws://198.51.100.2") == 101, "a native WebSocket library")

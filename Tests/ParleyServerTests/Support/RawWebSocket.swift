@@ -1,4 +1,5 @@
 import Foundation
+import ParleyProtocol
 import ParleyServerTesting
 #if canImport(Glibc)
 import Glibc
@@ -85,6 +86,21 @@ final class RawWebSocket: @unchecked Sendable {
         let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
         guard count > 0 else { throw TestFailure("the connection ended (recv \(count))") }
         received += chunk[0..<count]
+    }
+
+    /// A refused upgrade's body (`Content-Length` bytes after `head`), read as protocol v1's error body.
+    func refusal(head: String) async throws -> HTTPErrorBody {
+        let length = head.split(separator: "\r\n").compactMap { line -> Int? in
+            let parts = line.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2, parts[0].lowercased() == "content-length" else { return nil }
+            return Int(parts[1].trimmingCharacters(in: .whitespaces))
+        }.first ?? 0
+        let body: [UInt8] = try await offThePool {
+            while self.received.count < length { try self.fill() }
+            defer { self.received.removeFirst(length) }
+            return Array(self.received[0..<length])
+        }
+        return try JSONDecoder().decode(HTTPErrorBody.self, from: Data(body))
     }
 
     private func readHead() throws -> String {
