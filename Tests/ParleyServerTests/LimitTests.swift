@@ -98,7 +98,12 @@ struct LimitTests {
     @Test func aBodyOverTheLimitIs413() async throws {
         let server = try await LiveServer.start()
         let alice = try await server.token("alice")
-        let padding = String(repeating: "a", count: HTTPRoutes.maxBody)
+        // 64 KiB, as server.md says: a body just under it is read (and its field named), one over refused.
+        let fits = #"{"platform":"ios","voip":{"token":"ab","topic":""# + String(repeating: "a", count: 60 * 1024) + #"","environment":"sandbox"}}"#
+        let read = try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: fits)
+        #expect(read.status == 400, "read, and refused for its topic")
+        #expect(try read.decode(HTTPErrorBody.self).error.message.contains("topic"))
+        let padding = String(repeating: "a", count: 64 * 1024)
         let big = #"{"platform":"ios","pad":""# + padding + #""}"#
         let refused = try await server.http("PUT", "/v1/devices/iphone-1", token: alice, json: big)
         #expect(refused.status == 413)
