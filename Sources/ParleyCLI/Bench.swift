@@ -146,6 +146,7 @@ struct BenchSignaling: AsyncParsableCommand {
               setup latency          p50 \(ms(percentile(setup, 0.5))) ms, p99 \(ms(percentile(setup, 0.99))) ms (invite → ended, 13 relayed frames)
               invite → incoming      p50 \(ms(percentile(ring, 0.5))) ms, p99 \(ms(percentile(ring, 0.99))) ms
               relay latency          p50 \(ms(percentile(relay, 0.5))) ms, p99 \(ms(percentile(relay, 0.99))) ms (call.signal sent → received, \(relay.count) samples)
+              client acks            \(clients.map(\.acknowledged).reduce(0, +)) (every 32nd frame a client read, as the SDK does)
             """
         if let rssBefore, let rssHeld, let rssAfter {
             let perConnection = Double(rssHeld - rssBefore) / Double(clients.count)
@@ -357,6 +358,8 @@ final class BenchClient: @unchecked Sendable {
     private var inbound: AsyncStream<TextWebSocket.Event>.Iterator
     private var counter = 0
     private var received = 0
+    /// Acks this client sent (one every 32 frames read).
+    private(set) var acknowledged = 0
     private init(_ socket: TextWebSocket) {
         self.socket = socket
         inbound = socket.events.makeAsyncIterator()
@@ -410,6 +413,7 @@ final class BenchClient: @unchecked Sendable {
         received += 1
         if received % 32 == 0, let range = text.range(of: #""seq":(\d+)"#, options: .regularExpression) {
             send(#"{"type":"ack",\#(text[range])}"#)
+            acknowledged += 1
         }
         if text.contains(#""type":"error""#), !text.contains(#""re":"#) {
             throw BenchFailure("the server refused a frame the bench sent: \(text)")

@@ -12,6 +12,10 @@ struct BenchCommandTests {
         let (status, printed) = try ServeProcessTests.parley(["bench", "--connections", "4", "--calls", "40", "--concurrency", "2"])
         #expect(status == 0, "\(printed)")
         #expect(printed.contains("call setups            40 in"), "\(printed)")
+        // The clients did acknowledge, so the server read their acks (an ack it could not read fails the run).
+        let acks = printed.split(separator: "\n").first { $0.contains("client acks") }
+            .flatMap { $0.split(separator: " ").dropFirst(2).first }.flatMap { Int($0) }
+        #expect((acks ?? 0) > 0, "\(printed)")
     }
 
     /// `parley bench nodes`, short, on two nodes and a private PostgreSQL: every setup crosses
