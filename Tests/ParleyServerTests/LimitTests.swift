@@ -92,6 +92,22 @@ struct LimitTests {
         #expect(limiter.admit("192.0.2.1", now: .milliseconds(1_000)) == nil)
         #expect(AddressRateLimiter.retryAfter(.milliseconds(1)) == 1)
         #expect(AddressRateLimiter.retryAfter(.milliseconds(2_100)) == 3)
+
+        // A flooder that spent its burst keeps its empty bucket, however many addresses come after it.
+        let flood = AddressRateLimiter(rate: 1, burst: 2, maxAddresses: 100)
+        for _ in 0..<2 { #expect(flood.admit("192.0.2.9", now: .zero) == nil) }
+        #expect(flood.admit("192.0.2.9", now: .zero) != nil)
+        for index in 0..<1_000 { _ = flood.admit("10.1.\(index / 256).\(index % 256)", now: .zero) }
+        #expect(flood.admit("192.0.2.9", now: .zero) != nil, "still refused")
+        // Forgotten first: the addresses whose buckets are full again, not those that still owe.
+        let refill = AddressRateLimiter(rate: 1, burst: 2, maxAddresses: 100)
+        for index in 0..<50 { _ = refill.admit("10.2.0.\(index)", now: .zero) }
+        for index in 0..<50 { for _ in 0..<2 { _ = refill.admit("10.3.0.\(index)", now: .seconds(9)) } }
+        for index in 0..<20 { _ = refill.admit("10.4.0.\(index)", now: .seconds(10)) }
+        for index in 0..<50 {
+            #expect(refill.admit("10.3.0.\(index)", now: .seconds(10)) == nil, "one token back after a second")
+            #expect(refill.admit("10.3.0.\(index)", now: .seconds(10)) != nil, "and only one: 10.3.0.\(index) was remembered")
+        }
     }
 
     /// A body over 64 KiB is refused with 413 and nothing of it is stored.
