@@ -142,6 +142,16 @@ struct SoftphoneCommandTests {
         #expect(callee.output.contains("incoming call from alice"))
         #expect(caller.output.contains("strongest tone 660 Hz"))
         #expect(callee.output.contains("strongest tone 440 Hz"))
+        // Each side's recording of what it heard: the other's tone and not its own, in every tenth
+        // of a second of the call (the summary's strongest tone would hold through a second of silence).
+        for (name, present, absent) in [("alice.wav", 660.0, 440.0), ("bob.wav", 440.0, 660.0)] {
+            let audio = try WAV.read(directory.appendingPathComponent(name))
+            let seconds = Double(audio.samples.count) / Double(audio.sampleRate)
+            #expect(seconds > 1.5, "\(name) is \(seconds) s long")
+            let missing = CallRecordingTests.tenthsMissing(audio, channel: 0, present: [present], absent: [absent],
+                                                           from: 0.5, to: seconds - 0.3)
+            #expect(missing.isEmpty, "\(name): \(missing)")
+        }
         try await server.stop()
     }
 
