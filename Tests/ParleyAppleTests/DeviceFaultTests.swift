@@ -27,8 +27,13 @@ extension OneIPhone {
         @Test func aPushWithNoPhoneRunningIsReportedThenEndedThenCompleted() async throws {
             let system = IPhone.launch()  // nobody signed in: the stored session was unreadable, or the user signed out
             let call = UUID()
+            nonisolated(unsafe) let provider = system.callKit.provider  // read from PushKit's queue, as the system would
+            let atCompletion = ReportsAtCompletion()
+            system.pushes.registry.standInAtCompletion = { atCompletion.value = provider.standInReports }
+            defer { system.pushes.registry.standInAtCompletion = nil }
             #expect(await system.pushes.registry.standInDeliver(Self.payload(call)) == .reportedThenCompleted)
             // Ended before the completion ran (the completion runs in the same callback, after the end).
+            #expect(atCompletion.value.contains(.ended(call, .failed)), "\(atCompletion.value)")
             let reports = system.callKit.provider.standInReports
             #expect(reports.first == .incoming(call, "Alice", "alice", video: false))
             #expect(reports.contains(.ended(call, .failed)))
@@ -171,5 +176,15 @@ extension OneIPhone.DeviceFaultTests {
     @Test func thePhonesWebRTCHasTheCodecsTheLinuxEngineSends() {
         #expect(RTCPeerConnectionFactory().standInVideoCodecs == ["H264"])
         #expect(WebRTCPeerConnectionFactory().factory.standInVideoCodecs.contains("VP8"))
+    }
+}
+
+/// What the CallKit stand-in had been told when a push's completion ran.
+private final class ReportsAtCompletion: @unchecked Sendable {
+    private let lock = NSLock()
+    private var reports: [CXProvider.StandInReport] = []
+    var value: [CXProvider.StandInReport] {
+        get { lock.withLock { reports } }
+        set { lock.withLock { reports = newValue } }
     }
 }

@@ -82,6 +82,7 @@ open class PKPushRegistry: NSObject {
     private weak var _delegate: (any PKPushRegistryDelegate)?
     private var _desiredPushTypes: Set<PKPushType>?
     private var tokens: [PKPushType: Data] = [:]
+    private var atCompletion: (@Sendable () -> Void)?
 
     /// `@property (readwrite, weak, nullable) id<PKPushRegistryDelegate> delegate;`
     open weak var delegate: (any PKPushRegistryDelegate)? {
@@ -118,6 +119,12 @@ open class PKPushRegistry: NSObject {
         case notDelivered
     }
 
+    /// Runs as a push's completion is called (a test reads there what the app had told CallKit by then).
+    public var standInAtCompletion: (@Sendable () -> Void)? {
+        get { lock.withLock { atCompletion } }
+        set { lock.withLock { atCompletion = newValue } }
+    }
+
     /// The system issues (or renews) the device's push token.
     public func standInUpdateCredentials(token: Data, for type: PKPushType = .voIP) {
         lock.withLock { tokens[type] = token }
@@ -152,7 +159,9 @@ open class PKPushRegistry: NSObject {
                 let reportsBefore = CXProvider.incomingReports.withLock { $0 }
                 // Whether the delegate method has returned, and whether the completion has run.
                 let state = StandInLockedBox((returned: false, completed: false))
+                let atCompletion = box.value.0.standInAtCompletion
                 box.value.1.pushRegistry(box.value.0, didReceiveIncomingPushWith: box.value.2, for: .voIP) {
+                    atCompletion?()
                     // After the check (a push found unreported has ended the app already).
                     if state.withLock({ state in state.completed = true; return state.returned }) { resume(.reportedThenCompleted) }
                 }
