@@ -114,8 +114,8 @@ struct CallTests {
             let bob = try call.bobsRecording()
             // Half a second for each change to come through the jitter buffer.
             #expect(AudioAnalysis.isSilent(bob.audio.mono(from: mutedAt + 0.5, length: resumedAt - mutedAt - 0.5)), "silent while held")
-            let afterResume = AudioAnalysis.level(bob.audio.mono(from: resumedAt + 0.5, length: unmutedAt - resumedAt - 0.5))
-            #expect(afterResume < -50, "still muted after the resume: \(afterResume) dBFS")
+            // Silence, not nothing: a muted call still sends (an empty stretch would read -120 dBFS).
+            #expect(AudioAnalysis.isSilent(bob.audio.mono(from: resumedAt + 0.5, length: unmutedAt - resumedAt - 0.5)), "still muted after the resume")
             let unmuted = bob.toneInEveryWindow(440, from: unmutedAt + 0.5, to: end)
             #expect(unmuted.passed, "the tone is back once unmuted: \(unmuted)")
         }
@@ -150,6 +150,9 @@ struct CallTests {
             // Audio kept coming across the restart: every half second has the tone, none went quiet.
             let heard = try call.bobsRecording().toneInEveryWindow(440, from: before, to: end)
             #expect(heard.passed, "\(heard)")
+            // And none of it missing: a recording holds only what was decoded, so a pause in the
+            // media would shorten it rather than leave a quiet window.
+            try await call.expectEachHeardTheOtherThroughout()
         }
     }
 
@@ -216,6 +219,7 @@ struct CallTests {
             let aliceHeard = try call.alicesRecording().toneInEveryWindow(660, from: aliceBefore, to: aliceEnd)
             #expect(bobHeard.passed, "bob: \(bobHeard)")
             #expect(aliceHeard.passed, "alice: \(aliceHeard)")
+            try await call.expectEachHeardTheOtherThroughout()
         }
     }
 
@@ -240,6 +244,7 @@ struct CallTests {
             try await call.hangUp(by: call.alice)
             let heard = try call.bobsRecording().toneInEveryWindow(440, from: cutAt, to: end)
             #expect(heard.passed, "\(heard)")
+            try await call.expectEachHeardTheOtherThroughout()
         }
     }
 
@@ -265,6 +270,7 @@ struct CallTests {
             try await call.hangUp(by: call.alice)
             let heard = try call.bobsRecording().toneInEveryWindow(440, from: silencedAt, to: end)
             #expect(heard.passed, "\(heard)")
+            try await call.expectEachHeardTheOtherThroughout()
         }
     }
 

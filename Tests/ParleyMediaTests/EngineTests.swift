@@ -176,6 +176,10 @@ struct EngineTests {
         await call.close()
         let heard = try call.recordings()
         // B hears A's clip once, then silence; A hears B's clip again and again.
+        let clipTenths = stride(from: 0.0, to: 1.5, by: 0.1).filter { from in
+            AudioAnalysis.toneAmplitude(heard.b.mono(from: from, length: 0.1), frequency: 1000, sampleRate: heard.b.sampleRate) > 0.1
+        }
+        #expect((3...7).contains(clipTenths.count), "the half-second clip, heard once: \(clipTenths)")
         #expect(AudioAnalysis.isSilent(heard.b.mono(from: 1.5, length: 0.8)))
         #expect(tone(heard.a, from: 1.5, length: 0.8) == 1000)
         #expect(AudioAnalysis.level(heard.a.mono(from: 1.5, length: 0.8)) > -20)
@@ -212,7 +216,8 @@ struct EngineTests {
         let held = try await motion(over: 1.5)
         #expect(held.b.frames <= 2, "no picture while held: \(held.b)")
         await call.a.setOnHold(false)
-        try await eventually(timeout: .seconds(5), "the picture is back") { call.b.receivedVideoFrames > 0 }
+        let framesAtResume = call.b.receivedVideoFrames
+        try await eventually(timeout: .seconds(5), "the picture is back") { call.b.receivedVideoFrames > framesAtResume + 5 }
         let resumed = try await motion(over: 2)
         #expect(resumed.b.frames >= 20 && resumed.b.changes >= resumed.b.frames * 3 / 4, "the moving picture after the hold: \(resumed.b)")
         #expect(call.b.receivedVideoColor.map { $0.isClose(to: orange) } == true)
