@@ -200,7 +200,9 @@ extension FuzzTarget {
                 guard participants.isEmpty else { throw fail("participants read from a frame that lists none") }
                 return
             }
-            guard participants.count <= listed.count else { throw fail("\(participants.count) participants read from a list of \(listed.count)") }
+            guard participants.map(\.id) == listed.compactMap({ $0["id"]?.int64 }) else {
+                throw fail("participants \(participants.map(\.id)) read from a list whose ids are \(listed.compactMap { $0["id"]?.int64 })")
+            }
         default:
             break
         }

@@ -156,7 +156,9 @@ actor Replay {
             throw ReplayError("no transaction in \(text)")
         }
         transactions[theirs] = ours
-        guard NSDictionary(dictionary: recorded).isEqual(to: actual) else {
+        // As JSON values, which tell `true` from `1` (Foundation's numbers do not, and Janus does).
+        guard try Self.value(next.raw, without: "transaction") == Self.value(text, without: "transaction"),
+              NSDictionary(dictionary: recorded).isEqual(to: actual) else {
             throw ReplayError("step \(next.step): sent \(text)\n  recorded \(next.raw)")
         }
         // Janus's answers and the events it caused, up to the next frame a client sends.
@@ -166,6 +168,14 @@ actor Replay {
             for (theirs, ours) in transactions { raw = raw.replacingOccurrences(of: "\"\(theirs)\"", with: "\"\(ours)\"") }
             outlets[frame.connection]!.yield(raw)
         }
+    }
+
+    static func value(_ text: String, without key: String) throws -> JSONValue {
+        guard case .object(var members) = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) else {
+            throw ReplayError("not an object: \(text)")
+        }
+        members[key] = nil
+        return .object(members)
     }
 
     static func object(_ text: String) throws -> [String: Any] {

@@ -88,6 +88,10 @@ struct OrderingTests {
             if case .callSignal(let signal)? = note.sent { (signal.id, note.at) } else { nil }
         }
         #expect(signals.count >= 3, "the offer, a candidate and the end of candidates")
+        // Behind their description: the first signal out carries it, every candidate follows.
+        let payloads = log.compactMap { note -> SignalPayload? in if case .callSignal(let signal)? = note.sent { signal.signal } else { nil } }
+        #expect(payloads.first?.description != nil, "the description leaves first")
+        #expect(payloads.dropFirst().allSatisfy { $0.description == nil }, "then only candidates")
         let signalIDs = Set(signals.map(\.0))
         let firstAnswer = try #require(log.first { $0.answered.map(signalIDs.contains) == true }?.at)
         let beforeAnyAnswer = signals.filter { $0.1 < firstAnswer }.count

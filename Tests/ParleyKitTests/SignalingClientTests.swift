@@ -129,9 +129,19 @@ struct SignalingClientTests {
         let incoming = bobLog.messages.filter { if case .callIncoming = $0 { true } else { false } }
         #expect(incoming.count == 1)
 
-        // A request made while disconnected is sent after the reconnect and answered.
+        // A request made while disconnected (the reconnect held again) waits, and is sent after the
+        // reconnect and answered.
+        gate.shutGate()
         await bob.networkChanged()
-        _ = try await bob.request { .callAccept(CallRequest(id: $0, call: call)) }
+        try await eventually("bob is away again") {
+            let connections = await server.server.hub.connectionCount
+            return gate.waiting == 1 && connections == 1
+        }
+        let accepting = Task { try await bob.request { .callAccept(CallRequest(id: $0, call: call)) } }
+        let ringing = try await alice.request { .callState(CallRequest(id: $0, call: call)) }.decodeResult(CallStateResult.self)
+        #expect(ringing.state == .ringing, "not sent while bob is away")
+        gate.openGate()
+        _ = try await accepting.value
         let state = try await alice.request { .callState(CallRequest(id: $0, call: call)) }.decodeResult(CallStateResult.self)
         #expect(state.state == .active)
         await alice.stop()
