@@ -102,7 +102,11 @@ struct PushWakeTests {
         try await eventually("alice's call ended") { await alice.timeline(of: call)?.isEnded == true }
         #expect(await alice.timeline(of: call)?.firstAudio != nil)
         await alice.stop()
-        // Each heard the other's tone in every half second after the first.
+        // Each heard the other's tone in every half second after the first, for about the three
+        // seconds of the call (a recording holds only what was decoded).
+        let carolsSeconds = try Recording(recording).audio.duration
+        let alicesSeconds = try Recording(setup.directory.appendingPathComponent("alice.wav")).audio.duration
+        #expect(carolsSeconds > 2.5 && alicesSeconds > 2.5, "carol heard \(carolsSeconds) s, alice \(alicesSeconds) s")
         let heardByCarol = try Recording(recording).toneInEveryWindow(440, from: 0.5)
         let heardByAlice = try Recording(setup.directory.appendingPathComponent("alice.wav")).toneInEveryWindow(660, from: 0.5, to: 2.5)
         #expect(heardByCarol.passed, "\(heardByCarol)")
