@@ -110,6 +110,18 @@ extension OneIPhone {
             try await Self.stop(browsing)
         }
 
+        /// A browse stopped while a resolution is still under way cancels its connection then, not
+        /// when the resolution would have given up.
+        @Test func stoppingTheBrowseCancelsTheResolutionsUnderWay() async throws {
+            NWBrowser.standInAnnounce(Self.record("erin", txt: LANService.txt(user: "erin", name: nil, pinRequired: false),
+                                                  addresses: ["fe80::2"]))
+            let browsing = BrowseRecorder(BonjourDiscovery(resolveTimeout: .seconds(60)))
+            try await eventually("erin is being resolved") { NWConnection.standInOpen == 1 }
+            browsing.stop()
+            try await eventually(timeout: .seconds(2), "the stopped browse cancels erin's connection") { NWConnection.standInOpen == 0 }
+            try await eventually("the browser is cancelled") { NWBrowser.standInBrowsing == 0 }
+        }
+
         @Test func aServiceTypeMissingFromInfoPlistFailsTheBrowseWithWhatToDeclare() async throws {
             NWBrowser.standInBonjourServices = []  // an Info.plist without NSBonjourServices
             NWBrowser.standInAnnounce(Self.bob)
