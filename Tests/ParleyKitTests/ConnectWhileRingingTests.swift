@@ -106,9 +106,18 @@ struct ConnectWhileRingingTests {
     /// A video call connects after the answer (the camera would have to start early).
     @Test func aVideoCallConnectsAfterTheAnswer() async throws {
         let server = try await LiveServer.start()
-        let (alice, phone, laptop, _) = try await Self.ringTwoDevices(server, video: true)
-        try await Task.sleep(for: .milliseconds(200))
+        let (alice, phone, laptop, call) = try await Self.ringTwoDevices(server, video: true)
+        try await Task.sleep(for: .milliseconds(200))  // checks that nothing happens while it rings
         #expect(alice.peers.connections.isEmpty && phone.peers.connections.isEmpty && laptop.peers.connections.isEmpty)
+        // The laptop answers: then, and only then, one connection each, holding nothing back.
+        let answer = laptop.provider.perform { .answer($0, call: call) }
+        try await eventually("answered") { laptop.provider.outcome(of: answer) == true }
+        try await eventually("both connect") {
+            let phases = (await alice.phase(call), await laptop.phase(call))
+            return phases.0 == .connected && phases.1 == .connected
+        }
+        #expect(alice.peers.configurations.map(\.holdsMedia) == [false] && laptop.peers.configurations.map(\.holdsMedia) == [false])
+        #expect(phone.peers.connections.isEmpty, "the device that did not answer never connected")
         try await Self.stop(server, alice, phone, laptop)
     }
 
