@@ -408,15 +408,19 @@ private final class EventQueue: @unchecked Sendable {
     }
 }
 
-/// Lets callers through while open; while closed, holds them until it opens.
-private final class Gate: @unchecked Sendable {
+/// Lets callers through while open; while closed, holds them until it opens (a fake's step, or a
+/// transport's connect, held back by a test).
+public final class Gate: @unchecked Sendable {
     private let lock = NSLock()
     private var isOpen = true
     private var waiters: [CheckedContinuation<Void, Never>] = []
 
-    var waiting: Int { lock.withLock { waiters.count } }
+    public init() {}
 
-    func pass() async {
+    /// Callers held now.
+    public var waiting: Int { lock.withLock { waiters.count } }
+
+    public func pass() async {
         await withCheckedContinuation { continuation in
             let passNow = lock.withLock {
                 if !isOpen { waiters.append(continuation) }
@@ -426,9 +430,9 @@ private final class Gate: @unchecked Sendable {
         }
     }
 
-    func close() { lock.withLock { isOpen = false } }
+    public func close() { lock.withLock { isOpen = false } }
 
-    func open() {
+    public func open() {
         let released = lock.withLock {
             isOpen = true
             defer { waiters = [] }

@@ -4,6 +4,7 @@ import Logging
 import ParleyNIOTransport
 import ParleyProtocol
 import ParleyServerTesting
+import ParleyTesting
 import Testing
 
 /// Collects a client's events for assertions.
@@ -45,33 +46,13 @@ func makeClient(_ server: LiveServer, user: UserID, device: DeviceID, backoff: D
     }
 }
 
-/// The real transport, whose connections can be held back: while the gate is shut, a connect waits.
+/// The real transport, whose connections can be held back: while the gate is closed, a connect waits.
 final class GatedTransport: SignalingTransport, @unchecked Sendable {
     private let base = WebSocketSignalingTransport()
-    private let lock = NSLock()
-    private var shut = false
-    private var held: [CheckedContinuation<Void, Never>] = []
-
-    func shutGate() { lock.withLock { shut = true } }
-    func openGate() {
-        let waiting = lock.withLock {
-            shut = false
-            defer { held = [] }
-            return held
-        }
-        for connect in waiting { connect.resume() }
-    }
-    /// Connects waiting at the gate.
-    var waiting: Int { lock.withLock { held.count } }
+    let gate = Gate()
 
     func connect(to url: URL, token: String) async throws -> any SignalingConnection {
-        await withCheckedContinuation { connect in
-            let goes = lock.withLock {
-                if shut { held.append(connect) }
-                return !shut
-            }
-            if goes { connect.resume() }
-        }
+        await gate.pass()
         return try await base.connect(to: url, token: token)
     }
 }
@@ -103,8 +84,8 @@ struct SignalingClientTests {
     @Test func aNetworkChangeResumesAndEveryFrameArrivesOnce() async throws {
         let server = try await LiveServer.start()
         let alice = makeClient(server, user: "alice", device: "a1")
-        let gate = GatedTransport()
-        let bob = makeClient(server, user: "bob", device: "b1", transport: gate)
+        let transport = GatedTransport()
+        let bob = makeClient(server, user: "bob", device: "b1", transport: transport)
         let bobLog = EventLog(bob.events)
         await alice.start()
         await bob.start()
@@ -113,14 +94,14 @@ struct SignalingClientTests {
 
         // Bob's connection goes and his reconnect is held until the server has seen him go: what
         // alice sends meanwhile waits in his session.
-        gate.shutGate()
+        transport.gate.close()
         await bob.networkChanged()
         try await eventually("bob's reconnect waits, and the server saw him go") {
             let connections = await server.server.hub.connectionCount
-            return gate.waiting == 1 && connections == 1
+            return transport.gate.waiting == 1 && connections == 1
         }
         _ = try await alice.request { .callInvite(CallInvite(id: $0, call: call, to: "bob")) }
-        gate.openGate()
+        transport.gate.open()
         try await bobLog.waitFor { _ in bobLog.welcomes.count == 2 && !bobLog.messages.isEmpty }
         #expect(bobLog.welcomes.last?.resumed == true)
         #expect(bobLog.welcomes.first?.session == bobLog.welcomes.last?.session)
@@ -131,16 +112,16 @@ struct SignalingClientTests {
 
         // A request made while disconnected (the reconnect held again) waits, and is sent after the
         // reconnect and answered.
-        gate.shutGate()
+        transport.gate.close()
         await bob.networkChanged()
         try await eventually("bob is away again") {
             let connections = await server.server.hub.connectionCount
-            return gate.waiting == 1 && connections == 1
+            return transport.gate.waiting == 1 && connections == 1
         }
         let accepting = Task { try await bob.request { .callAccept(CallRequest(id: $0, call: call)) } }
         let ringing = try await alice.request { .callState(CallRequest(id: $0, call: call)) }.decodeResult(CallStateResult.self)
         #expect(ringing.state == .ringing, "not sent while bob is away")
-        gate.openGate()
+        transport.gate.open()
         _ = try await accepting.value
         let state = try await alice.request { .callState(CallRequest(id: $0, call: call)) }.decodeResult(CallStateResult.self)
         #expect(state.state == .active)
