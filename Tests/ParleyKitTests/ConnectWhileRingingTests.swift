@@ -20,6 +20,16 @@ struct ConnectWhileRingingTests {
         return (alice, phone, laptop, call)
     }
 
+    /// `callee` answers `call` from `caller`, and both connect.
+    static func answer(_ call: UUID, on callee: SDKDevice, from caller: SDKDevice) async throws {
+        let answer = callee.provider.perform { .answer($0, call: call) }
+        try await eventually("answered") { callee.provider.outcome(of: answer) == true }
+        try await eventually("both connect") {
+            let phases = (await caller.phase(call), await callee.phase(call))
+            return phases.0 == .connected && phases.1 == .connected
+        }
+    }
+
     static func stop(_ server: LiveServer, _ devices: SDKDevice...) async throws {
         for device in devices { await device.stop() }
         try await server.stop()
@@ -93,12 +103,7 @@ struct ConnectWhileRingingTests {
         try await eventually("bob's phone rings") { bob.incomingCall() == call }
         try await Task.sleep(for: .milliseconds(200))
         #expect(alice.peers.connections.isEmpty && bob.peers.connections.isEmpty)
-        let answer = bob.provider.perform { .answer($0, call: call) }
-        try await eventually("answered") { bob.provider.outcome(of: answer) == true }
-        try await eventually("both connect") {
-            let phases = (await alice.phase(call), await bob.phase(call))
-            return phases.0 == .connected && phases.1 == .connected
-        }
+        try await Self.answer(call, on: bob, from: alice)
         #expect(alice.peers.configurations.map(\.holdsMedia) == [false] && bob.peers.configurations.map(\.holdsMedia) == [false])
         try await Self.stop(server, alice, bob)
     }
@@ -110,12 +115,7 @@ struct ConnectWhileRingingTests {
         try await Task.sleep(for: .milliseconds(200))  // checks that nothing happens while it rings
         #expect(alice.peers.connections.isEmpty && phone.peers.connections.isEmpty && laptop.peers.connections.isEmpty)
         // The laptop answers: then, and only then, one connection each, holding nothing back.
-        let answer = laptop.provider.perform { .answer($0, call: call) }
-        try await eventually("answered") { laptop.provider.outcome(of: answer) == true }
-        try await eventually("both connect") {
-            let phases = (await alice.phase(call), await laptop.phase(call))
-            return phases.0 == .connected && phases.1 == .connected
-        }
+        try await Self.answer(call, on: laptop, from: alice)
         #expect(alice.peers.configurations.map(\.holdsMedia) == [false] && laptop.peers.configurations.map(\.holdsMedia) == [false])
         #expect(phone.peers.connections.isEmpty, "the device that did not answer never connected")
         try await Self.stop(server, alice, phone, laptop)
