@@ -7,6 +7,7 @@ import ParleyKit
 import ParleyProtocol
 import ParleyServerTesting
 import PushKit
+import Synchronization
 import Testing
 import WebRTC
 
@@ -180,11 +181,10 @@ extension OneIPhone.DeviceFaultTests {
 }
 
 /// What the CallKit stand-in had been told when a push's completion ran.
-private final class ReportsAtCompletion: @unchecked Sendable {
-    private let lock = NSLock()
-    private var reports: [CXProvider.StandInReport] = []
+private final class ReportsAtCompletion: Sendable {
+    private let reports = Mutex<[CXProvider.StandInReport]>([])
     var value: [CXProvider.StandInReport] {
-        get { lock.withLock { reports } }
-        set { lock.withLock { reports = newValue } }
+        get { reports.withLock { $0 } }
+        set { reports.withLock { $0 = newValue } }
     }
 }

@@ -47,7 +47,7 @@ func makeClient(_ server: LiveServer, user: UserID, device: DeviceID, backoff: D
 }
 
 /// The real transport, whose connections can be held back: while the gate is closed, a connect waits.
-final class GatedTransport: SignalingTransport, @unchecked Sendable {
+struct GatedTransport: SignalingTransport {
     private let base = WebSocketSignalingTransport()
     let gate = Gate()
 
